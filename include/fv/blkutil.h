@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Block devices: libblkid probing, mkfs/resize, and event-driven waits on libudev (blkutil.c). */
+#ifndef FV_BLKUTIL_H
+#define FV_BLKUTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct fv_ctx;
+struct udev_device;
+
+/*
+ * fv_blk_probe() - what does @dev hold?  Superblocks and partition tables
+ * are both probed (a partitioned disk is not blank).
+ * Returns 0 and the filesystem type in @type (e.g. "ext4"), 1 when the
+ * device is blank (safe to format), -FV_ERR_NOTBLANK (message set) for a
+ * partition table, a non-filesystem signature or several signatures, -errno
+ * on I/O errors.
+ */
+int fv_blk_probe(struct fv_ctx *cx, const char *dev, char *type, size_t len);
+
+/* Is @fstype one we know how to make and grow?  (ext2, ext3, ext4, xfs) */
+bool fv_fs_supported(const char *fstype);
+
+/* mkfs.<fstype> on @dev, run as a helper under the helper deadline. */
+int fv_fs_make(struct fv_ctx *cx, const char *dev, const char *fstype);
+
+/*
+ * fv_fs_grow() - grow the mounted filesystem on @dev (mounted at @mnt) to
+ * fill the device: resize2fs for ext*, xfs_growfs for xfs.
+ */
+int fv_fs_grow(struct fv_ctx *cx, const char *dev, const char *mnt, const char *fstype);
+
+/*
+ * Waiting for a block device, event-driven.  Open the wait *before* doing
+ * what makes the device appear, so no event is missed.  With udevd running
+ * the "udev" monitor is used (the device is then fully processed: links
+ * exist and udev's own probe is done), otherwise the "kernel" monitor.
+ */
+struct fv_devwait;
+
+typedef bool (*fv_dev_match_fn)(struct udev_device *d, void *arg);
+
+int fv_devwait_open(struct fv_ctx *cx, struct fv_devwait **ret);
+/*
+ * fv_devwait_run() - first look at the devices that exist already, then
+ * wait for events until @match accepts one or @timeout_ms passes.  The
+ * device node is checked to be a block device before success.
+ * Returns 0 and the device node in @ret, or -FV_ERR_TIMEOUT / -errno (message set).
+ */
+int fv_devwait_run(struct fv_ctx *cx, struct fv_devwait *w, fv_dev_match_fn match, void *arg,
+		   unsigned int timeout_ms, char *ret, size_t len);
+void fv_devwait_free(struct fv_devwait *w);
+
+/* Is a udev daemon managing /dev on this node?  (/run/udev/control exists) */
+bool fv_udev_running(void);
+
+#endif

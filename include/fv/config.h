@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Node configuration (design.md, "Node configuration").
+ *
+ * Read from /etc/flexvol/flexvol.conf, or the file named by FLEXVOL_CONFIG;
+ * each key can then be overridden by its environment variable.  The file is
+ * "key = value" lines; '#' starts a comment; unknown keys are an error (a
+ * typo must not silently fall back to a default on a production node).
+ *
+ *	key             env                      default
+ *	loop_root       FLEXVOL_LOOP_ROOT        /var/lib/flexvol/loop
+ *	state_dir       FLEXVOL_STATE_DIR        /var/lib/flexvol/state
+ *	run_dir         FLEXVOL_RUN_DIR          /run/flexvol
+ *	log_file        FLEXVOL_LOG_FILE         /var/log/flexvol/<driver>.log
+ *	node_name       FLEXVOL_NODE_NAME        uname -n
+ *	lock_timeout    FLEXVOL_LOCK_TIMEOUT     150   (seconds)
+ *	helper_timeout  FLEXVOL_HELPER_TIMEOUT   120   (seconds, mkfs/resize/iscsiadm...)
+ *	mount_timeout   FLEXVOL_MOUNT_TIMEOUT    60    (seconds, network mounts)
+ *	device_timeout  FLEXVOL_DEVICE_TIMEOUT   60    (seconds, waiting for a device node)
+ *	helper_path     FLEXVOL_HELPER_PATH      /usr/sbin:/usr/bin:/sbin:/bin
+ */
+#ifndef FV_CONFIG_H
+#define FV_CONFIG_H
+
+#include <limits.h>
+
+struct fv_config {
+	char loop_root[PATH_MAX];
+	char state_dir[PATH_MAX];
+	char run_dir[PATH_MAX];
+	char log_file[PATH_MAX];
+	char node_name[256];
+	char helper_path[PATH_MAX];
+	unsigned int lock_timeout;   /* seconds */
+	unsigned int helper_timeout; /* seconds */
+	unsigned int mount_timeout;  /* seconds */
+	unsigned int device_timeout; /* seconds */
+};
+
+/*
+ * fv_config_load() - fill @cfg from defaults, the config file and the
+ * environment, for driver @driver (used in the default log file name).
+ * Returns: 0, or -errno / -FV_ERR_BADOPT with a description in @err.
+ */
+int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t errlen);
+
+#endif

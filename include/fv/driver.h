@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The contract between the op layer (src/) and a driver (drivers/<name>.c).
+ *
+ * A driver is one file that defines exactly one exported symbol,
+ *
+ *	const struct fv_driver fv_driver_<name> = { ... };
+ *
+ * and fills the op slots it implements.  An empty slot means "Not
+ * supported": the dispatcher answers it, drivers never write stubs.
+ *
+ * The dispatcher has already, before any op runs:
+ *   - checked the argument count of the op (flexvolume-contract.md §1.2),
+ *   - parsed the options JSON (if the op carries one) into struct fv_opts,
+ *   - loaded the node configuration (struct fv_config),
+ *   - taken the per-volume lock (unless the op is lock-free: init, attach,
+ *     isattached and getvolumename never touch the node's state).
+ *
+ * Every op returns 0 on success or a negative errno / -FV_ERR_* code.  On
+ * failure it should explain itself with fv_fail(), which sets the reply's
+ * message and returns its error argument:
+ *
+ *	return fv_fail(cx, -EINVAL, "option 'size' is not a quantity: '%s'", v);
+ *
+ * A failure without a message gets strerror() of the code.
+ */
+#ifndef FV_DRIVER_H
+#define FV_DRIVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fv/macro.h"
+
+/* Domain errors without an errno, returned negated (like libmount's MNT_ERR_*). */
+enum {
+	FV_ERR_BASE = 5000,
+	FV_ERR_BADOPT,	   /* an option is missing or invalid */
+	FV_ERR_TIMEOUT,	   /* a helper or a wait ran past its deadline */
+	FV_ERR_HELPER,	   /* a helper program exited non-zero */
+	FV_ERR_NOTBLANK,   /* refusing to format: the device holds data we did not expect */
+	FV_ERR_CONFLICT,   /* the kernel state belongs to something else */
+};
+
+struct json_object;
+struct fv_ctx;
+
+/*
+ * The kubelet options, parsed once (opts.c).  All strings are borrowed from
+ * the parsed JSON and live until the op returns.  Keys we know get typed
+ * fields; driver keys are read with fv_opt().
+ */
+struct fv_opts {
+	struct json_object *obj; /* the whole object, owned by the dispatcher */
+	const char *fstype;	 /* kubernetes.io/fsType; NULL when absent or "" */
+	bool readonly;		 /* kubernetes.io/readwrite == "ro" */
+	const char *volume;	 /* kubernetes.io/pvOrVolumeName, or NULL */
+	const char *pod_uid;	 /* kubernetes.io/pod.uid (mount only), or NULL */
+	bool has_fsgroup;	 /* kubernetes.io/mounterArgs.FsGroup present */
+	uint32_t fsgroup;	 /* its value */
+};
+
+/*
+ * fv_opt() - look up a driver option.
+ * Returns: 0 and *ret set when @key holds a non-empty string, 1 when it is
+ * absent or "", -FV_ERR_BADOPT (with the message set) when it is not a string.
+ */
+int fv_opt(struct fv_ctx *cx, const struct fv_opts *o, const char *key, const char **ret);
+
+/* Capabilities, printed in full by init (contract §1.4: the defaults are generous). */
+struct fv_caps {
+	bool attach;
+	bool selinux_relabel;
+	bool supports_metrics;
+	bool fsgroup;
+	bool requires_fs_resize;
+};
+
+struct fv_driver {
+	const char *name; /* the installed executable's name, e.g. "loop" */
+	struct fv_caps caps;
+
+	/* controller-manager side: no node state, no lock */
+	int (*attach)(struct fv_ctx *cx, const struct fv_opts *o, const char *node,
+		      char **ret_device);
+	int (*isattached)(struct fv_ctx *cx, const struct fv_opts *o, const char *node,
+			  bool *ret_attached);
+	int (*detach)(struct fv_ctx *cx, const char *volume, const char *node);
+
+	/* kubelet side, on the node */
+	int (*waitforattach)(struct fv_ctx *cx, const char *device, const struct fv_opts *o,
+			     char **ret_device);
+	int (*mountdevice)(struct fv_ctx *cx, const char *dir, const char *device,
+			   const struct fv_opts *o);
+	int (*unmountdevice)(struct fv_ctx *cx, const char *dir);
+	int (*mount)(struct fv_ctx *cx, const char *dir, const struct fv_opts *o);
+	int (*unmount)(struct fv_ctx *cx, const char *dir);
+	int (*expandfs)(struct fv_ctx *cx, const struct fv_opts *o, const char *device,
+			const char *dir, uint64_t new_size, uint64_t old_size);
+};
+
+/* Set the reply message (printf-style) and return @err.  The first call wins. */
+int fv_fail(struct fv_ctx *cx, int err, const char *fmt, ...) _printf_(3, 4);
+
+/* Append helper output (already trimmed by the caller or not) to the reply message. */
+void fv_ctx_add_detail(struct fv_ctx *cx, const char *text);
+
+/* The node configuration, resolved once (config.c). */
+const struct fv_config *fv_ctx_config(const struct fv_ctx *cx);
+
+/* The driver being run (for names in paths and logs). */
+const struct fv_driver *fv_ctx_driver(const struct fv_ctx *cx);
+
+/* Look a driver up by name (drivers/registry.c).  Returns NULL if unknown. */
+const struct fv_driver *fv_driver_find(const char *name);
+
+#endif

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Running helper programs (mkfs, resize2fs, iscsiadm, ...) and forked
+ * functions (a libmount call that runs mount.nfs) without a shell.
+ *
+ * The child runs in its own process group with stdin on /dev/null and
+ * stdout+stderr on one pipe that we read; all our other descriptors are
+ * close-on-exec.  At the deadline the whole process group is killed with
+ * SIGKILL.  The environment is reduced to PATH (the configured helper path)
+ * and LC_ALL=C, so messages are stable and nothing of kubelet's leaks in.
+ *
+ * The captured output is logged (argv elements flagged in @redact are
+ * logged as "***") and kept in struct fv_run for the reply message.
+ */
+#ifndef FV_EXEC_H
+#define FV_EXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct fv_ctx;
+
+struct fv_run {
+	int status;	/* exit status; 128+signal when killed */
+	bool timed_out; /* the deadline passed and the group was killed */
+	char *output;	/* stdout+stderr, NUL-terminated, at most FV_RUN_OUTPUT_MAX */
+};
+
+#define FV_RUN_OUTPUT_MAX (64 * 1024)
+
+/*
+ * fv_exec() - run @argv[0] (looked up in the configured helper path unless
+ * it contains a '/') with a deadline of @timeout_s seconds.
+ * @redact: bit i set means argv[i] is secret and is never logged.
+ * Returns: 0 when the program ran to an exit status of 0; -FV_ERR_HELPER when
+ * it exited non-zero (status in @r), -FV_ERR_TIMEOUT on timeout, -errno when
+ * it could not be started.  The reply message is set on failure, with the
+ * trimmed output appended.  @r may be NULL; otherwise free it with
+ * fv_run_done().
+ */
+int fv_exec(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
+	    unsigned int timeout_s, struct fv_run *r);
+
+/*
+ * fv_fork_call() - run @fn(@arg) in a forked child set up like a helper
+ * (own process group, stdio on the capture pipe), with a deadline.  The
+ * child's return value is its exit status (0..255).
+ * Returns: @fn's return value (>= 0), -FV_ERR_TIMEOUT, or -errno.
+ */
+int fv_fork_call(struct fv_ctx *cx, int (*fn)(void *arg), void *arg, unsigned int timeout_s,
+		 struct fv_run *r);
+
+void fv_run_done(struct fv_run *r);
+
+/* Last non-empty line(s) of helper output, trimmed to @max bytes, into @buf. */
+void fv_trim_output(const char *output, char *buf, size_t max);
+
+#endif

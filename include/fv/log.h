@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Logging.  Never to stdout or stderr: kubelet parses both as the reply.
+ *
+ * One summary line per call goes to the log file and to syslog; details
+ * (helper output, debug lines) go to the log file only.  Each line is
+ * written with a single write(2) on an O_APPEND descriptor, so concurrent
+ * driver processes never interleave inside a line.  Options are never
+ * logged: they may carry secrets.
+ *
+ * Debug lines are enabled by FLEXVOL_DEBUG=1 (or "all").
+ */
+#ifndef FV_LOG_H
+#define FV_LOG_H
+
+#include <stdbool.h>
+
+#include "fv/macro.h"
+
+/* Open the log for @driver at @path (may be NULL: syslog only).  Never fails. */
+void fv_log_open(const char *driver, const char *path);
+void fv_log_close(void);
+
+/* A detail line: log file only. */
+void fv_log(const char *fmt, ...) _printf_(1, 2);
+/* A debug line: log file only, and only with FLEXVOL_DEBUG set. */
+void fv_debug(const char *fmt, ...) _printf_(1, 2);
+/* The per-call summary: log file and syslog. */
+void fv_log_summary(const char *fmt, ...) _printf_(1, 2);
+/* Multi-line text (helper output), each line prefixed with @prefix. */
+void fv_log_text(const char *prefix, const char *text);
+
+#endif

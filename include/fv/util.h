@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Strict parsers, path confinement and small file helpers (util.c). */
+#ifndef FV_UTIL_H
+#define FV_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/*
+ * fv_parse_u64() - a plain decimal number, no sign, no spaces, no leading
+ * zeros beyond "0", no overflow.  Returns 0 or -EINVAL / -ERANGE.
+ */
+int fv_parse_u64(const char *s, uint64_t *ret);
+
+/*
+ * fv_parse_quantity() - a Kubernetes quantity in bytes: "1048576", "64Mi",
+ * "1Gi", "500M", "1.5Gi", "2e9", "1k".  Binary suffixes Ki Mi Gi Ti Pi Ei,
+ * decimal k M G T P E.  Fractions must come out to a whole number of bytes.
+ * Returns 0 or -EINVAL / -ERANGE.
+ */
+int fv_parse_quantity(const char *s, uint64_t *ret);
+
+/*
+ * fv_path_confine() - the lexical half of path confinement: @path is either
+ * relative (to @root) or absolute and inside @root.  It must not be empty,
+ * contain "..", NUL-free control characters, or end in '/'.  The result is
+ * the normalised path relative to @root ("a/b/c.img"), written to @ret.
+ * Symlinks are the job of fv_open_beneath().
+ * Returns 0 or -EINVAL.
+ */
+int fv_path_confine(const char *root, const char *path, char *ret, size_t len);
+
+/*
+ * fv_open_beneath() - open @rel below the directory @rootfd with openat2()
+ * and RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS: a symlink, ".." or mount that
+ * would leave the root fails with -EXDEV.  @flags/@mode as for open(2);
+ * O_CLOEXEC is always added.
+ * Returns an fd, or -errno.
+ */
+int fv_open_beneath(int rootfd, const char *rel, int flags, mode_t mode);
+
+/* Encode any string as one safe file name component ([A-Za-z0-9._-], %XX for the rest). */
+int fv_name_escape(const char *s, char *buf, size_t len);
+
+/* mkdir -p with @mode for the created components.  Returns 0 or -errno. */
+int fv_mkdir_p(const char *path, mode_t mode);
+
+/* Read a small file (sysfs attribute) into @buf, trailing newline removed. Returns length or -errno. */
+ssize_t fv_read_line(const char *path, char *buf, size_t len);
+
+/* Monotonic clock in milliseconds. */
+uint64_t fv_now_ms(void);
+
+/* Is @s a sane single-token string: printable ASCII, no spaces/commas/quotes? */
+bool fv_is_token(const char *s);
+
+#endif
