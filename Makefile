@@ -23,7 +23,8 @@ FV_DRIVER_LIST := $(foreach d,$(DRIVERS),X($(d)))
 WARN := -Wall -Wextra -Wformat=2 -Wshadow -Wundef -Wvla -Wwrite-strings \
 	-Wmissing-prototypes -Wstrict-prototypes -Wold-style-definition \
 	-Wpointer-arith -Wsign-compare -Wtype-limits -Wno-unused-parameter \
-	-Wimplicit-fallthrough -Werror=implicit-function-declaration
+	-Wimplicit-fallthrough -Werror=implicit-function-declaration \
+	-Wno-format-truncation
 CFLAGS   ?= -O2 -g
 FV_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Iinclude $(WARN) -Werror \
 	$(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)

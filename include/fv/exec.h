@@ -52,6 +52,9 @@ int fv_fork_call(struct fv_ctx *cx, int (*fn)(void *arg), void *arg, unsigned in
 
 void fv_run_done(struct fv_run *r);
 
+/* Async-signal-safe: SIGKILL the process group of the helper running now, if any. */
+void fv_exec_kill_current(void);
+
 /* Last non-empty line(s) of helper output, trimmed to @max bytes, into @buf. */
 void fv_trim_output(const char *output, char *buf, size_t max);
 

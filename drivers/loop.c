@@ -1,0 +1,744 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * loop: block volumes backed by image files under a confined root
+ * directory (FLEXVOL_LOOP_ROOT), attach:true.
+ *
+ *   attach         validate, return the handle "loop:<file>"; touches nothing
+ *   isattached     this node: is the file bound to a loop device (kernel);
+ *                  another node: true (attach is logical, see README)
+ *   waitforattach  bind the file to a loop device (reusing an existing
+ *                  binding), wait for the node event-driven, return /dev/loopN
+ *   mountdevice    blkid probe, mkfs only when blank, mount at the global path
+ *   mount/unmount  bind the global mount into the pod dir / undo, dir left empty
+ *   unmountdevice  unmount the global path, release the loop device
+ *   detach         this node: release any binding tagged with the volume name
+ *   expandfs       grow the file, LOOP_SET_CAPACITY, grow the filesystem online
+ *
+ * Every binding carries the tag "flexvol:<volume>" in lo_file_name, so
+ * teardown finds it from the kernel alone, even with the state dir wiped.
+ */
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <libudev.h>
+#include <linux/loop.h>
+#include <stdio.h>
+#include <strings.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+
+#include "fv/blkutil.h"
+#include "fv/config.h"
+#include "fv/driver.h"
+#include "fv/lock.h"
+#include "fv/log.h"
+#include "fv/mountutil.h"
+#include "fv/state.h"
+#include "fv/util.h"
+
+#define TAG_PREFIX "flexvol:"
+#define DEFAULT_FSTYPE "ext4"
+#define MAX_LOOP_SIZE (1ULL << 50) /* 1 PiB: anything larger is a typo */
+
+struct loopvol {
+	char rel[PATH_MAX]; /* the image, relative to the loop root */
+	uint64_t size;	    /* bytes, 0 when not given */
+	const char *fstype; /* requested, or NULL: keep what is there / ext4 */
+	bool ro;
+	const char *volume; /* kubernetes.io/pvOrVolumeName */
+};
+
+struct binding {
+	int nr; /* loop minor, -1 when none */
+	bool ro;
+	char tag[LO_NAME_SIZE];
+	char dev[32];
+};
+
+/* Options -> struct loopvol.  Lexical checks only: no node access (attach runs in the KCM). */
+static int parse(struct fv_ctx *cx, const struct fv_opts *o, struct loopvol *v)
+{
+	const struct fv_config *cfg = fv_ctx_config(cx);
+	const char *file, *size;
+	int r;
+
+	memset(v, 0, sizeof(*v));
+	r = fv_opt(cx, o, "file", &file);
+	if (r < 0)
+		return r;
+	if (r > 0)
+		return fv_fail(cx, -FV_ERR_BADOPT, "option 'file' is required");
+	if (fv_path_confine(cfg->loop_root, file, v->rel, sizeof(v->rel)) < 0)
+		return fv_fail(cx, -FV_ERR_BADOPT,
+			       "option 'file' must name a file inside the loop root '%s': '%s'",
+			       cfg->loop_root, file);
+	r = fv_opt(cx, o, "size", &size);
+	if (r < 0)
+		return r;
+	if (r == 0 && (fv_parse_quantity(size, &v->size) < 0 || v->size < 1024 * 1024 ||
+		       v->size > MAX_LOOP_SIZE || v->size % 512))
+		return fv_fail(cx, -FV_ERR_BADOPT,
+			       "option 'size' must be a quantity from 1Mi to 1Pi in whole 512-byte "
+			       "sectors (e.g. 64Mi, 1Gi, 500M): '%s'",
+			       size);
+	if (o->fstype && !fv_fs_supported(o->fstype))
+		return fv_fail(cx, -FV_ERR_BADOPT,
+			       "kubernetes.io/fsType '%s' is not supported (ext2, ext3, ext4, xfs)",
+			       o->fstype);
+	v->fstype = o->fstype;
+	v->ro = o->readonly;
+	v->volume = o->volume;
+	return 0;
+}
+
+static void make_tag(const char *volume, char *tag)
+{
+	size_t n = strlen(volume);
+
+	if (strlen(TAG_PREFIX) + n < LO_NAME_SIZE) {
+		snprintf(tag, LO_NAME_SIZE, TAG_PREFIX "%s", volume);
+	} else {
+		/* FNV-1a keeps long PV names (up to 253 chars) distinct in 63 bytes */
+		uint64_t h = 0xcbf29ce484222325ULL;
+
+		for (size_t i = 0; i < n; i++)
+			h = (h ^ (unsigned char)volume[i]) * 0x100000001b3ULL;
+		snprintf(tag, LO_NAME_SIZE, TAG_PREFIX "%.37s~%016llx", volume,
+			 (unsigned long long)h);
+	}
+}
+
+/*
+ * Open the image below the loop root, refusing any escape (symlinks, "..",
+ * mounts).  With @create and a size, a missing file is made sparse.
+ */
+static int open_image(struct fv_ctx *cx, const struct loopvol *v, bool create, int *ret_fd,
+		      struct stat *st)
+{
+	const char *root = fv_ctx_config(cx)->loop_root;
+	_cleanup_close_ int rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	int flags = v->ro ? O_RDONLY : O_RDWR;
+	int fd;
+
+	if (rootfd < 0)
+		return fv_fail(cx, NEG_ERRNO(), "loop root '%s' is not usable: %m", root);
+	fd = fv_open_beneath(rootfd, v->rel, flags, 0);
+	if (fd == -ENOENT && create) {
+		if (!v->size)
+			return fv_fail(cx, -ENOENT,
+				       "image '%s' does not exist and option 'size' is not set",
+				       v->rel);
+		fd = fv_open_beneath(rootfd, v->rel, O_RDWR | O_CREAT | O_EXCL, 0600);
+		if (fd == -EEXIST)
+			fd = fv_open_beneath(rootfd, v->rel, flags, 0);
+	}
+	if (fd == -EXDEV || fd == -ELOOP)
+		return fv_fail(cx, -EPERM, "image '%s' resolves outside the loop root '%s'", v->rel,
+			       root);
+	if (fd < 0)
+		return fv_fail(cx, fd, "cannot open image '%s' in '%s': %s", v->rel, root,
+			       strerror(-fd));
+	if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode)) {
+		close(fd);
+		return fv_fail(cx, -EINVAL, "image '%s' is not a regular file", v->rel);
+	}
+	/* A file we created but did not size yet (killed in between) holds no data. */
+	if (create && st->st_size == 0 && v->size && !v->ro) {
+		if (ftruncate(fd, (off_t)v->size) < 0 || fstat(fd, st) < 0) {
+			int r = NEG_ERRNO();
+
+			close(fd);
+			return fv_fail(cx, r, "cannot size image '%s': %s", v->rel, strerror(-r));
+		}
+		fv_log("created sparse image %s/%s of %llu bytes", root, v->rel,
+		       (unsigned long long)v->size);
+	}
+	*ret_fd = fd;
+	return 0;
+}
+
+static int loop_status(int nr, struct loop_info64 *info)
+{
+	char dev[32];
+	_cleanup_close_ int fd = -1;
+
+	snprintf(dev, sizeof(dev), "/dev/loop%d", nr);
+	fd = open(dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return NEG_ERRNO();
+	if (ioctl(fd, LOOP_GET_STATUS64, info) < 0)
+		return NEG_ERRNO(); /* ENXIO: not bound */
+	return 0;
+}
+
+/*
+ * Walk the bound loop devices (sysfs says which) and call @fn for each with
+ * its status.  @fn returns true to stop.
+ */
+static int each_binding(bool (*fn)(int nr, const struct loop_info64 *info, void *arg), void *arg)
+{
+	char path[64];
+	int nr_max = 0;
+	ssize_t n;
+	char buf[32];
+
+	/* /sys/block lists every loop minor; probe them by number. */
+	n = fv_read_line("/sys/module/loop/parameters/max_loop", buf, sizeof(buf));
+	(void)n;
+	for (int nr = 0; nr < 4096; nr++) {
+		struct loop_info64 info;
+
+		snprintf(path, sizeof(path), "/sys/block/loop%d", nr);
+		if (access(path, F_OK) < 0) {
+			if (++nr_max > 64) /* minors can have gaps; stop after a long run */
+				break;
+			continue;
+		}
+		nr_max = 0;
+		snprintf(path, sizeof(path), "/sys/block/loop%d/loop", nr);
+		if (access(path, F_OK) < 0 || loop_status(nr, &info) < 0)
+			continue;
+		if (fn(nr, &info, arg))
+			return 1;
+	}
+	return 0;
+}
+
+struct find_file {
+	const struct stat *st;
+	struct binding *b;
+};
+
+static void fill_binding(struct binding *b, int nr, const struct loop_info64 *info)
+{
+	b->nr = nr;
+	b->ro = info->lo_flags & LO_FLAGS_READ_ONLY;
+	snprintf(b->tag, sizeof(b->tag), "%.*s", LO_NAME_SIZE - 1, (const char *)info->lo_file_name);
+	snprintf(b->dev, sizeof(b->dev), "/dev/loop%d", nr);
+}
+
+static bool match_file(int nr, const struct loop_info64 *info, void *arg)
+{
+	struct find_file *f = arg;
+
+	if (info->lo_device != f->st->st_dev || info->lo_inode != f->st->st_ino)
+		return false;
+	fill_binding(f->b, nr, info);
+	return true;
+}
+
+/* The binding of the file @st, if any: 0 found, 1 none. */
+static int find_binding(const struct stat *st, struct binding *b)
+{
+	struct find_file f = { st, b };
+
+	b->nr = -1;
+	return each_binding(match_file, &f) ? 0 : 1;
+}
+
+static int release(struct fv_ctx *cx, const struct binding *b)
+{
+	_cleanup_close_ int fd = open(b->dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	int n = fv_mnt_count_source(b->dev);
+
+	if (n > 0)
+		return fv_fail(cx, -EBUSY, "%s is still mounted (%d mount%s); not releasing it",
+			       b->dev, n, n == 1 ? "" : "s");
+	if (fd < 0)
+		return fv_fail(cx, NEG_ERRNO(), "cannot open %s: %m", b->dev);
+	if (ioctl(fd, LOOP_CLR_FD, 0) < 0 && errno != ENXIO)
+		return fv_fail(cx, NEG_ERRNO(), "cannot release %s: %m", b->dev);
+	fv_log("released %s (%s)", b->dev, b->tag);
+	return 0;
+}
+
+struct diskseq_match {
+	int nr;
+	char seq[32];
+};
+
+static bool match_loop(struct udev_device *d, void *arg)
+{
+	const struct diskseq_match *m = arg;
+	const char *seq = udev_device_get_property_value(d, "DISKSEQ");
+	char name[32];
+
+	snprintf(name, sizeof(name), "loop%d", m->nr);
+	if (!streq(udev_device_get_sysname(d), name))
+		return false;
+	/* correlate on DISKSEQ: a stale event of the previous binding must not count */
+	return !m->seq[0] || (seq && streq(seq, m->seq));
+}
+
+/* Bind the open image @fd to a free loop device and wait for its node. */
+static int bind_image(struct fv_ctx *cx, const struct loopvol *v, int fd, struct binding *b)
+{
+	const struct fv_config *cfg = fv_ctx_config(cx);
+	struct fv_devwait *w = NULL;
+	struct loop_config lc = { .fd = (uint32_t)fd };
+	struct diskseq_match m;
+	char path[64];
+	_cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+	int r, nr = -1;
+
+	if (ctl < 0)
+		return fv_fail(cx, NEG_ERRNO(), "cannot open /dev/loop-control: %m");
+	r = fv_devwait_open(cx, &w);
+	if (r < 0)
+		return r;
+	make_tag(v->volume, (char *)lc.info.lo_file_name);
+	lc.info.lo_flags = LO_FLAGS_DIRECT_IO | (v->ro ? LO_FLAGS_READ_ONLY : 0);
+	/* Another process may grab the free device first (EBUSY): take the next one. */
+	for (int tries = 0; tries < 32; tries++) {
+		_cleanup_close_ int lfd = -1;
+
+		nr = ioctl(ctl, LOOP_CTL_GET_FREE);
+		if (nr < 0) {
+			r = fv_fail(cx, NEG_ERRNO(), "no free loop device: %m");
+			goto out;
+		}
+		snprintf(b->dev, sizeof(b->dev), "/dev/loop%d", nr);
+		lfd = open(b->dev, O_RDWR | O_CLOEXEC);
+		if (lfd < 0) {
+			r = fv_fail(cx, NEG_ERRNO(), "cannot open %s: %m", b->dev);
+			goto out;
+		}
+		r = ioctl(lfd, LOOP_CONFIGURE, &lc) < 0 ? NEG_ERRNO() : 0;
+		if (r == -EINVAL && (lc.info.lo_flags & LO_FLAGS_DIRECT_IO)) {
+			/* the backing filesystem cannot do direct I/O: buffered it is */
+			lc.info.lo_flags &= ~(uint32_t)LO_FLAGS_DIRECT_IO;
+			r = ioctl(lfd, LOOP_CONFIGURE, &lc) < 0 ? NEG_ERRNO() : 0;
+		}
+		if (r != -EBUSY)
+			break;
+	}
+	if (r < 0) {
+		r = fv_fail(cx, r, "cannot bind '%s' to %s: %s", v->rel, b->dev, strerror(-r));
+		goto out;
+	}
+	fv_log("bound %s/%s to %s (%s%s)", cfg->loop_root, v->rel, b->dev,
+	       (const char *)lc.info.lo_file_name, v->ro ? ", read-only" : "");
+	b->nr = nr;
+	b->ro = v->ro;
+	memset(&m, 0, sizeof(m));
+	m.nr = nr;
+	snprintf(path, sizeof(path), "/sys/block/loop%d/diskseq", nr);
+	if (fv_read_line(path, m.seq, sizeof(m.seq)) < 0)
+		m.seq[0] = '\0';
+	r = fv_devwait_run(cx, w, match_loop, &m, cfg->device_timeout * 1000, b->dev,
+			   sizeof(b->dev));
+out:
+	fv_devwait_free(w);
+	return r;
+}
+
+/*
+ * The node-local attach: the image bound to exactly one loop device, read-only
+ * when asked.  Reuses an existing binding; never makes a second one.
+ */
+static int ensure_bound(struct fv_ctx *cx, const struct loopvol *v, struct binding *b)
+{
+	_cleanup_close_ int fd = -1;
+	char tag[LO_NAME_SIZE], lockname[96];
+	struct stat st;
+	int r, lock;
+
+	if (!v->volume)
+		return fv_fail(cx, -FV_ERR_BADOPT,
+			       "option 'kubernetes.io/pvOrVolumeName' is required");
+	r = open_image(cx, v, true, &fd, &st);
+	if (r < 0)
+		return r;
+	/* one lock per image file, whatever volume names it */
+	snprintf(lockname, sizeof(lockname), "loop-image-%llx-%llx", (unsigned long long)st.st_dev,
+		 (unsigned long long)st.st_ino);
+	lock = fv_lock(cx, lockname);
+	if (lock < 0)
+		return lock;
+	make_tag(v->volume, tag);
+	if (find_binding(&st, b) == 0) {
+		if (b->tag[0] && !streq(b->tag, tag)) {
+			r = fv_fail(cx, -FV_ERR_CONFLICT,
+				    "image '%s' is already bound to %s for another volume ('%s')",
+				    v->rel, b->dev, b->tag);
+			goto out;
+		}
+		if (b->ro == v->ro) {
+			fv_log("reusing %s for %s", b->dev, v->rel);
+			r = 0;
+			goto out;
+		}
+		/* bound read-only for an earlier use, read-write now (or back): rebind if idle */
+		r = release(cx, b);
+		if (r < 0) {
+			r = fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' is bound %s and in use",
+				    v->rel, b->ro ? "read-only" : "read-write");
+			goto out;
+		}
+	}
+	r = bind_image(cx, v, fd, b);
+out:
+	fv_unlock(lock);
+	return r;
+}
+
+static int save_state(struct fv_ctx *cx, const struct loopvol *v, const struct binding *b)
+{
+	json_object *o = json_object_new_object();
+	int r;
+
+	if (!o)
+		return -ENOMEM;
+	json_object_object_add(o, "file", json_object_new_string(v->rel));
+	json_object_object_add(o, "device", json_object_new_string(b->dev));
+	json_object_object_add(o, "readonly", json_object_new_boolean(v->ro));
+	r = fv_state_write(cx, v->volume, o);
+	json_object_put(o);
+	return r;
+}
+
+static bool is_local(struct fv_ctx *cx, const char *node)
+{
+	return strcasecmp(node, fv_ctx_config(cx)->node_name) == 0;
+}
+
+static int loop_attach(struct fv_ctx *cx, const struct fv_opts *o, const char *node,
+		       char **ret_device)
+{
+	struct loopvol v;
+	char *h;
+	int r = parse(cx, o, &v);
+
+	if (r < 0)
+		return r;
+	if (asprintf(&h, "loop:%s", v.rel) < 0)
+		return -ENOMEM;
+	*ret_device = h;
+	return 0;
+}
+
+static int loop_isattached(struct fv_ctx *cx, const struct fv_opts *o, const char *node,
+			   bool *ret_attached)
+{
+	const char *root = fv_ctx_config(cx)->loop_root;
+	_cleanup_close_ int fd = -1;
+	struct binding b;
+	struct loopvol v;
+	struct stat st;
+	int r = parse(cx, o, &v);
+
+	if (r < 0)
+		return r;
+	/*
+	 * attach is logical: the controller-manager cannot see another node's
+	 * kernel (nor, in its container, the loop root).  There the answer is
+	 * "attached", which keeps the ADC from re-attaching in a loop.
+	 */
+	if (!is_local(cx, node) || access(root, F_OK) < 0) {
+		*ret_attached = true;
+		return 0;
+	}
+	v.ro = true; /* looking only */
+	r = open_image(cx, &v, false, &fd, &st);
+	if (r == -ENOENT) {
+		*ret_attached = false;
+		return 0;
+	}
+	if (r < 0)
+		return r;
+	*ret_attached = find_binding(&st, &b) == 0;
+	return 0;
+}
+
+static int loop_waitforattach(struct fv_ctx *cx, const char *device, const struct fv_opts *o,
+			      char **ret_device)
+{
+	struct binding b;
+	struct loopvol v;
+	int r = parse(cx, o, &v);
+
+	if (r < 0)
+		return r;
+	r = ensure_bound(cx, &v, &b);
+	if (r < 0)
+		return r;
+	r = save_state(cx, &v, &b);
+	if (r < 0)
+		return r;
+	*ret_device = strdup(b.dev);
+	return *ret_device ? 0 : -ENOMEM;
+}
+
+static int loop_mountdevice(struct fv_ctx *cx, const char *dir, const char *device,
+			    const struct fv_opts *o)
+{
+	char gmp[PATH_MAX], have[64];
+	struct fv_mntinfo mi;
+	const char *fstype;
+	struct binding b;
+	struct loopvol v;
+	int r = parse(cx, o, &v);
+
+	if (r < 0)
+		return r;
+	r = fv_prepare_dir(cx, dir, gmp, sizeof(gmp));
+	if (r < 0)
+		return r;
+	/* kubelet's device is our own waitforattach answer; the kernel still decides */
+	r = ensure_bound(cx, &v, &b);
+	if (r < 0)
+		return r;
+	if (device[0] && !streq(device, b.dev))
+		fv_log("mountdevice: kubelet passed %s, the image is bound to %s", device, b.dev);
+
+	r = fv_mnt_find(gmp, &mi);
+	if (r < 0)
+		return fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
+	if (r == 0) {
+		if (streq(mi.source, b.dev) && streq(mi.root, "/"))
+			return save_state(cx, &v, &b);
+		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'", gmp,
+			       mi.source);
+	}
+
+	r = fv_blk_probe(cx, b.dev, have, sizeof(have));
+	if (r < 0)
+		return r;
+	if (r == 1) {
+		fstype = v.fstype ? v.fstype : DEFAULT_FSTYPE;
+		if (v.ro)
+			return fv_fail(cx, -FV_ERR_NOTBLANK,
+				       "%s is blank and the volume is read-only: nothing to mount",
+				       b.dev);
+		r = fv_fs_make(cx, b.dev, fstype);
+		if (r < 0)
+			return r;
+		fv_log("made %s on %s", fstype, b.dev);
+	} else {
+		if (v.fstype && !streq(v.fstype, have))
+			return fv_fail(cx, -FV_ERR_NOTBLANK,
+				       "%s holds %s, not the requested %s; refusing to reformat",
+				       b.dev, have, v.fstype);
+		fstype = have;
+	}
+	r = fv_mnt_mount(cx, b.dev, gmp, fstype, v.ro ? "ro" : "rw", false);
+	if (r < 0)
+		return r;
+	return save_state(cx, &v, &b);
+}
+
+/*
+ * kubelet's pod dir <root>/pods/<uid>/volumes/<vendor>~<driver>/<name> and
+ * its global mount <root>/plugins/kubernetes.io/flexvolume/<vendor>/<driver>/mounts/<name>
+ * (contract §2, "Path shapes").
+ */
+static bool global_path_of(const char *poddir, char *ret, size_t len)
+{
+	const char *p = strstr(poddir, "/pods/"), *vol, *tilde, *name;
+
+	for (const char *q = p; q; q = strstr(q + 1, "/pods/"))
+		p = q;
+	if (!p || !(vol = strstr(p, "/volumes/")))
+		return false;
+	vol += strlen("/volumes/");
+	tilde = strchr(vol, '~');
+	name = strchr(vol, '/');
+	if (!tilde || !name || tilde > name || strchr(name + 1, '/'))
+		return false;
+	return snprintf(ret, len, "%.*s/plugins/kubernetes.io/flexvolume/%.*s/%.*s/mounts/%s",
+			(int)(p - poddir), poddir, (int)(tilde - vol), vol,
+			(int)(name - tilde - 1), tilde + 1, name + 1) < (int)len;
+}
+
+static int loop_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o)
+{
+	char poddir[PATH_MAX], gmp[PATH_MAX];
+	_cleanup_close_ int fd = -1;
+	struct fv_mntinfo mi;
+	struct binding b;
+	struct loopvol v;
+	struct stat st;
+	bool ro;
+	int r = parse(cx, o, &v);
+
+	if (r < 0)
+		return r;
+	ro = v.ro;
+	v.ro = true; /* only looking at the image here */
+	r = open_image(cx, &v, false, &fd, &st);
+	if (r < 0)
+		return r;
+	if (find_binding(&st, &b) != 0)
+		return fv_fail(cx, -ENXIO, "image '%s' is not attached on this node", v.rel);
+	r = fv_prepare_dir(cx, dir, poddir, sizeof(poddir));
+	if (r < 0)
+		return r;
+	if (fv_mnt_find(poddir, &mi) == 0) {
+		if (streq(mi.source, b.dev))
+			return 0;
+		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'", poddir,
+			       mi.source);
+	}
+	if (!global_path_of(poddir, gmp, sizeof(gmp)) || fv_mnt_find(gmp, &mi) != 0 ||
+	    !streq(mi.source, b.dev)) {
+		r = fv_mnt_find_source(b.dev, poddir, gmp, sizeof(gmp));
+		if (r != 0)
+			return fv_fail(cx, -ENXIO, "%s is not mounted on this node (mountdevice first)",
+				       b.dev);
+	}
+	return fv_mnt_mount(cx, gmp, poddir, NULL, ro ? "bind,ro" : "bind", false);
+}
+
+static int unmount_dir(struct fv_ctx *cx, const char *dir, char *source, size_t len)
+{
+	char path[PATH_MAX];
+	struct fv_mntinfo mi;
+	int r = fv_canonical_dir(dir, path, sizeof(path));
+
+	if (r == 1)
+		return 0; /* nothing there: nothing mounted */
+	if (r < 0)
+		return fv_fail(cx, r, "cannot resolve '%s': %s", dir, strerror(-r));
+	if (source) {
+		source[0] = '\0';
+		if (fv_mnt_find(path, &mi) == 0)
+			snprintf(source, len, "%s", mi.source);
+	}
+	r = fv_mnt_umount_all(cx, path, false);
+	if (r < 0)
+		return r;
+	r = fv_dir_is_empty(path);
+	if (r == 0)
+		return fv_fail(cx, -ENOTEMPTY, "'%s' is not empty after unmount", path);
+	return r < 0 ? fv_fail(cx, r, "cannot read '%s': %s", path, strerror(-r)) : 0;
+}
+
+static int loop_unmount(struct fv_ctx *cx, const char *dir)
+{
+	return unmount_dir(cx, dir, NULL, 0);
+}
+
+struct find_tag {
+	const char *tag;
+	const char *dev; /* or match this device */
+	struct binding *list;
+	int n, max;
+};
+
+static bool collect_tag(int nr, const struct loop_info64 *info, void *arg)
+{
+	struct find_tag *f = arg;
+	struct binding b;
+
+	fill_binding(&b, nr, info);
+	if ((f->tag && streq(b.tag, f->tag)) || (f->dev && streq(b.dev, f->dev) &&
+						 !strncmp(b.tag, TAG_PREFIX, strlen(TAG_PREFIX))))
+		if (f->n < f->max)
+			f->list[f->n++] = b;
+	return false;
+}
+
+/* Release every binding tagged for @volume, and @dev if it is one of ours. */
+static int release_volume(struct fv_ctx *cx, const char *volume, const char *dev)
+{
+	struct binding list[16];
+	char tag[LO_NAME_SIZE];
+	struct find_tag f = { .tag = tag, .dev = dev, .list = list, .max = 16 };
+	int r = 0;
+
+	make_tag(volume, tag);
+	each_binding(collect_tag, &f);
+	for (int i = 0; i < f.n; i++) {
+		int k = release(cx, &list[i]);
+
+		if (k < 0 && r == 0)
+			r = k;
+	}
+	if (r == 0)
+		(void)fv_state_remove(cx, volume);
+	return r;
+}
+
+static const char *base_name(const char *path)
+{
+	const char *b = strrchr(path, '/');
+
+	return b && b[1] ? b + 1 : path;
+}
+
+static int loop_unmountdevice(struct fv_ctx *cx, const char *dir)
+{
+	char source[4096];
+	int r = unmount_dir(cx, dir, source, sizeof(source));
+
+	if (r < 0)
+		return r;
+	/* the global path's last component is the volume name (contract §2) */
+	return release_volume(cx, base_name(dir),
+			      !strncmp(source, "/dev/loop", 9) ? source : NULL);
+}
+
+static int loop_detach(struct fv_ctx *cx, const char *volume, const char *node)
+{
+	if (!is_local(cx, node))
+		return 0; /* nothing of another node's is reachable from here */
+	return release_volume(cx, volume, NULL);
+}
+
+static int loop_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char *device,
+			 const char *dir, uint64_t new_size, uint64_t old_size)
+{
+	char type[64], mnt[PATH_MAX];
+	_cleanup_close_ int fd = -1, lfd = -1;
+	struct binding b;
+	struct loopvol v;
+	struct stat st;
+	int r = parse(cx, o, &v);
+
+	if (r < 0)
+		return r;
+	if (new_size > MAX_LOOP_SIZE || new_size % 512)
+		return fv_fail(cx, -EINVAL, "new size %llu is not a whole number of sectors up to 1Pi",
+			       (unsigned long long)new_size);
+	v.ro = false;
+	r = open_image(cx, &v, false, &fd, &st);
+	if (r < 0)
+		return r;
+	if (find_binding(&st, &b) != 0)
+		return fv_fail(cx, -ENXIO, "image '%s' is not attached on this node", v.rel);
+	if ((uint64_t)st.st_size < new_size) {
+		if (ftruncate(fd, (off_t)new_size) < 0)
+			return fv_fail(cx, NEG_ERRNO(), "cannot grow image '%s': %m", v.rel);
+		fv_log("grew %s from %llu to %llu bytes", v.rel, (unsigned long long)st.st_size,
+		       (unsigned long long)new_size);
+	}
+	lfd = open(b.dev, O_RDONLY | O_CLOEXEC);
+	if (lfd < 0 || ioctl(lfd, LOOP_SET_CAPACITY, 0) < 0)
+		return fv_fail(cx, NEG_ERRNO(), "cannot refresh the capacity of %s: %m", b.dev);
+	r = fv_blk_probe(cx, b.dev, type, sizeof(type));
+	if (r != 0)
+		return r < 0 ? r : fv_fail(cx, -ENXIO, "%s holds no filesystem", b.dev);
+	r = fv_mnt_find_source(b.dev, NULL, mnt, sizeof(mnt));
+	if (r != 0)
+		return fv_fail(cx, -ENXIO, "%s is not mounted: cannot grow online", b.dev);
+	return fv_fs_grow(cx, b.dev, mnt, type);
+}
+
+const struct fv_driver fv_driver_loop = {
+	.name = "loop",
+	.caps = {
+		.attach = true,
+		.selinux_relabel = true,
+		.supports_metrics = true,
+		.fsgroup = true,
+		.requires_fs_resize = true,
+	},
+	.attach = loop_attach,
+	.isattached = loop_isattached,
+	.detach = loop_detach,
+	.waitforattach = loop_waitforattach,
+	.mountdevice = loop_mountdevice,
+	.unmountdevice = loop_unmountdevice,
+	.mount = loop_mount,
+	.unmount = loop_unmount,
+	.expandfs = loop_expandfs,
+};

@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* libblkid probing, mkfs/grow helpers, event-driven device waits (fv/blkutil.h). */
+#include <blkid.h>
+#include <fcntl.h>
+#include <libudev.h>
+#include <poll.h>
+#include <stdio.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+
+#include "internal.h"
+#include "fv/blkutil.h"
+#include "fv/exec.h"
+#include "fv/log.h"
+#include "fv/util.h"
+
+static const char *const fs_known[] = { "ext2", "ext3", "ext4", "xfs" };
+
+bool fv_fs_supported(const char *fstype)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(fs_known); i++)
+		if (fstype && streq(fstype, fs_known[i]))
+			return true;
+	return false;
+}
+
+int fv_blk_probe(struct fv_ctx *cx, const char *dev, char *type, size_t len)
+{
+	blkid_probe pr = blkid_new_probe_from_filename(dev);
+	const char *v = NULL, *usage = NULL;
+	int rc, r;
+
+	if (!pr)
+		return fv_fail(cx, NEG_ERRNO(), "cannot probe '%s': %m", dev);
+	blkid_probe_enable_superblocks(pr, 1);
+	blkid_probe_set_superblocks_flags(pr, BLKID_SUBLKS_TYPE | BLKID_SUBLKS_USAGE);
+	/* without the partition chain a GPT/DOS disk would look blank */
+	blkid_probe_enable_partitions(pr, 1);
+	rc = blkid_do_safeprobe(pr);
+	if (rc == 1) {
+		r = 1;
+	} else if (rc == -2) {
+		r = fv_fail(cx, -FV_ERR_NOTBLANK,
+			    "'%s' carries several conflicting signatures; refusing to format", dev);
+	} else if (rc < 0) {
+		r = fv_fail(cx, -EIO, "probing '%s' failed", dev);
+	} else if (blkid_probe_lookup_value(pr, "PTTYPE", &v, NULL) == 0) {
+		r = fv_fail(cx, -FV_ERR_NOTBLANK,
+			    "'%s' holds a '%s' partition table, not a filesystem; refusing to use it",
+			    dev, v);
+	} else if (blkid_probe_lookup_value(pr, "TYPE", &v, NULL) == 0 &&
+		   blkid_probe_lookup_value(pr, "USAGE", &usage, NULL) == 0 &&
+		   streq(usage, "filesystem")) {
+		snprintf(type, len, "%s", v);
+		r = 0;
+	} else {
+		r = fv_fail(cx, -FV_ERR_NOTBLANK, "'%s' holds '%s' (%s), not a filesystem", dev,
+			    v ? v : "?", usage ? usage : "?");
+	}
+	blkid_free_probe(pr);
+	return r;
+}
+
+int fv_fs_make(struct fv_ctx *cx, const char *dev, const char *fstype)
+{
+	char prog[32];
+	const char *argv[6];
+	_cleanup_close_ int fd = -1;
+	int n = 0;
+
+	if (!fv_fs_supported(fstype))
+		return fv_fail(cx, -FV_ERR_BADOPT, "filesystem type '%s' is not supported", fstype);
+	snprintf(prog, sizeof(prog), "mkfs.%s", fstype);
+	argv[n++] = prog;
+	if (streq(fstype, "xfs")) {
+		argv[n++] = "-q";
+	} else {
+		argv[n++] = "-F"; /* a whole device, not a partition: do not ask */
+		argv[n++] = "-q";
+	}
+	argv[n++] = dev;
+	argv[n] = NULL;
+	/*
+	 * Hold a BSD lock on the device while formatting: udev skips probing
+	 * a locked device, so it never reads a half-written superblock
+	 * (systemd's BLOCK_DEVICE_LOCKING.md).
+	 */
+	fd = open(dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd >= 0)
+		(void)flock(fd, LOCK_EX);
+	return fv_exec(cx, argv, 0, cx->cfg.helper_timeout, NULL);
+}
+
+int fv_fs_grow(struct fv_ctx *cx, const char *dev, const char *mnt, const char *fstype)
+{
+	if (streq(fstype, "xfs")) {
+		const char *argv[] = { "xfs_growfs", mnt, NULL };
+
+		return fv_exec(cx, argv, 0, cx->cfg.helper_timeout, NULL);
+	}
+	if (!strncmp(fstype, "ext", 3)) {
+		const char *argv[] = { "resize2fs", dev, NULL };
+
+		return fv_exec(cx, argv, 0, cx->cfg.helper_timeout, NULL);
+	}
+	return fv_fail(cx, -ENOTSUP, "cannot grow a '%s' filesystem", fstype);
+}
+
+bool fv_udev_running(void)
+{
+	return access("/run/udev/control", F_OK) == 0;
+}
+
+struct fv_devwait {
+	struct udev *udev;
+	struct udev_monitor *mon;
+	bool udevd;
+};
+
+void fv_devwait_free(struct fv_devwait *w)
+{
+	if (!w)
+		return;
+	udev_monitor_unref(w->mon);
+	udev_unref(w->udev);
+	free(w);
+}
+
+int fv_devwait_open(struct fv_ctx *cx, struct fv_devwait **ret)
+{
+	struct fv_devwait *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return -ENOMEM;
+	w->udev = udev_new();
+	if (!w->udev)
+		goto fail;
+	/*
+	 * With udevd, wait for its event: the device is then fully processed
+	 * (links made, its own blkid probe done).  Without udevd the "udev"
+	 * monitor is silent, so listen to the kernel directly.
+	 */
+	w->udevd = fv_udev_running();
+	w->mon = udev_monitor_new_from_netlink(w->udev, w->udevd ? "udev" : "kernel");
+	if (!w->mon || udev_monitor_filter_add_match_subsystem_devtype(w->mon, "block", NULL) < 0 ||
+	    udev_monitor_enable_receiving(w->mon) < 0)
+		goto fail;
+	fv_debug("devwait: listening to %s events", w->udevd ? "udev" : "kernel");
+	*ret = w;
+	return 0;
+fail:
+	fv_devwait_free(w);
+	return fv_fail(cx, -EIO, "cannot listen for device events: %m");
+}
+
+static bool try_device(struct fv_devwait *w, struct udev_device *d, fv_dev_match_fn match,
+		       void *arg, char *ret, size_t len)
+{
+	const char *node = udev_device_get_devnode(d);
+	struct stat st;
+
+	if (!node || !match(d, arg))
+		return false;
+	if (w->udevd && !udev_device_get_is_initialized(d))
+		return false;
+	if (stat(node, &st) < 0 || !S_ISBLK(st.st_mode) || st.st_rdev != udev_device_get_devnum(d))
+		return false;
+	snprintf(ret, len, "%s", node);
+	return true;
+}
+
+int fv_devwait_run(struct fv_ctx *cx, struct fv_devwait *w, fv_dev_match_fn match, void *arg,
+		   unsigned int timeout_ms, char *ret, size_t len)
+{
+	uint64_t t0 = fv_now_ms(), deadline = t0 + timeout_ms;
+	struct udev_enumerate *e = udev_enumerate_new(w->udev);
+	struct udev_list_entry *le;
+	bool found = false;
+
+	/* What is there already (an earlier call may have done the work). */
+	if (e && udev_enumerate_add_match_subsystem(e, "block") >= 0 &&
+	    udev_enumerate_scan_devices(e) >= 0) {
+		udev_list_entry_foreach(le, udev_enumerate_get_list_entry(e))
+		{
+			struct udev_device *d = udev_device_new_from_syspath(
+				w->udev, udev_list_entry_get_name(le));
+
+			if (d)
+				found = try_device(w, d, match, arg, ret, len);
+			udev_device_unref(d);
+			if (found)
+				break;
+		}
+	}
+	udev_enumerate_unref(e);
+
+	while (!found) {
+		struct pollfd p = { .fd = udev_monitor_get_fd(w->mon), .events = POLLIN };
+		uint64_t now = fv_now_ms();
+		struct udev_device *d;
+		const char *action;
+		int n;
+
+		if (now >= deadline)
+			return fv_fail(cx, -FV_ERR_TIMEOUT, "the device did not appear within %u ms",
+				       timeout_ms);
+		n = poll(&p, 1, (int)(deadline - now));
+		if (n < 0 && errno != EINTR)
+			return fv_fail(cx, NEG_ERRNO(), "waiting for device events: %m");
+		if (n <= 0)
+			continue;
+		d = udev_monitor_receive_device(w->mon);
+		if (!d)
+			continue;
+		action = udev_device_get_action(d);
+		if (!action || !streq(action, "remove"))
+			found = try_device(w, d, match, arg, ret, len);
+		udev_device_unref(d);
+	}
+	fv_log("device %s ready after %llu ms (%s events)", ret,
+	       (unsigned long long)(fv_now_ms() - t0), w->udevd ? "udev" : "kernel");
+	return 0;
+}

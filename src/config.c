@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Node configuration: defaults < config file < environment (see fv/config.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/utsname.h>
+
+#include "fv/config.h"
+#include "fv/driver.h"
+#include "fv/util.h"
+
+#define DEFAULT_CONFIG "/etc/flexvol/flexvol.conf"
+
+enum kind { K_PATH, K_STR, K_SECONDS };
+
+struct key {
+	const char *name;
+	const char *env;
+	enum kind kind;
+	size_t off;
+	size_t size;
+};
+
+#define STR(field, k, e) { #field, e, k, offsetof(struct fv_config, field), sizeof(((struct fv_config *)0)->field) }
+#define SEC(field, e) { #field, e, K_SECONDS, offsetof(struct fv_config, field), 0 }
+
+static const struct key keys[] = {
+	STR(loop_root, K_PATH, "FLEXVOL_LOOP_ROOT"),
+	STR(state_dir, K_PATH, "FLEXVOL_STATE_DIR"),
+	STR(run_dir, K_PATH, "FLEXVOL_RUN_DIR"),
+	STR(log_file, K_PATH, "FLEXVOL_LOG_FILE"),
+	STR(node_name, K_STR, "FLEXVOL_NODE_NAME"),
+	STR(helper_path, K_STR, "FLEXVOL_HELPER_PATH"),
+	SEC(lock_timeout, "FLEXVOL_LOCK_TIMEOUT"),
+	SEC(helper_timeout, "FLEXVOL_HELPER_TIMEOUT"),
+	SEC(mount_timeout, "FLEXVOL_MOUNT_TIMEOUT"),
+	SEC(device_timeout, "FLEXVOL_DEVICE_TIMEOUT"),
+};
+
+static int seterr(char *err, size_t errlen, const char *fmt, ...) _printf_(3, 4);
+static int seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return -FV_ERR_BADOPT;
+}
+
+static int set_key(struct fv_config *cfg, const struct key *k, const char *v, const char *where,
+		   char *err, size_t errlen)
+{
+	char *dst = (char *)cfg + k->off;
+	uint64_t n;
+
+	switch (k->kind) {
+	case K_PATH:
+		if (v[0] != '/')
+			return seterr(err, errlen, "%s: %s must be an absolute path: '%s'", where,
+				      k->name, v);
+		/* fall through */
+	case K_STR:
+		if (!*v || strlen(v) >= k->size)
+			return seterr(err, errlen, "%s: %s is empty or too long", where, k->name);
+		strcpy(dst, v);
+		return 0;
+	case K_SECONDS:
+		if (fv_parse_u64(v, &n) < 0 || n == 0 || n > 86400)
+			return seterr(err, errlen, "%s: %s must be 1..86400 seconds: '%s'", where,
+				      k->name, v);
+		*(unsigned int *)(void *)dst = (unsigned int)n;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static const struct key *find_key(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		if (streq(keys[i].name, name))
+			return &keys[i];
+	return NULL;
+}
+
+static char *strip(char *s)
+{
+	char *e;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	e = s + strlen(s);
+	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
+		*--e = '\0';
+	return s;
+}
+
+static int load_file(struct fv_config *cfg, const char *path, bool must_exist, char *err,
+		     size_t errlen)
+{
+	FILE *f = fopen(path, "re");
+	char line[PATH_MAX + 64], where[PATH_MAX + 32];
+	unsigned int lineno = 0;
+	int r = 0;
+
+	if (!f) {
+		if (errno == ENOENT && !must_exist)
+			return 0;
+		return seterr(err, errlen, "cannot read config '%s': %s", path, strerror(errno));
+	}
+	while (r == 0 && fgets(line, sizeof(line), f)) {
+		char *s, *eq, *name, *val;
+		const struct key *k;
+
+		lineno++;
+		snprintf(where, sizeof(where), "%s:%u", path, lineno);
+		if (!strchr(line, '\n') && !feof(f)) {
+			r = seterr(err, errlen, "%s: line too long", where);
+			break;
+		}
+		s = strip(line);
+		if (!*s || *s == '#')
+			continue;
+		eq = strchr(s, '=');
+		if (!eq) {
+			r = seterr(err, errlen, "%s: expected 'key = value'", where);
+			break;
+		}
+		*eq = '\0';
+		name = strip(s);
+		val = strip(eq + 1);
+		k = find_key(name);
+		if (!k) {
+			r = seterr(err, errlen, "%s: unknown key '%s'", where, name);
+			break;
+		}
+		r = set_key(cfg, k, val, where, err, errlen);
+	}
+	fclose(f);
+	return r;
+}
+
+int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t errlen)
+{
+	const char *path = secure_getenv("FLEXVOL_CONFIG");
+	struct utsname u;
+	int r;
+
+	memset(cfg, 0, sizeof(*cfg));
+	strcpy(cfg->loop_root, "/var/lib/flexvol/loop");
+	strcpy(cfg->state_dir, "/var/lib/flexvol/state");
+	strcpy(cfg->run_dir, "/run/flexvol");
+	snprintf(cfg->log_file, sizeof(cfg->log_file), "/var/log/flexvol/%s.log", driver);
+	strcpy(cfg->helper_path, "/usr/sbin:/usr/bin:/sbin:/bin");
+	if (uname(&u) == 0)
+		snprintf(cfg->node_name, sizeof(cfg->node_name), "%s", u.nodename);
+	cfg->lock_timeout = 150;
+	cfg->helper_timeout = 120;
+	cfg->mount_timeout = 60;
+	cfg->device_timeout = 60;
+
+	r = load_file(cfg, path && *path ? path : DEFAULT_CONFIG, path && *path, err, errlen);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+		const char *v = secure_getenv(keys[i].env);
+
+		if (v && *v) {
+			r = set_key(cfg, &keys[i], v, keys[i].env, err, errlen);
+			if (r < 0)
+				return r;
+		}
+	}
+	return 0;
+}

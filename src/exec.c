@@ -1,0 +1,273 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Helpers without a shell: captured output, deadline, process-group kill (fv/exec.h). */
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include "internal.h"
+#include "fv/exec.h"
+#include "fv/log.h"
+#include "fv/util.h"
+
+static volatile pid_t current_pgid;
+
+void fv_exec_kill_current(void)
+{
+	pid_t g = current_pgid;
+
+	if (g > 0)
+		kill(-g, SIGKILL);
+}
+
+void fv_run_done(struct fv_run *r)
+{
+	if (!r)
+		return;
+	free(r->output);
+	r->output = NULL;
+}
+
+void fv_trim_output(const char *output, char *buf, size_t max)
+{
+	const char *end, *start;
+	size_t n;
+
+	buf[0] = '\0';
+	if (!output || !max)
+		return;
+	end = output + strlen(output);
+	while (end > output && (end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\r'))
+		end--;
+	/* the last line is usually the one that says why */
+	start = end;
+	while (start > output && start[-1] != '\n')
+		start--;
+	n = (size_t)(end - start);
+	if (n >= max) {
+		start = end - (max - 1);
+		n = max - 1;
+	}
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (start[i] == '\t' || (unsigned char)start[i] < 0x20) ? ' ' : start[i];
+	buf[n] = '\0';
+}
+
+/* Resolve @name in the configured helper path.  Returns 0 or -ENOENT. */
+static int find_helper(const struct fv_ctx *cx, const char *name, char *ret, size_t len)
+{
+	const char *p = cx->cfg.helper_path;
+
+	if (strchr(name, '/')) {
+		snprintf(ret, len, "%s", name);
+		return access(ret, X_OK) == 0 ? 0 : -ENOENT;
+	}
+	while (*p) {
+		size_t n = strcspn(p, ":");
+
+		if (n && snprintf(ret, len, "%.*s/%s", (int)n, p, name) < (int)len &&
+		    access(ret, X_OK) == 0)
+			return 0;
+		p += n;
+		if (*p)
+			p++;
+	}
+	return -ENOENT;
+}
+
+static void append(struct fv_run *r, size_t *len, const char *buf, size_t n)
+{
+	if (!r->output || *len >= FV_RUN_OUTPUT_MAX)
+		return;
+	if (n > FV_RUN_OUTPUT_MAX - *len)
+		n = FV_RUN_OUTPUT_MAX - *len;
+	memcpy(r->output + *len, buf, n);
+	*len += n;
+	r->output[*len] = '\0';
+}
+
+/*
+ * Collect output from @fd until the child @pid exits or the deadline
+ * passes.  We wait for the child's exit, not for EOF on the pipe: a
+ * daemon the helper started (mount.nfs may start rpc.statd) can hold the
+ * pipe open forever (contract §7.2).
+ */
+static int collect(pid_t pid, int fd, unsigned int timeout_s, struct fv_run *r)
+{
+	_cleanup_close_ int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	uint64_t deadline = fv_now_ms() + (uint64_t)timeout_s * 1000;
+	bool exited = false, eof = false;
+	size_t len = 0;
+	char buf[4096];
+	int st;
+
+	r->output = calloc(1, FV_RUN_OUTPUT_MAX + 1);
+	while (!exited) {
+		struct pollfd p[2] = { { .fd = eof ? -1 : fd, .events = POLLIN },
+				       { .fd = pidfd, .events = POLLIN } };
+		uint64_t now = fv_now_ms();
+		int n;
+
+		if (now >= deadline) {
+			kill(-pid, SIGKILL);
+			r->timed_out = true;
+			break;
+		}
+		if (pidfd < 0 && eof) /* no pidfd: wait for exit after EOF */
+			break;
+		n = poll(p, 2, (int)(deadline - now));
+		if (n < 0 && errno != EINTR)
+			return NEG_ERRNO();
+		if (n <= 0)
+			continue;
+		if (p[0].revents) {
+			ssize_t k = read(fd, buf, sizeof(buf));
+
+			if (k > 0)
+				append(r, &len, buf, (size_t)k);
+			else if (k == 0 || (errno != EINTR && errno != EAGAIN))
+				eof = true;
+		}
+		if (p[1].revents)
+			exited = true;
+	}
+	/* drain what the child left in the pipe, without blocking on daemons */
+	fcntl(fd, F_SETFL, O_NONBLOCK);
+	for (;;) {
+		ssize_t k = read(fd, buf, sizeof(buf));
+
+		if (k <= 0)
+			break;
+		append(r, &len, buf, (size_t)k);
+	}
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return NEG_ERRNO();
+	r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	return 0;
+}
+
+static int finish(struct fv_ctx *cx, const char *what, uint64_t t0, int rc, unsigned int timeout_s,
+		  struct fv_run *r, struct fv_run *keep)
+{
+	char tail[512];
+
+	fv_log_text("  | ", r->output);
+	fv_log("helper %s: %s %d after %llu ms", what, r->timed_out ? "killed, timeout" : "status",
+	       r->timed_out ? (int)timeout_s : r->status, (unsigned long long)(fv_now_ms() - t0));
+	if (rc == 0 && r->timed_out)
+		rc = fv_fail(cx, -FV_ERR_TIMEOUT, "%s did not finish within %u s", what, timeout_s);
+	else if (rc == 0 && r->status != 0)
+		rc = fv_fail(cx, -FV_ERR_HELPER, "%s failed with status %d", what, r->status);
+	if (rc < 0 && !cx->detail[0]) {
+		fv_trim_output(r->output, tail, 300);
+		fv_ctx_add_detail(cx, tail);
+	}
+	if (keep)
+		*keep = *r;
+	else
+		fv_run_done(r);
+	return rc;
+}
+
+int fv_exec(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
+	    unsigned int timeout_s, struct fv_run *ret)
+{
+	char path[PATH_MAX], envpath[PATH_MAX + 8], logline[1024];
+	char *envp[] = { envpath, (char *)"LC_ALL=C", NULL };
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	sigset_t none, dfl;
+	struct fv_run r = { 0 };
+	uint64_t t0 = fv_now_ms();
+	int pipefd[2], rc;
+	size_t o = 0;
+	pid_t pid;
+
+	for (unsigned int i = 0; argv[i] && o < sizeof(logline) - 1; i++)
+		o += (size_t)snprintf(logline + o, sizeof(logline) - o, "%s%s", i ? " " : "",
+				      i < 32 && (redact & (1U << i)) ? "***" : argv[i]);
+	fv_log("run: %s", logline);
+	if (find_helper(cx, argv[0], path, sizeof(path)) < 0)
+		return fv_fail(cx, -ENOENT, "helper '%s' not found in %s", argv[0],
+			       cx->cfg.helper_path);
+	snprintf(envpath, sizeof(envpath), "PATH=%s", cx->cfg.helper_path);
+	if (pipe2(pipefd, O_CLOEXEC) < 0)
+		return NEG_ERRNO();
+
+	sigemptyset(&none);
+	sigemptyset(&dfl);
+	sigaddset(&dfl, SIGPIPE);
+	sigaddset(&dfl, SIGTERM);
+	sigaddset(&dfl, SIGINT);
+	posix_spawnattr_init(&at);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+					      POSIX_SPAWN_SETSIGDEF);
+	posix_spawnattr_setpgroup(&at, 0);
+	posix_spawnattr_setsigmask(&at, &none);
+	posix_spawnattr_setsigdefault(&at, &dfl);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+	posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
+	rc = posix_spawn(&pid, path, &fa, &at, (char *const *)argv, envp);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	close(pipefd[1]);
+	if (rc != 0) {
+		close(pipefd[0]);
+		return fv_fail(cx, -rc, "cannot run '%s': %s", path, strerror(rc));
+	}
+	current_pgid = pid;
+	rc = collect(pid, pipefd[0], timeout_s, &r);
+	current_pgid = 0;
+	close(pipefd[0]);
+	return finish(cx, argv[0], t0, rc, timeout_s, &r, ret);
+}
+
+int fv_fork_call(struct fv_ctx *cx, int (*fn)(void *arg), void *arg, unsigned int timeout_s,
+		 struct fv_run *ret)
+{
+	struct fv_run r = { 0 };
+	uint64_t t0 = fv_now_ms();
+	int pipefd[2], rc;
+	pid_t pid;
+
+	if (pipe2(pipefd, O_CLOEXEC) < 0)
+		return NEG_ERRNO();
+	pid = fork();
+	if (pid < 0) {
+		rc = NEG_ERRNO();
+		close(pipefd[0]);
+		close(pipefd[1]);
+		return rc;
+	}
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+		setpgid(0, 0);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGINT, SIG_DFL);
+		signal(SIGPIPE, SIG_DFL);
+		if (null >= 0)
+			dup2(null, 0);
+		dup2(pipefd[1], 1);
+		dup2(pipefd[1], 2);
+		_exit(fn(arg) & 0xff);
+	}
+	setpgid(pid, pid); /* also from here, so the group exists before any kill */
+	close(pipefd[1]);
+	current_pgid = pid;
+	rc = collect(pid, pipefd[0], timeout_s, &r);
+	current_pgid = 0;
+	close(pipefd[0]);
+	if (rc < 0 || r.timed_out)
+		return finish(cx, "forked call", t0, rc, timeout_s, &r, ret);
+	rc = r.status; /* the function's result, not a helper failure */
+	r.status = 0;
+	finish(cx, "forked call", t0, 0, timeout_s, &r, ret);
+	return rc;
+}

@@ -1,0 +1,390 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The only main(): pick the driver by basename(argv[0]), dispatch the op
+ * by argv[1] with its exact argument count, print exactly one JSON reply.
+ *
+ * Before anything else runs, fd 1 is kept aside for the reply and fds 0, 1
+ * and 2 are pointed at /dev/null: no library, helper or bug can put a stray
+ * byte into kubelet's combined stdout+stderr (contract §3.1, §7.1).
+ */
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+
+#include "internal.h"
+#include "fv/exec.h"
+#include "fv/lock.h"
+#include "fv/log.h"
+#include "fv/util.h"
+
+enum status { ST_SUCCESS, ST_FAILURE, ST_NOT_SUPPORTED };
+
+static const char *const status_word[] = {
+	[ST_SUCCESS] = "Success",
+	[ST_FAILURE] = "Failure",
+	[ST_NOT_SUPPORTED] = "Not supported",
+};
+
+struct call {
+	struct fv_ctx *cx;
+	char **args;	       /* after the op name */
+	struct fv_opts opts;   /* parsed when the op carries JSON */
+	char *device;	       /* reply "device" */
+	bool has_attached;     /* reply "attached" */
+	bool attached;
+	const char *volume;    /* for the log line */
+};
+
+struct op {
+	const char *name;
+	int nargs;
+	int json;	   /* index of the JSON argument, or -1 */
+	int lock_arg;	   /* lock on basename(args[i]) (-1: none, -2: JSON volume name) */
+	size_t slot;	   /* offsetof(struct fv_driver, op), or 0: always Not supported */
+	int (*run)(struct call *c);
+};
+
+#define SLOT(op) offsetof(struct fv_driver, op)
+
+static int run_attach(struct call *c)
+{
+	return c->cx->drv->attach(c->cx, &c->opts, c->args[1], &c->device);
+}
+
+static int run_isattached(struct call *c)
+{
+	int r = c->cx->drv->isattached(c->cx, &c->opts, c->args[1], &c->attached);
+
+	c->has_attached = r == 0;
+	return r;
+}
+
+static int run_detach(struct call *c)
+{
+	return c->cx->drv->detach(c->cx, c->args[0], c->args[1]);
+}
+
+static int run_waitforattach(struct call *c)
+{
+	return c->cx->drv->waitforattach(c->cx, c->args[0], &c->opts, &c->device);
+}
+
+static int run_mountdevice(struct call *c)
+{
+	return c->cx->drv->mountdevice(c->cx, c->args[0], c->args[1], &c->opts);
+}
+
+static int run_unmountdevice(struct call *c)
+{
+	return c->cx->drv->unmountdevice(c->cx, c->args[0]);
+}
+
+static int run_mount(struct call *c)
+{
+	return c->cx->drv->mount(c->cx, c->args[0], &c->opts);
+}
+
+static int run_unmount(struct call *c)
+{
+	return c->cx->drv->unmount(c->cx, c->args[0]);
+}
+
+static int run_expandfs(struct call *c)
+{
+	uint64_t new_size, old_size;
+
+	if (fv_parse_u64(c->args[3], &new_size) < 0 || new_size == 0)
+		return fv_fail(c->cx, -EINVAL, "new size is not a byte count: '%s'", c->args[3]);
+	if (fv_parse_u64(c->args[4], &old_size) < 0)
+		return fv_fail(c->cx, -EINVAL, "old size is not a byte count: '%s'", c->args[4]);
+	return c->cx->drv->expandfs(c->cx, &c->opts, c->args[1], c->args[2], new_size, old_size);
+}
+
+/*
+ * argv per op: flexvolume-contract.md §1.2.  getvolumename's answer is
+ * ignored by kubelet (it always uses the PV or volume name), and
+ * expandvolume is never called by current upstream: both are answered
+ * "Not supported" so kubelet falls back to its defaults.
+ */
+static const struct op ops[] = {
+	{ "init", 0, -1, -1, 0, NULL },
+	{ "getvolumename", 1, -1, -1, 0, NULL },
+	{ "attach", 2, 0, -1, SLOT(attach), run_attach },
+	{ "isattached", 2, 0, -1, SLOT(isattached), run_isattached },
+	{ "detach", 2, -1, 0, SLOT(detach), run_detach },
+	{ "waitforattach", 2, 1, -2, SLOT(waitforattach), run_waitforattach },
+	{ "mountdevice", 3, 2, 0, SLOT(mountdevice), run_mountdevice },
+	{ "unmountdevice", 1, -1, 0, SLOT(unmountdevice), run_unmountdevice },
+	{ "mount", 2, 1, 0, SLOT(mount), run_mount },
+	{ "unmount", 1, -1, 0, SLOT(unmount), run_unmount },
+	{ "expandvolume", 4, -1, -1, 0, NULL },
+	{ "expandfs", 5, 0, 2, SLOT(expandfs), run_expandfs },
+};
+
+int fv_fail(struct fv_ctx *cx, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (cx->message[0])
+		return err;
+	va_start(ap, fmt);
+	vsnprintf(cx->message, sizeof(cx->message), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+void fv_ctx_add_detail(struct fv_ctx *cx, const char *text)
+{
+	size_t n = strlen(cx->detail);
+
+	if (!text || !*text || n >= sizeof(cx->detail) - 4)
+		return;
+	snprintf(cx->detail + n, sizeof(cx->detail) - n, "%s%s", n ? "; " : "", text);
+}
+
+const struct fv_config *fv_ctx_config(const struct fv_ctx *cx)
+{
+	return &cx->cfg;
+}
+
+const struct fv_driver *fv_ctx_driver(const struct fv_ctx *cx)
+{
+	return cx->drv;
+}
+
+static const char *errstr(int r)
+{
+	switch (-r) {
+	case FV_ERR_BADOPT:
+		return "invalid options";
+	case FV_ERR_TIMEOUT:
+		return "timed out";
+	case FV_ERR_HELPER:
+		return "helper program failed";
+	case FV_ERR_NOTBLANK:
+		return "device holds unexpected data";
+	case FV_ERR_CONFLICT:
+		return "conflicting state on the node";
+	default:
+		return strerror(-r);
+	}
+}
+
+/* Build the reply, write it to @fd in one write, return the exit code. */
+static int reply(int fd, enum status st, struct fv_ctx *cx, const struct call *c, bool caps)
+{
+	json_object *o = json_object_new_object();
+	char msg[FV_MESSAGE_MAX * 2];
+	const char *s;
+	size_t n;
+
+	if (!o) {
+		/* Out of memory: still one valid document. */
+		static const char oom[] = "{\"status\":\"Failure\",\"message\":\"out of memory\"}\n";
+		(void)!write(fd, oom, sizeof(oom) - 1);
+		return 1;
+	}
+	json_object_object_add(o, "status", json_object_new_string(status_word[st]));
+	snprintf(msg, sizeof(msg), "%s%s%s", cx->message, cx->message[0] && cx->detail[0] ? ": " : "",
+		 cx->detail);
+	if (msg[0])
+		json_object_object_add(o, "message", json_object_new_string(msg));
+	if (c && c->device)
+		json_object_object_add(o, "device", json_object_new_string(c->device));
+	if (c && c->has_attached)
+		json_object_object_add(o, "attached", json_object_new_boolean(c->attached));
+	if (caps) {
+		const struct fv_caps *k = &cx->drv->caps;
+		json_object *cj = json_object_new_object();
+
+		json_object_object_add(cj, "attach", json_object_new_boolean(k->attach));
+		json_object_object_add(cj, "selinuxRelabel",
+				       json_object_new_boolean(k->selinux_relabel));
+		json_object_object_add(cj, "supportsMetrics",
+				       json_object_new_boolean(k->supports_metrics));
+		json_object_object_add(cj, "fsGroup", json_object_new_boolean(k->fsgroup));
+		json_object_object_add(cj, "requiresFSResize",
+				       json_object_new_boolean(k->requires_fs_resize));
+		json_object_object_add(o, "capabilities", cj);
+	}
+	s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+	n = strlen(s);
+	{
+		/* one write: the document and its newline together */
+		struct iovec iov[2] = { { (void *)s, n }, { (void *)"\n", 1 } };
+
+		(void)!writev(fd, iov, 2);
+	}
+	json_object_put(o);
+	return st == ST_FAILURE ? 1 : 0;
+}
+
+/* kubelet stops a timed-out waitforattach with SIGTERM: take the helper's process group along. */
+static void on_term(int sig)
+{
+	fv_exec_kill_current();
+	_exit(128 + sig);
+}
+
+/* Keep fd 1 for the reply; make 0, 1, 2 /dev/null.  Returns the reply fd. */
+static int isolate_stdio(void)
+{
+	int out = fcntl(1, F_DUPFD_CLOEXEC, 3);
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	if (null >= 0) {
+		dup2(null, 0);
+		dup2(null, 1);
+		dup2(null, 2);
+		if (null > 2)
+			close(null);
+	} else {
+		/* No /dev (a bare chroot): just close them; nothing may write there. */
+		close(0);
+		close(2);
+		if (out >= 0)
+			close(1);
+	}
+	return out;
+}
+
+static const char *volume_of(const struct op *op, struct call *c)
+{
+	if (op->lock_arg == -2)
+		return c->opts.volume;
+	if (op->lock_arg >= 0) {
+		const char *a = c->args[op->lock_arg];
+		const char *b = strrchr(a, '/');
+
+		return b && b[1] ? b + 1 : a;
+	}
+	return c->opts.volume;
+}
+
+/* Directory arguments come from kubelet; still refuse anything that is not a plain absolute path. */
+static int check_dir_arg(struct fv_ctx *cx, const char *what, const char *p)
+{
+	char tmp[PATH_MAX];
+
+	if (p[0] != '/' || fv_path_confine("/", p, tmp, sizeof(tmp)) < 0)
+		return fv_fail(cx, -EINVAL, "%s is not an absolute path: '%s'", what, p);
+	return 0;
+}
+
+static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
+{
+	const char *v;
+	int lockfd = -1, r;
+
+	if (op->json >= 0) {
+		r = fv_opts_parse(cx, c->args[op->json], &c->opts);
+		if (r < 0)
+			return r;
+	}
+	if (streq(op->name, "mountdevice") || streq(op->name, "unmountdevice") ||
+	    streq(op->name, "mount") || streq(op->name, "unmount")) {
+		r = check_dir_arg(cx, "mount directory", c->args[0]);
+		if (r < 0)
+			return r;
+	}
+	c->volume = volume_of(op, c);
+	v = c->volume;
+	if (op->lock_arg != -1 && v) {
+		char name[512];
+
+		snprintf(name, sizeof(name), "%s-vol-%s", cx->drv->name, v);
+		lockfd = fv_lock(cx, name);
+		if (lockfd < 0)
+			return lockfd;
+	}
+	r = op->run(c);
+	if (lockfd >= 0)
+		fv_unlock(lockfd);
+	return r;
+}
+
+int main(int argc, char **argv)
+{
+	static struct fv_ctx ctx;
+	struct fv_ctx *cx = &ctx;
+	struct call c = { .cx = cx };
+	const struct op *op = NULL;
+	const char *prog;
+	char err[512];
+	enum status st;
+	uint64_t t0 = fv_now_ms();
+	int out, r = 0;
+	char base[256];
+	struct sigaction sa = { .sa_handler = on_term };
+
+	out = isolate_stdio();
+	if (out < 0)
+		return 1; /* nowhere to reply to */
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	umask(022);
+
+	snprintf(base, sizeof(base), "%s", argc > 0 && argv[0] ? argv[0] : "");
+	prog = basename(base);
+	cx->drv = fv_driver_find(prog);
+	if (!cx->drv) {
+		static const struct fv_driver unknown = { .name = "flexvol" };
+
+		cx->drv = &unknown;
+		fv_fail(cx, -EINVAL, "unknown driver '%s': install this program under a driver's name",
+			prog);
+		return reply(out, ST_FAILURE, cx, NULL, false);
+	}
+	if (argc < 2) {
+		fv_fail(cx, -EINVAL, "no operation given");
+		return reply(out, ST_FAILURE, cx, NULL, false);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(ops); i++)
+		if (streq(ops[i].name, argv[1]))
+			op = &ops[i];
+
+	/*
+	 * init needs nothing from the node: it must answer with no config, no
+	 * /dev, no /proc (the controller-manager's container).  Not supported
+	 * is sticky in kubelet, so it depends on nothing either.
+	 */
+	if (op && streq(op->name, "init"))
+		return reply(out, ST_SUCCESS, cx, NULL, true);
+	if (!op || !op->slot || !*(void *const *)(const void *)((const char *)cx->drv + op->slot))
+		return reply(out, ST_NOT_SUPPORTED, cx, NULL, false);
+
+	r = fv_config_load(&cx->cfg, cx->drv->name, err, sizeof(err));
+	fv_log_open(cx->drv->name, r < 0 ? NULL : cx->cfg.log_file);
+	if (r < 0) {
+		fv_fail(cx, r, "%s", err);
+		st = ST_FAILURE;
+		goto out;
+	}
+	if (argc - 2 != op->nargs) {
+		fv_fail(cx, -EINVAL, "%s takes %d argument%s, got %d", op->name, op->nargs,
+			op->nargs == 1 ? "" : "s", argc - 2);
+		st = ST_FAILURE;
+		goto out;
+	}
+	c.args = argv + 2;
+	r = dispatch(cx, op, &c);
+	if (r < 0 && !cx->message[0])
+		fv_fail(cx, r, "%s failed: %s", op->name, errstr(r));
+	st = r < 0 ? ST_FAILURE : ST_SUCCESS;
+out:
+	fv_log_summary("op=%s volume=%s status=%s duration_ms=%llu%s%s%s", argv[1],
+		       c.volume ? c.volume : "-", status_word[st],
+		       (unsigned long long)(fv_now_ms() - t0), cx->message[0] ? " message=\"" : "",
+		       cx->message, cx->message[0] ? "\"" : "");
+	r = reply(out, st, cx, &c, false);
+	fv_opts_done(&c.opts);
+	free(c.device);
+	fv_log_close();
+	return r;
+}

@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The options JSON (contract §2): a flat object of string values, compact,
+ * Go-escaped (\u0026 ...), keys in any order.  Parsed once here.  Values of
+ * keys we do not know are ignored whatever their type; a key we read must
+ * hold a string.  Nothing here logs values: secrets live in this object.
+ */
+#include <json-c/json.h>
+
+#include "internal.h"
+#include "fv/util.h"
+
+#define OPTS_MAX (1024 * 1024)
+
+/* Borrow the string at @key: 0 found (may be ""), 1 absent, <0 not a string. */
+static int get_str(struct fv_ctx *cx, json_object *obj, const char *key, const char **ret)
+{
+	json_object *v;
+
+	if (!json_object_object_get_ex(obj, key, &v) || json_object_is_type(v, json_type_null))
+		return 1;
+	if (!json_object_is_type(v, json_type_string))
+		return fv_fail(cx, -FV_ERR_BADOPT, "option '%s' must be a string", key);
+	*ret = json_object_get_string(v);
+	return 0;
+}
+
+int fv_opt(struct fv_ctx *cx, const struct fv_opts *o, const char *key, const char **ret)
+{
+	const char *v = NULL;
+	int r = get_str(cx, o->obj, key, &v);
+
+	if (r != 0)
+		return r;
+	if (!*v)
+		return 1;
+	*ret = v;
+	return 0;
+}
+
+int fv_opts_parse(struct fv_ctx *cx, const char *json, struct fv_opts *o)
+{
+	struct json_tokener *tok;
+	json_object *obj;
+	const char *v;
+	size_t len = strlen(json);
+	int r;
+
+	memset(o, 0, sizeof(*o));
+	if (len > OPTS_MAX)
+		return fv_fail(cx, -FV_ERR_BADOPT, "options JSON is larger than %d bytes", OPTS_MAX);
+	tok = json_tokener_new();
+	if (!tok)
+		return -ENOMEM;
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+	obj = json_tokener_parse_ex(tok, json, (int)len);
+	if (!obj || json_tokener_get_error(tok) != json_tokener_success ||
+	    json_tokener_get_parse_end(tok) != len) {
+		enum json_tokener_error e = json_tokener_get_error(tok);
+
+		json_object_put(obj);
+		json_tokener_free(tok);
+		if (e == json_tokener_success || e == json_tokener_continue)
+			return fv_fail(cx, -FV_ERR_BADOPT, "options are not one JSON object");
+		return fv_fail(cx, -FV_ERR_BADOPT, "options are not valid JSON: %s",
+			       json_tokener_error_desc(e));
+	}
+	json_tokener_free(tok);
+	if (!json_object_is_type(obj, json_type_object)) {
+		json_object_put(obj);
+		return fv_fail(cx, -FV_ERR_BADOPT, "options must be a JSON object");
+	}
+	o->obj = obj;
+
+	r = fv_opt(cx, o, "kubernetes.io/fsType", &o->fstype);
+	if (r < 0)
+		goto fail;
+	r = fv_opt(cx, o, "kubernetes.io/pvOrVolumeName", &o->volume);
+	if (r < 0)
+		goto fail;
+	r = fv_opt(cx, o, "kubernetes.io/pod.uid", &o->pod_uid);
+	if (r < 0)
+		goto fail;
+	r = fv_opt(cx, o, "kubernetes.io/readwrite", &v);
+	if (r < 0)
+		goto fail;
+	if (r == 0) {
+		if (streq(v, "ro"))
+			o->readonly = true;
+		else if (!streq(v, "rw")) {
+			r = fv_fail(cx, -FV_ERR_BADOPT,
+				    "option 'kubernetes.io/readwrite' must be 'ro' or 'rw', not '%s'", v);
+			goto fail;
+		}
+	}
+	r = fv_opt(cx, o, "kubernetes.io/mounterArgs.FsGroup", &v);
+	if (r < 0)
+		goto fail;
+	if (r == 0) {
+		uint64_t g;
+
+		if (fv_parse_u64(v, &g) < 0 || g > UINT32_MAX - 1) {
+			r = fv_fail(cx, -FV_ERR_BADOPT, "option 'kubernetes.io/mounterArgs.FsGroup' "
+				    "is not a group id: '%s'", v);
+			goto fail;
+		}
+		o->has_fsgroup = true;
+		o->fsgroup = (uint32_t)g;
+	}
+	return 0;
+fail:
+	fv_opts_done(o);
+	return r;
+}
+
+void fv_opts_done(struct fv_opts *o)
+{
+	json_object_put(o->obj);
+	o->obj = NULL;
+}

@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Strict parsers, path confinement, small file helpers. */
+#include <ctype.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+#include "fv/macro.h"
+#include "fv/util.h"
+
+int fv_parse_u64(const char *s, uint64_t *ret)
+{
+	uint64_t v = 0;
+
+	if (!s || !*s || (s[0] == '0' && s[1]))
+		return -EINVAL;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+			return -ERANGE;
+		v = v * 10 + (uint64_t)(*s - '0');
+	}
+	*ret = v;
+	return 0;
+}
+
+/*
+ * A quantity is "<decimal>[<suffix>]" where decimal is digits with an
+ * optional fraction, and suffix is a binary (Ki..Ei) or decimal (k..E)
+ * multiplier, or an exponent "e<N>"/"E<N>".  We compute in integers:
+ * mantissa digits as an integer, scaled by the multiplier and divided by
+ * 10^fraction-digits, which must divide exactly (a byte count is whole).
+ */
+int fv_parse_quantity(const char *s, uint64_t *ret)
+{
+	static const struct {
+		const char *sfx;
+		uint64_t mul;
+	} sfx[] = {
+		{ "Ki", 1ULL << 10 }, { "Mi", 1ULL << 20 }, { "Gi", 1ULL << 30 },
+		{ "Ti", 1ULL << 40 }, { "Pi", 1ULL << 50 }, { "Ei", 1ULL << 60 },
+		{ "k", 1000ULL }, { "M", 1000000ULL }, { "G", 1000000000ULL },
+		{ "T", 1000000000000ULL }, { "P", 1000000000000000ULL },
+		{ "E", 1000000000000000000ULL }, { "", 1 },
+	};
+	unsigned __int128 mant = 0, mul = 1, div = 1, v;
+	const char *p = s;
+	bool digits = false, dot = false;
+
+	if (!s || !*s || strlen(s) > 64)
+		return -EINVAL;
+	for (; *p; p++) {
+		if (*p >= '0' && *p <= '9') {
+			mant = mant * 10 + (unsigned)(*p - '0');
+			if (dot)
+				div *= 10;
+			digits = true;
+			if (mant > (unsigned __int128)UINT64_MAX * 1000)
+				return -ERANGE;
+		} else if (*p == '.' && !dot) {
+			dot = true;
+		} else
+			break;
+	}
+	if (!digits || p[-1] == '.')
+		return -EINVAL;
+	if ((*p == 'e' || *p == 'E') && p[1] >= '0' && p[1] <= '9') {
+		uint64_t e;
+
+		if (fv_parse_u64(p + 1, &e) < 0 || e > 19)
+			return -EINVAL;
+		while (e--)
+			mul *= 10;
+	} else {
+		size_t i;
+
+		for (i = 0; i < ARRAY_SIZE(sfx); i++)
+			if (streq(p, sfx[i].sfx))
+				break;
+		if (i == ARRAY_SIZE(sfx))
+			return -EINVAL;
+		mul = sfx[i].mul;
+	}
+	v = mant * mul;
+	if (v % div)
+		return -EINVAL;
+	v /= div;
+	if (v > UINT64_MAX)
+		return -ERANGE;
+	*ret = (uint64_t)v;
+	return 0;
+}
+
+int fv_path_confine(const char *root, const char *path, char *ret, size_t len)
+{
+	size_t rl, out = 0;
+	const char *p;
+
+	if (!path || !*path || !root || root[0] != '/')
+		return -EINVAL;
+	for (p = path; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			return -EINVAL;
+	if (path[0] == '/') {
+		rl = strlen(root);
+		while (rl > 1 && root[rl - 1] == '/')
+			rl--;
+		if (strncmp(path, root, rl) != 0 || (path[rl] != '/' && rl > 1))
+			return -EINVAL;
+		path += rl;
+	}
+	/* walk components: skip empty and ".", refuse "..", join with '/' */
+	for (p = path; *p;) {
+		size_t n;
+
+		while (*p == '/')
+			p++;
+		if (!*p)
+			break;
+		n = strcspn(p, "/");
+		if (n == 1 && p[0] == '.') {
+			p += n;
+			continue;
+		}
+		if (n == 2 && p[0] == '.' && p[1] == '.')
+			return -EINVAL;
+		if (out + n + 2 > len)
+			return -ENAMETOOLONG;
+		if (out)
+			ret[out++] = '/';
+		memcpy(ret + out, p, n);
+		out += n;
+		p += n;
+	}
+	if (!out || path[strlen(path) - 1] == '/')
+		return -EINVAL;
+	ret[out] = '\0';
+	return 0;
+}
+
+int fv_open_beneath(int rootfd, const char *rel, int flags, mode_t mode)
+{
+	struct open_how how = {
+		.flags = (uint64_t)(flags | O_CLOEXEC),
+		.mode = (flags & O_CREAT) ? mode : 0,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+	};
+	long fd = syscall(SYS_openat2, rootfd, rel, &how, sizeof(how));
+
+	return fd < 0 ? NEG_ERRNO() : (int)fd;
+}
+
+int fv_name_escape(const char *s, char *buf, size_t len)
+{
+	size_t o = 0;
+
+	if (!*s)
+		return -EINVAL;
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (isalnum(c) || c == '-' || c == '_' || (c == '.' && o > 0)) {
+			if (o + 2 > len)
+				return -ENAMETOOLONG;
+			buf[o++] = (char)c;
+		} else {
+			if (o + 4 > len)
+				return -ENAMETOOLONG;
+			snprintf(buf + o, 4, "%%%02X", c);
+			o += 3;
+		}
+	}
+	buf[o] = '\0';
+	return 0;
+}
+
+int fv_mkdir_p(const char *path, mode_t mode)
+{
+	char buf[PATH_MAX];
+	char *p;
+
+	if (strlen(path) >= sizeof(buf))
+		return -ENAMETOOLONG;
+	strcpy(buf, path);
+	for (p = buf + 1;; p++) {
+		if (*p == '/' || !*p) {
+			char c = *p;
+
+			*p = '\0';
+			if (mkdir(buf, mode) < 0 && errno != EEXIST)
+				return NEG_ERRNO();
+			*p = c;
+			if (!c)
+				break;
+		}
+	}
+	return 0;
+}
+
+ssize_t fv_read_line(const char *path, char *buf, size_t len)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return NEG_ERRNO();
+	n = read(fd, buf, len - 1);
+	if (n < 0)
+		return NEG_ERRNO();
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+		n--;
+	buf[n] = '\0';
+	return n;
+}
+
+uint64_t fv_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+bool fv_is_token(const char *s)
+{
+	if (!s || !*s)
+		return false;
+	for (; *s; s++)
+		if (*s <= 0x20 || *s >= 0x7f || strchr(",\"'\\`$;&|<>(){}=", *s))
+			return false;
+	return true;
+}
