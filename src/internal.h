@@ -20,4 +20,23 @@ struct fv_ctx {
 /* opts.c: parse the kubelet options JSON into @o.  Returns 0 or -FV_ERR_BADOPT (message set). */
 int fv_opts_parse(struct fv_ctx *cx, const char *json, struct fv_opts *o);
 void fv_opts_done(struct fv_opts *o);
+
+/* reply.c: the one JSON document kubelet reads (contract §1.4, §3.1). */
+enum fv_status { FV_SUCCESS, FV_FAILURE, FV_NOT_SUPPORTED };
+
+struct fv_reply {
+	enum fv_status status;
+	const char *message;	    /* or NULL */
+	const char *device;	    /* or NULL */
+	bool has_attached;
+	bool attached;
+	const struct fv_caps *caps; /* init only: every capability, explicitly */
+};
+
+const char *fv_status_word(enum fv_status st);
+/* The reply as compact JSON plus '\n', malloc'ed; NULL when out of memory. */
+char *fv_reply_format(const struct fv_reply *r);
+/* Write the reply in one write(2) (a fixed Failure document if out of memory); returns the exit code. */
+int fv_reply_write(int fd, const struct fv_reply *r);
+
 #endif

@@ -8,27 +8,17 @@
  * byte into kubelet's combined stdout+stderr (contract §3.1, §7.1).
  */
 #include <fcntl.h>
-#include <json-c/json.h>
 #include <libgen.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 
 #include "internal.h"
 #include "fv/exec.h"
 #include "fv/lock.h"
 #include "fv/log.h"
 #include "fv/util.h"
-
-enum status { ST_SUCCESS, ST_FAILURE, ST_NOT_SUPPORTED };
-
-static const char *const status_word[] = {
-	[ST_SUCCESS] = "Success",
-	[ST_FAILURE] = "Failure",
-	[ST_NOT_SUPPORTED] = "Not supported",
-};
 
 struct call {
 	struct fv_ctx *cx;
@@ -175,53 +165,23 @@ static const char *errstr(int r)
 	}
 }
 
-/* Build the reply, write it to @fd in one write, return the exit code. */
-static int reply(int fd, enum status st, struct fv_ctx *cx, const struct call *c, bool caps)
+/* Print the one reply for this call; returns the exit code. */
+static int reply(int fd, enum fv_status st, struct fv_ctx *cx, const struct call *c, bool caps)
 {
-	json_object *o = json_object_new_object();
 	char msg[FV_MESSAGE_MAX * 2];
-	const char *s;
-	size_t n;
+	struct fv_reply r = { .status = st, .caps = caps ? &cx->drv->caps : NULL };
 
-	if (!o) {
-		/* Out of memory: still one valid document. */
-		static const char oom[] = "{\"status\":\"Failure\",\"message\":\"out of memory\"}\n";
-		(void)!write(fd, oom, sizeof(oom) - 1);
-		return 1;
-	}
-	json_object_object_add(o, "status", json_object_new_string(status_word[st]));
 	snprintf(msg, sizeof(msg), "%s%s%s", cx->message, cx->message[0] && cx->detail[0] ? ": " : "",
 		 cx->detail);
-	if (msg[0])
-		json_object_object_add(o, "message", json_object_new_string(msg));
-	if (c && c->device)
-		json_object_object_add(o, "device", json_object_new_string(c->device));
-	if (c && c->has_attached)
-		json_object_object_add(o, "attached", json_object_new_boolean(c->attached));
-	if (caps) {
-		const struct fv_caps *k = &cx->drv->caps;
-		json_object *cj = json_object_new_object();
-
-		json_object_object_add(cj, "attach", json_object_new_boolean(k->attach));
-		json_object_object_add(cj, "selinuxRelabel",
-				       json_object_new_boolean(k->selinux_relabel));
-		json_object_object_add(cj, "supportsMetrics",
-				       json_object_new_boolean(k->supports_metrics));
-		json_object_object_add(cj, "fsGroup", json_object_new_boolean(k->fsgroup));
-		json_object_object_add(cj, "requiresFSResize",
-				       json_object_new_boolean(k->requires_fs_resize));
-		json_object_object_add(o, "capabilities", cj);
+	/* a success is not explained by the notes of the way there */
+	if (msg[0] && st == FV_FAILURE)
+		r.message = msg;
+	if (c) {
+		r.device = c->device;
+		r.has_attached = c->has_attached;
+		r.attached = c->attached;
 	}
-	s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
-	n = strlen(s);
-	{
-		/* one write: the document and its newline together */
-		struct iovec iov[2] = { { (void *)s, n }, { (void *)"\n", 1 } };
-
-		(void)!writev(fd, iov, 2);
-	}
-	json_object_put(o);
-	return st == ST_FAILURE ? 1 : 0;
+	return fv_reply_write(fd, &r);
 }
 
 /* kubelet stops a timed-out waitforattach with SIGTERM: take the helper's process group along. */
@@ -316,7 +276,7 @@ int main(int argc, char **argv)
 	const struct op *op = NULL;
 	const char *prog;
 	char err[512];
-	enum status st;
+	enum fv_status st;
 	uint64_t t0 = fv_now_ms();
 	int out, r = 0;
 	char base[256];
@@ -339,11 +299,11 @@ int main(int argc, char **argv)
 		cx->drv = &unknown;
 		fv_fail(cx, -EINVAL, "unknown driver '%s': install this program under a driver's name",
 			prog);
-		return reply(out, ST_FAILURE, cx, NULL, false);
+		return reply(out, FV_FAILURE, cx, NULL, false);
 	}
 	if (argc < 2) {
 		fv_fail(cx, -EINVAL, "no operation given");
-		return reply(out, ST_FAILURE, cx, NULL, false);
+		return reply(out, FV_FAILURE, cx, NULL, false);
 	}
 	for (size_t i = 0; i < ARRAY_SIZE(ops); i++)
 		if (streq(ops[i].name, argv[1]))
@@ -355,33 +315,33 @@ int main(int argc, char **argv)
 	 * is sticky in kubelet, so it depends on nothing either.
 	 */
 	if (op && streq(op->name, "init"))
-		return reply(out, ST_SUCCESS, cx, NULL, true);
+		return reply(out, FV_SUCCESS, cx, NULL, true);
 	if (!op || !op->slot || !*(void *const *)(const void *)((const char *)cx->drv + op->slot))
-		return reply(out, ST_NOT_SUPPORTED, cx, NULL, false);
+		return reply(out, FV_NOT_SUPPORTED, cx, NULL, false);
 
 	r = fv_config_load(&cx->cfg, cx->drv->name, err, sizeof(err));
 	fv_log_open(cx->drv->name, r < 0 ? NULL : cx->cfg.log_file);
 	if (r < 0) {
 		fv_fail(cx, r, "%s", err);
-		st = ST_FAILURE;
+		st = FV_FAILURE;
 		goto out;
 	}
 	if (argc - 2 != op->nargs) {
 		fv_fail(cx, -EINVAL, "%s takes %d argument%s, got %d", op->name, op->nargs,
 			op->nargs == 1 ? "" : "s", argc - 2);
-		st = ST_FAILURE;
+		st = FV_FAILURE;
 		goto out;
 	}
 	c.args = argv + 2;
 	r = dispatch(cx, op, &c);
 	if (r < 0 && !cx->message[0])
 		fv_fail(cx, r, "%s failed: %s", op->name, errstr(r));
-	st = r < 0 ? ST_FAILURE : ST_SUCCESS;
+	st = r < 0 ? FV_FAILURE : FV_SUCCESS;
 out:
 	fv_log_summary("op=%s volume=%s status=%s duration_ms=%llu%s%s%s", argv[1],
-		       c.volume ? c.volume : "-", status_word[st],
-		       (unsigned long long)(fv_now_ms() - t0), cx->message[0] ? " message=\"" : "",
-		       cx->message, cx->message[0] ? "\"" : "");
+		       c.volume ? c.volume : "-", fv_status_word(st),
+		       (unsigned long long)(fv_now_ms() - t0), st == FV_FAILURE ? " message=\"" : "",
+		       st == FV_FAILURE ? cx->message : "", st == FV_FAILURE ? "\"" : "");
 	r = reply(out, st, cx, &c, false);
 	fv_opts_done(&c.opts);
 	free(c.device);

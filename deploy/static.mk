@@ -1,0 +1,67 @@
+# deploy/static.mk - fully static drivers, the installer image context, and their checks.
+# Included by the top Makefile (-include deploy/*.mk).
+#
+#   make static          build/static/flexvol (glibc, -static -Wl,--gc-sections, stripped)
+#                        and build/static/<driver> for every driver in $(DRIVERS)
+#   make check-static    the distroless check: every static driver alone in an empty
+#                        chroot, ops as kube-controller-manager runs them (root)
+#   make check-deploy    installer test (atomic, idempotent install.sh) + manifest validation
+#   make image-context   build/image/: the OCI build context for deploy/Containerfile
+#
+# The static json-c/libmount/libblkid/libudev come from ci/build-static-deps (a
+# cached prefix; the first run builds util-linux and systemd's libudev from
+# Debian source, later runs return at once).  The objects are compiled from
+# the same $(FV_SRCS) by re-running this Makefile with O=$(O)/static and
+# pkg-config pointed at the static prefix.
+
+STATIC_O        := $(O)/static
+STATIC_DEPS     := ci/build-static-deps
+STATIC_CFLAGS   ?= -O2 -ffunction-sections -fdata-sections
+STATIC_LDFLAGS  ?= -static -Wl,--gc-sections -s
+IMAGE_O         := $(O)/image
+st_empty        :=
+st_space        := $(st_empty) $(st_empty)
+st_comma        := ,
+
+.PHONY: static static-deps check-static check-deploy image-context
+
+static-deps:
+	$(Q)$(STATIC_DEPS)
+
+# The prefix path is recorded in $(STATIC_O)/.prefix: when it changes (new
+# key: a security update of util-linux/systemd, or a new script), every
+# static object is rebuilt, since their dependency files do not notice it.
+static: static-deps
+	$(Q)set -e; p=$$($(STATIC_DEPS) --print-prefix); \
+	mkdir -p $(STATIC_O); \
+	if [ "$$(cat $(STATIC_O)/.prefix 2>/dev/null)" != "$$p $(STATIC_CFLAGS) $(STATIC_LDFLAGS)" ]; then \
+		rm -rf $(STATIC_O)/obj $(STATIC_O)/flexvol; \
+		echo "$$p $(STATIC_CFLAGS) $(STATIC_LDFLAGS)" > $(STATIC_O)/.prefix; \
+	fi; \
+	pc="env PKG_CONFIG_LIBDIR=$$p/lib/pkgconfig PKG_CONFIG_PATH= $(PKG_CONFIG)"; \
+	libs=$$($$pc --static --libs $(PKGS)); \
+	PKG_CONFIG_LIBDIR=$$p/lib/pkgconfig PKG_CONFIG_PATH= \
+		$(MAKE) --no-print-directory O=$(STATIC_O) SANITIZE= \
+		CFLAGS='$(STATIC_CFLAGS)' LDFLAGS='$(STATIC_LDFLAGS)' FV_LIBS="$$libs" \
+		$(addprefix $(STATIC_O)/,$(DRIVERS)); \
+	for d in $(DRIVERS); do \
+		file -b $(STATIC_O)/$$d | grep -q 'statically linked' || \
+			{ echo "static: $(STATIC_O)/$$d is not statically linked: $$(file -b $(STATIC_O)/$$d)" >&2; exit 1; }; \
+	done; \
+	echo "  STATIC  $(STATIC_O)/{$(subst $(st_space),$(st_comma),$(DRIVERS))}: $$(stat -c %s $(STATIC_O)/flexvol) bytes, statically linked"
+
+check-static: static
+	$(Q)tests/static/chroot-test --build $(STATIC_O) $(DRIVERS)
+
+check-deploy:
+	$(Q)tests/static/installer-test
+	$(Q)tests/static/manifest-test
+
+# The installer image's build context: Containerfile, install.sh, bin/<driver>.
+#   make image-context && podman build -t flexvol-installer:dev build/image
+image-context: static
+	$(Q)rm -rf $(IMAGE_O) && mkdir -p $(IMAGE_O)/bin
+	$(Q)cp deploy/Containerfile deploy/install.sh $(IMAGE_O)/
+	$(Q)for d in $(DRIVERS); do cp $(STATIC_O)/$$d $(IMAGE_O)/bin/$$d; done
+	$(Q)cp "$$($(STATIC_DEPS) --print-prefix)/BUILDINFO" $(IMAGE_O)/BUILDINFO.static-deps
+	$(Q)echo "  IMAGE   $(IMAGE_O): $$(ls $(IMAGE_O)/bin | tr '\n' ' ')"
