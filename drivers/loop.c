@@ -123,6 +123,10 @@ static int open_image(struct fv_ctx *cx, const struct loopvol *v, bool create, i
 		return fv_fail(cx, NEG_ERRNO(), "loop root '%s' is not usable: %m", root);
 	fd = fv_open_beneath(rootfd, v->rel, flags, 0);
 	if (fd == -ENOENT && create) {
+		if (v->ro)
+			return fv_fail(cx, -ENOENT,
+				       "image '%s' does not exist; a read-only volume cannot create it",
+				       v->rel);
 		if (!v->size)
 			return fv_fail(cx, -ENOENT,
 				       "image '%s' does not exist and option 'size' is not set",

@@ -31,29 +31,62 @@ void fv_run_done(struct fv_run *r)
 	r->output = NULL;
 }
 
+/* Does this line of helper output look like the reason for a failure? */
+static bool says_why(const char *line, size_t n)
+{
+	static const char *const words[] = { "error", "denied", "fail", "cannot", "can't", "unable",
+					     "must", "invalid", "too small", "too large", "no such",
+					     "not found", "refused", "timed out", "exists" };
+	char low[512];
+
+	if (n >= sizeof(low))
+		n = sizeof(low) - 1;
+	for (size_t i = 0; i < n; i++)
+		low[i] = (char)((line[i] >= 'A' && line[i] <= 'Z') ? line[i] + 32 : line[i]);
+	low[n] = '\0';
+	for (size_t i = 0; i < ARRAY_SIZE(words); i++)
+		if (strstr(low, words[i]))
+			return true;
+	return false;
+}
+
+/*
+ * The one line that says why: the first that reads like an error (tools
+ * print a banner first and usage text after), else the last non-empty one.
+ */
 void fv_trim_output(const char *output, char *buf, size_t max)
 {
-	const char *end, *start;
-	size_t n;
+	const char *p, *pick = NULL, *last = NULL;
+	size_t len = 0, pick_n = 0, last_n = 0;
 
 	buf[0] = '\0';
 	if (!output || !max)
 		return;
-	end = output + strlen(output);
-	while (end > output && (end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\r'))
-		end--;
-	/* the last line is usually the one that says why */
-	start = end;
-	while (start > output && start[-1] != '\n')
-		start--;
-	n = (size_t)(end - start);
-	if (n >= max) {
-		start = end - (max - 1);
-		n = max - 1;
+	for (p = output; *p; p += len + (p[len] != '\0')) {
+		size_t n = len = strcspn(p, "\n");
+
+		while (n && (p[n - 1] == '\r' || p[n - 1] == ' '))
+			n--;
+		if (!n)
+			continue;
+		last = p;
+		last_n = n;
+		if (!pick && says_why(p, n)) {
+			pick = p;
+			pick_n = n;
+		}
 	}
-	for (size_t i = 0; i < n; i++)
-		buf[i] = (start[i] == '\t' || (unsigned char)start[i] < 0x20) ? ' ' : start[i];
-	buf[n] = '\0';
+	if (!pick) {
+		pick = last;
+		pick_n = last_n;
+	}
+	if (!pick)
+		return;
+	if (pick_n >= max)
+		pick_n = max - 1;
+	for (size_t i = 0; i < pick_n; i++)
+		buf[i] = (pick[i] == '\t' || (unsigned char)pick[i] < 0x20) ? ' ' : pick[i];
+	buf[pick_n] = '\0';
 }
 
 /* Resolve @name in the configured helper path.  Returns 0 or -ENOENT. */
