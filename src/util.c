@@ -57,8 +57,9 @@ int fv_parse_quantity(const char *s, uint64_t *ret)
 	for (; *p; p++) {
 		if (*p >= '0' && *p <= '9') {
 			mant = mant * 10 + (unsigned)(*p - '0');
-			if (dot)
-				div *= 10;
+			/* 10^39 would wrap the divisor: far more precision than bytes need */
+			if (dot && __builtin_mul_overflow(div, 10, &div))
+				return -EINVAL;
 			digits = true;
 			if (mant > (unsigned __int128)UINT64_MAX * 1000)
 				return -ERANGE;
@@ -86,7 +87,9 @@ int fv_parse_quantity(const char *s, uint64_t *ret)
 			return -EINVAL;
 		mul = sfx[i].mul;
 	}
-	v = mant * mul;
+	/* mant < 2^75 and mul <= 10^19: the product can pass 2^128 and must not wrap */
+	if (__builtin_mul_overflow(mant, mul, &v))
+		return -ERANGE;
 	if (v % div)
 		return -EINVAL;
 	v /= div;
