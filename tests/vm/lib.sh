@@ -50,7 +50,7 @@ on_exit() {
 FV_RC=0
 fv_run_cleanups() {
     local rc=$? i
-    FV_RC=$rc   # a cleanup can look at the case's exit status
+    export FV_RC=$rc   # a cleanup can look at the case's exit status
     trap - ERR
     set +e
     for ((i = ${#fv_cleanups[@]} - 1; i >= 0; i--)); do
