@@ -97,13 +97,9 @@ static void make_tag(const char *volume, char *tag)
 	if (strlen(TAG_PREFIX) + n < LO_NAME_SIZE) {
 		snprintf(tag, LO_NAME_SIZE, TAG_PREFIX "%s", volume);
 	} else {
-		/* FNV-1a keeps long PV names (up to 253 chars) distinct in 63 bytes */
-		uint64_t h = 0xcbf29ce484222325ULL;
-
-		for (size_t i = 0; i < n; i++)
-			h = (h ^ (unsigned char)volume[i]) * 0x100000001b3ULL;
+		/* the hash keeps long PV names (up to 253 chars) distinct in 63 bytes */
 		snprintf(tag, LO_NAME_SIZE, TAG_PREFIX "%.37s~%016llx", volume,
-			 (unsigned long long)h);
+			 (unsigned long long)fv_hash64(volume));
 	}
 }
 

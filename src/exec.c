@@ -176,6 +176,20 @@ static int collect(pid_t pid, int fd, unsigned int timeout_s, struct fv_run *r)
 			break;
 		append(r, &len, buf, (size_t)k);
 	}
+	if (r->timed_out && pidfd >= 0) {
+		/*
+		 * A child stuck in the kernel (umount2 on a dead NFS server sits
+		 * in D state) does not die from SIGKILL until the call returns.
+		 * Give it a moment, then leave it: waiting would hang us too.
+		 */
+		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+		if (poll(&p, 1, 3000) <= 0) {
+			fv_log("helper %d did not die after SIGKILL; leaving it to init", (int)pid);
+			r->status = 128 + SIGKILL;
+			return 0;
+		}
+	}
 	while (waitpid(pid, &st, 0) < 0)
 		if (errno != EINTR)
 			return NEG_ERRNO();

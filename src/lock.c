@@ -26,7 +26,7 @@ int fv_lock(struct fv_ctx *cx, const char *name)
 	timer_t timer;
 	int fd, r;
 
-	if (fv_name_escape(name, esc, sizeof(esc)) < 0)
+	if (fv_name_key(name, esc, sizeof(esc)) < 0)
 		return fv_fail(cx, -ENAMETOOLONG, "lock name too long: '%.64s...'", name);
 	snprintf(dir, sizeof(dir), "%s/locks", cx->cfg.run_dir);
 	r = fv_mkdir_p(dir, 0700);

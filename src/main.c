@@ -255,9 +255,18 @@ static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 	c->volume = volume_of(op, c);
 	v = c->volume;
 	if (op->lock_arg != -1 && v) {
-		char name[512];
+		char name[PATH_MAX + 64];
 
-		snprintf(name, sizeof(name), "%s-vol-%s", cx->drv->name, v);
+		/*
+		 * Pod mounts lock their own directory: kubelet runs mount and
+		 * unmount of one volume for different pods in parallel (contract
+		 * §1.1), and one slow pod must not hold up the others.  Every
+		 * other op locks the volume.
+		 */
+		if (streq(op->name, "mount") || streq(op->name, "unmount"))
+			snprintf(name, sizeof(name), "%s-dir-%s", cx->drv->name, c->args[0]);
+		else
+			snprintf(name, sizeof(name), "%s-vol-%s", cx->drv->name, v);
 		lockfd = fv_lock(cx, name);
 		if (lockfd < 0)
 			return lockfd;

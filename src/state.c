@@ -55,7 +55,7 @@ int fv_write_file_atomic(const char *path, const char *data, size_t len, unsigne
 static int record_path(struct fv_ctx *cx, const char *key, char *buf, size_t len, bool mkdir)
 {
 	char esc[NAME_MAX - 16], dir[PATH_MAX];
-	int r = fv_name_escape(key, esc, sizeof(esc));
+	int r = fv_name_key(key, esc, sizeof(esc));
 
 	if (r < 0)
 		return r;

@@ -238,3 +238,31 @@ bool fv_is_token(const char *s)
 			return false;
 	return true;
 }
+
+uint64_t fv_hash64(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+	return h;
+}
+
+int fv_name_key(const char *s, char *buf, size_t len)
+{
+	char big[PATH_MAX * 3];
+	int r;
+
+	if (len < 40)
+		return -EINVAL;
+	r = fv_name_escape(s, big, sizeof(big));
+	if (r == 0 && strlen(big) < len) {
+		strcpy(buf, big);
+		return 0;
+	}
+	if (r < 0 && r != -ENAMETOOLONG)
+		return r;
+	/* too long for one name: a readable prefix and a hash of the whole */
+	snprintf(buf, len, "%.*s~%016llx", (int)(len - 18), big, (unsigned long long)fv_hash64(s));
+	return 0;
+}

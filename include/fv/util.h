@@ -44,6 +44,15 @@ int fv_open_beneath(int rootfd, const char *rel, int flags, mode_t mode);
 /* Encode any string as one safe file name component ([A-Za-z0-9._-], %XX for the rest). */
 int fv_name_escape(const char *s, char *buf, size_t len);
 
+/*
+ * fv_name_key() - like fv_name_escape(), but never too long: a name that
+ * does not fit in @len (>= 40) becomes its escaped prefix plus "~<hash>".
+ */
+int fv_name_key(const char *s, char *buf, size_t len);
+
+/* FNV-1a 64-bit hash of a string: stable short names for long ones. */
+uint64_t fv_hash64(const char *s);
+
 /* mkdir -p with @mode for the created components.  Returns 0 or -errno. */
 int fv_mkdir_p(const char *path, mode_t mode);
 
