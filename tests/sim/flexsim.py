@@ -44,8 +44,9 @@ def go_json(opts):
 class Reply(dict):
     """A parsed reply, plus how it came about."""
 
-    def __init__(self, doc, argv, rc, elapsed):
+    def __init__(self, doc, argv, rc, elapsed, raw=""):
         super().__init__(doc)
+        self.raw = raw  # the bytes kubelet would parse, as text
         self.argv = argv
         self.rc = rc
         self.elapsed = elapsed
@@ -124,7 +125,7 @@ def check_output(argv, rc, out, err, elapsed):
     for k in doc:
         if k not in ("status", "message", "device", "attached", "capabilities", "volumeName"):
             raise ContractError("%s: unexpected key %r" % (argv[1:2], k))
-    return Reply(doc, argv, rc, elapsed)
+    return Reply(doc, argv, rc, elapsed, text)
 
 
 class Kubelet:
