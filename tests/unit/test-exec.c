@@ -1,0 +1,333 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fv_exec() and fv_fork_call() with real programs.  /bin/sh -c builds the
+ * scenarios here (production code never runs a shell).  We make ourselves a
+ * child subreaper, so the helpers' orphaned grandchildren are reparented to
+ * us: then we can tell "killed by our SIGKILL" from "still running", and
+ * reap them ourselves instead of leaving them to PID 1.
+ */
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "unit.h"
+#include "fv/exec.h"
+#include "fv/util.h"
+
+static struct fv_ctx cx;
+
+static void reset(void)
+{
+	memset(&cx, 0, sizeof(cx));
+	snprintf(cx.cfg.helper_path, sizeof(cx.cfg.helper_path), "/usr/sbin:/usr/bin:/sbin:/bin");
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+}
+
+static int run_sh(const char *script, unsigned int timeout_s, struct fv_run *r)
+{
+	const char *argv[] = { "sh", "-c", script, NULL };
+
+	memset(r, 0, sizeof(*r));
+	return fv_exec(&cx, argv, 0, timeout_s, r);
+}
+
+/*
+ * Wait up to @ms for our (reparented) child @pid to end; returns its wait
+ * status, or -1 if it is still running (it is then killed and reaped).
+ */
+static int reap(pid_t pid, unsigned int ms)
+{
+	uint64_t end = fv_now_ms() + ms;
+	int st;
+
+	for (;;) {
+		pid_t w = waitpid(pid, &st, WNOHANG);
+
+		if (w == pid)
+			return st;
+		if (w < 0)
+			return errno == ECHILD && kill(pid, 0) < 0 ? 0 : -1;
+		if (fv_now_ms() >= end)
+			break;
+		nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	return -1;
+}
+
+TEST(captures_stdout_and_stderr)
+{
+	struct fv_run r;
+
+	reset();
+	CHECK_INT(run_sh("echo out; echo err >&2; printf 'no newline'", 10, &r), 0);
+	CHECK_INT(r.status, 0);
+	CHECK(!r.timed_out);
+	CHECK_STR(r.output, "out\nerr\nno newline");
+	CHECK_STR(cx.message, ""); /* success says nothing */
+	fv_run_done(&r);
+	CHECK(r.output == NULL);
+	fv_run_done(&r); /* twice is harmless */
+	fv_run_done(NULL);
+}
+
+TEST(no_output)
+{
+	struct fv_run r;
+
+	reset();
+	CHECK_INT(run_sh("true", 10, &r), 0);
+	CHECK_STR(r.output, "");
+	fv_run_done(&r);
+	/* @r may be NULL */
+	const char *argv[] = { "true", NULL };
+
+	CHECK_INT(fv_exec(&cx, argv, 0, 10, NULL), 0);
+}
+
+TEST(exit_status)
+{
+	struct fv_run r;
+
+	reset();
+	CHECK_INT(run_sh("echo first line; echo the reason >&2; exit 3", 10, &r), -FV_ERR_HELPER);
+	CHECK_INT(r.status, 3);
+	CHECK(!r.timed_out);
+	CHECK_CONTAINS(cx.message, "sh failed with status 3");
+	CHECK_STR(cx.detail, "the reason"); /* the last line says why */
+	fv_run_done(&r);
+
+	reset();
+	CHECK_INT(run_sh("exit 255", 10, &r), -FV_ERR_HELPER);
+	CHECK_INT(r.status, 255);
+	fv_run_done(&r);
+
+	/* killed by a signal: 128 + signal */
+	reset();
+	CHECK_INT(run_sh("kill -9 $$", 10, &r), -FV_ERR_HELPER);
+	CHECK_INT(r.status, 128 + SIGKILL);
+	fv_run_done(&r);
+}
+
+TEST(helper_not_found)
+{
+	const char *a1[] = { "flexvol-no-such-helper", NULL };
+	const char *a2[] = { "/nonexistent/dir/helper", NULL };
+	const char *a3[] = { "/etc/passwd", NULL }; /* exists, not executable */
+	struct fv_run r = { 0 };
+
+	reset();
+	CHECK_INT(fv_exec(&cx, a1, 0, 10, &r), -ENOENT);
+	CHECK_CONTAINS(cx.message, "'flexvol-no-such-helper' not found");
+	CHECK(r.output == NULL);
+	reset();
+	CHECK_INT(fv_exec(&cx, a2, 0, 10, &r), -ENOENT);
+	reset();
+	CHECK_INT(fv_exec(&cx, a3, 0, 10, &r), -ENOENT);
+	/* the helper path is the only search path: not $PATH */
+	reset();
+	snprintf(cx.cfg.helper_path, sizeof(cx.cfg.helper_path), "/nonexistent");
+	const char *a4[] = { "sh", "-c", "true", NULL };
+
+	CHECK_INT(fv_exec(&cx, a4, 0, 10, &r), -ENOENT);
+}
+
+TEST(environment_and_stdin)
+{
+	struct fv_run r;
+
+	reset();
+	setenv("FV_UNIT_SECRET", "leak", 1);
+	CHECK_INT(run_sh("echo \"PATH=$PATH\"; echo \"LC_ALL=$LC_ALL\"; "
+			 "echo \"SECRET=${FV_UNIT_SECRET:-none}\"; cat; "
+			 "readlink /proc/$$/fd/0; cut -d' ' -f5 /proc/$$/stat; echo $$",
+			 10, &r),
+		  0);
+	unsetenv("FV_UNIT_SECRET");
+	if (CHECK(r.output != NULL)) {
+		char pgid[32], pid[32];
+
+		CHECK_CONTAINS(r.output, "PATH=/usr/sbin:/usr/bin:/sbin:/bin\n");
+		CHECK_CONTAINS(r.output, "LC_ALL=C\n");
+		CHECK_CONTAINS(r.output, "SECRET=none\n");
+		CHECK_CONTAINS(r.output, "/dev/null\n"); /* stdin; cat did not block */
+		/* the helper leads its own process group */
+		if (CHECK(sscanf(strstr(r.output, "/dev/null\n") ?: "", "/dev/null\n%31s\n%31s",
+				 pgid, pid) == 2))
+			CHECK_STR(pgid, pid);
+	}
+	fv_run_done(&r);
+}
+
+TEST(timeout_kills_process_group)
+{
+	struct fv_run r;
+	pid_t child = 0, grandchild = 0;
+	uint64_t t0;
+	int rc;
+
+	reset();
+	t0 = fv_now_ms();
+	rc = run_sh("sleep 100 & echo $$ $!; sleep 100", 1, &r);
+	uint64_t took = fv_now_ms() - t0;
+
+	CHECK_INT(rc, -FV_ERR_TIMEOUT);
+	CHECK(r.timed_out);
+	CHECK_INT(r.status, 128 + SIGKILL);
+	CHECK_CONTAINS(cx.message, "did not finish within 1 s");
+	CHECK(took >= 900);
+	if (!CHECK(took < 5000))
+		fprintf(stderr, "  took %llu ms\n", (unsigned long long)took);
+	if (CHECK(r.output && sscanf(r.output, "%d %d", &child, &grandchild) == 2)) {
+		int st;
+
+		/* the child was reaped by fv_exec: it is gone entirely */
+		CHECK(kill(child, 0) < 0 && errno == ESRCH);
+		/* the grandchild (reparented to us) died of SIGKILL, not of old age */
+		st = reap(grandchild, 2000);
+		if (CHECK(st != -1))
+			CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+		CHECK(kill(grandchild, 0) < 0 && errno == ESRCH);
+	}
+	fv_run_done(&r);
+}
+
+TEST(daemon_holding_the_pipe_does_not_hang)
+{
+	struct fv_run r;
+	pid_t daemon_pid = 0;
+	uint64_t t0;
+	int rc;
+
+	reset();
+	t0 = fv_now_ms();
+	/* the daemon inherits the output pipe and keeps it open after sh exits */
+	rc = run_sh("(sleep 5 & echo daemon $!) ; echo hi", 30, &r);
+	uint64_t took = fv_now_ms() - t0;
+
+	CHECK_INT(rc, 0);
+	CHECK(!r.timed_out);
+	if (!CHECK(took < 3000))
+		fprintf(stderr, "  took %llu ms\n", (unsigned long long)took);
+	CHECK_CONTAINS(r.output, "hi\n");
+	if (CHECK(r.output && sscanf(r.output, "daemon %d", &daemon_pid) == 1)) {
+		/* a finished helper's daemons are left alone ... */
+		CHECK(kill(daemon_pid, 0) == 0);
+		/* ... and this one is ours to end */
+		kill(daemon_pid, SIGKILL);
+		CHECK(reap(daemon_pid, 2000) != -1);
+	}
+	fv_run_done(&r);
+}
+
+TEST(output_cap)
+{
+	struct fv_run r;
+
+	reset();
+	/* 200000 bytes: more than the cap and more than a pipe buffer */
+	CHECK_INT(run_sh("head -c 200000 /dev/zero | tr '\\0' a; echo; echo tail", 30, &r), 0);
+	if (CHECK(r.output != NULL)) {
+		size_t n = strlen(r.output);
+
+		CHECK_U64(n, FV_RUN_OUTPUT_MAX);
+		CHECK(n > 0 && r.output[0] == 'a' && r.output[n - 1] == 'a');
+	}
+	fv_run_done(&r);
+}
+
+TEST(trim_output)
+{
+	char buf[64];
+
+	fv_trim_output("first\nsecond\nthe reason\n\n  \r\n", buf, sizeof(buf));
+	CHECK_STR(buf, "the reason");
+	fv_trim_output("only line", buf, sizeof(buf));
+	CHECK_STR(buf, "only line");
+	fv_trim_output("tab\there\x01x", buf, sizeof(buf));
+	CHECK_STR(buf, "tab here x");
+	fv_trim_output("", buf, sizeof(buf));
+	CHECK_STR(buf, "");
+	fv_trim_output("\n\n", buf, sizeof(buf));
+	CHECK_STR(buf, "");
+	strcpy(buf, "junk");
+	fv_trim_output(NULL, buf, sizeof(buf));
+	CHECK_STR(buf, "");
+	/* the first line that reads like a reason wins over banners and usage text */
+	fv_trim_output("mke2fs 1.47.0 (5-Feb-2023)\nmkfs.ext4: Device size reported to be zero. "
+		       "Invalid partition specified\nUsage: mkfs [-c]\n",
+		       buf, sizeof(buf));
+	CHECK_STR(buf, "mkfs.ext4: Device size reported to be zero. Invalid partition s");
+	fv_trim_output("banner\nERROR: bad superblock\nmount failed too\n", buf, sizeof(buf));
+	CHECK_STR(buf, "ERROR: bad superblock");
+	/* too long: cut to @max - 1 bytes, always terminated */
+	fv_trim_output("abcdefghij", buf, 5);
+	CHECK_STR(buf, "abcd");
+	fv_trim_output("x\nabcdefghij\n", buf, 11);
+	CHECK_STR(buf, "abcdefghij");
+	fv_trim_output("x\nabcdefghij\n", buf, 10);
+	CHECK_STR(buf, "abcdefghi");
+	fv_trim_output("abc", buf, 1);
+	CHECK_STR(buf, "");
+}
+
+static int fn_status(void *arg)
+{
+	const char *msg = "from the child\n";
+
+	(void)!write(1, msg, strlen(msg));
+	(void)!write(2, "on stderr\n", 10);
+	return *(int *)arg;
+}
+
+static int fn_sleep(void *arg)
+{
+	(void)arg;
+	for (;;)
+		pause();
+	return 0;
+}
+
+TEST(fork_call)
+{
+	struct fv_run r = { 0 };
+	int v;
+
+	reset();
+	v = 0;
+	CHECK_INT(fv_fork_call(&cx, fn_status, &v, 10, &r), 0);
+	CHECK_STR(r.output, "from the child\non stderr\n");
+	CHECK_STR(cx.message, "");
+	fv_run_done(&r);
+
+	/* a non-zero result is the function's answer, not a failure of the call */
+	v = 42;
+	CHECK_INT(fv_fork_call(&cx, fn_status, &v, 10, &r), 42);
+	CHECK_STR(cx.message, "");
+	CHECK_INT(r.status, 0);
+	fv_run_done(&r);
+
+	v = 255;
+	CHECK_INT(fv_fork_call(&cx, fn_status, &v, 10, NULL), 255);
+	v = 256 + 7; /* exit statuses are 8 bits */
+	CHECK_INT(fv_fork_call(&cx, fn_status, &v, 10, NULL), 7);
+}
+
+TEST(fork_call_timeout)
+{
+	struct fv_run r = { 0 };
+	uint64_t t0, took;
+
+	reset();
+	t0 = fv_now_ms();
+	CHECK_INT(fv_fork_call(&cx, fn_sleep, NULL, 1, &r), -FV_ERR_TIMEOUT);
+	took = fv_now_ms() - t0;
+	CHECK(r.timed_out);
+	CHECK(took >= 900);
+	if (!CHECK(took < 5000))
+		fprintf(stderr, "  took %llu ms\n", (unsigned long long)took);
+	CHECK_CONTAINS(cx.message, "did not finish within 1 s");
+	fv_run_done(&r);
+}
