@@ -17,6 +17,7 @@
  * Every binding carries the tag "flexvol:<volume>" in lo_file_name, so
  * teardown finds it from the kernel alone, even with the state dir wiped.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <json-c/json.h>
 #include <libudev.h>
@@ -171,36 +172,33 @@ static int loop_status(int nr, struct loop_info64 *info)
 }
 
 /*
- * Walk the bound loop devices (sysfs says which) and call @fn for each with
- * its status.  @fn returns true to stop.
+ * Walk the bound loop devices and call @fn for each with its status; @fn
+ * returns true to stop.  sysfs lists every minor; only bound ones have a
+ * loop/ directory, and LOOP_GET_STATUS64 answers ENXIO for the rest anyway.
  */
 static int each_binding(bool (*fn)(int nr, const struct loop_info64 *info, void *arg), void *arg)
 {
-	char path[64];
-	int nr_max = 0;
-	ssize_t n;
-	char buf[32];
+	DIR *d = opendir("/sys/block");
+	struct dirent *e;
+	int stop = 0;
 
-	/* /sys/block lists every loop minor; probe them by number. */
-	n = fv_read_line("/sys/module/loop/parameters/max_loop", buf, sizeof(buf));
-	(void)n;
-	for (int nr = 0; nr < 4096; nr++) {
+	if (!d)
+		return 0;
+	while (!stop && (e = readdir(d))) {
 		struct loop_info64 info;
+		char *end;
+		long nr;
 
-		snprintf(path, sizeof(path), "/sys/block/loop%d", nr);
-		if (access(path, F_OK) < 0) {
-			if (++nr_max > 64) /* minors can have gaps; stop after a long run */
-				break;
+		if (strncmp(e->d_name, "loop", 4) != 0)
 			continue;
-		}
-		nr_max = 0;
-		snprintf(path, sizeof(path), "/sys/block/loop%d/loop", nr);
-		if (access(path, F_OK) < 0 || loop_status(nr, &info) < 0)
+		nr = strtol(e->d_name + 4, &end, 10);
+		if (end == e->d_name + 4 || *end || nr < 0 || nr > INT32_MAX)
 			continue;
-		if (fn(nr, &info, arg))
-			return 1;
+		if (loop_status((int)nr, &info) == 0)
+			stop = fn((int)nr, &info, arg);
 	}
-	return 0;
+	closedir(d);
+	return stop;
 }
 
 struct find_file {

@@ -72,6 +72,10 @@ static void vlog_line(bool to_syslog, const char *fmt, va_list ap)
 	n += m;
 	if ((size_t)n > sizeof(line) - 2)
 		n = (int)sizeof(line) - 2;
+	/* one event, one line: user-supplied text cannot forge log lines */
+	for (int i = 0; i < n; i++)
+		if ((unsigned char)line[i] < 0x20)
+			line[i] = ' ';
 	line[n++] = '\n';
 	(void)!write(log_fd, line, (size_t)n);
 }

@@ -321,15 +321,19 @@ int main(int argc, char **argv)
 	/*
 	 * init needs nothing from the node: it must answer with no config, no
 	 * /dev, no /proc (the controller-manager's container).  Not supported
-	 * is sticky in kubelet, so it depends on nothing either.
+	 * is sticky in kubelet, so it depends on nothing either.  Both are
+	 * still logged when the log can be opened.
 	 */
-	if (op && streq(op->name, "init"))
-		return reply(out, FV_SUCCESS, cx, NULL, true);
-	if (!op || !op->slot || !*(void *const *)(const void *)((const char *)cx->drv + op->slot))
-		return reply(out, FV_NOT_SUPPORTED, cx, NULL, false);
-
 	r = fv_config_load(&cx->cfg, cx->drv->name, err, sizeof(err));
 	fv_log_open(cx->drv->name, r < 0 ? NULL : cx->cfg.log_file);
+	if (op && streq(op->name, "init")) {
+		st = FV_SUCCESS;
+		goto out;
+	}
+	if (!op || !op->slot || !*(void *const *)(const void *)((const char *)cx->drv + op->slot)) {
+		st = FV_NOT_SUPPORTED;
+		goto out;
+	}
 	if (r < 0) {
 		fv_fail(cx, r, "%s", err);
 		st = FV_FAILURE;
@@ -351,7 +355,7 @@ out:
 		       c.volume ? c.volume : "-", fv_status_word(st),
 		       (unsigned long long)(fv_now_ms() - t0), st == FV_FAILURE ? " message=\"" : "",
 		       st == FV_FAILURE ? cx->message : "", st == FV_FAILURE ? "\"" : "");
-	r = reply(out, st, cx, &c, false);
+	r = reply(out, st, cx, &c, op && streq(op->name, "init"));
 	fv_opts_done(&c.opts);
 	free(c.device);
 	fv_log_close();
