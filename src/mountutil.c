@@ -119,6 +119,23 @@ int fv_mnt_count_source(const char *source)
 	return n;
 }
 
+int fv_mnt_count_devno(dev_t devno)
+{
+	_cleanup_(mnt_unref_tablep) struct libmnt_table *tb = NULL;
+	_cleanup_(mnt_free_iterp) struct libmnt_iter *it = mnt_new_iter(MNT_ITER_FORWARD);
+	struct libmnt_fs *fs;
+	int r = load_table(&tb), n = 0;
+
+	if (r < 0)
+		return r;
+	if (!it)
+		return -ENOMEM;
+	while (mnt_table_next_fs(tb, it, &fs) == 0)
+		if (mnt_fs_get_devno(fs) == devno)
+			n++;
+	return n;
+}
+
 int fv_mnt_mount(struct fv_ctx *cx, const char *source, const char *target, const char *fstype,
 		 const char *options, bool helpers)
 {

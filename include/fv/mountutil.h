@@ -41,6 +41,13 @@ int fv_mnt_find_source(const char *source, const char *exclude, char *ret, size_
 int fv_mnt_count_source(const char *source);
 
 /*
+ * How many mounts are of the filesystem on device number @devno (the
+ * mountinfo major:minor field: whole-fs mounts and bind mounts alike,
+ * whatever path the source was given as).  Returns the count or -errno.
+ */
+int fv_mnt_count_devno(dev_t devno);
+
+/*
  * fv_mnt_mount() - mount @source on @target with libmount.  @fstype may be
  * NULL for a bind mount; @options is a comma list (e.g. "ro", "bind,ro").
  * Mount helpers (/sbin/mount.<type>) are disabled unless @helpers; when a
