@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 
 #include "fv/blkutil.h"
+#include "fv/blkvol.h"
 #include "fv/config.h"
 #include "fv/driver.h"
 #include "fv/lock.h"
@@ -469,9 +470,7 @@ static int loop_waitforattach(struct fv_ctx *cx, const char *device, const struc
 static int loop_mountdevice(struct fv_ctx *cx, const char *dir, const char *device,
 			    const struct fv_opts *o)
 {
-	char gmp[PATH_MAX], have[64];
-	struct fv_mntinfo mi;
-	const char *fstype;
+	char gmp[PATH_MAX];
 	struct binding b;
 	struct loopvol v;
 	int r = parse(cx, o, &v);
@@ -487,71 +486,15 @@ static int loop_mountdevice(struct fv_ctx *cx, const char *dir, const char *devi
 		return r;
 	if (device[0] && !streq(device, b.dev))
 		fv_log("mountdevice: kubelet passed %s, the image is bound to %s", device, b.dev);
-
-	r = fv_mnt_find(gmp, &mi);
-	if (r < 0)
-		return fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
-	if (r == 0) {
-		if (streq(mi.source, b.dev) && streq(mi.root, "/"))
-			return save_state(cx, &v, &b);
-		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'", gmp,
-			       mi.source);
-	}
-
-	r = fv_blk_probe(cx, b.dev, have, sizeof(have));
-	if (r < 0)
-		return r;
-	if (r == 1) {
-		fstype = v.fstype ? v.fstype : DEFAULT_FSTYPE;
-		if (v.ro)
-			return fv_fail(cx, -FV_ERR_NOTBLANK,
-				       "%s is blank and the volume is read-only: nothing to mount",
-				       b.dev);
-		r = fv_fs_make(cx, b.dev, fstype);
-		if (r < 0)
-			return r;
-		fv_log("made %s on %s", fstype, b.dev);
-	} else {
-		if (v.fstype && !streq(v.fstype, have))
-			return fv_fail(cx, -FV_ERR_NOTBLANK,
-				       "%s holds %s, not the requested %s; refusing to reformat",
-				       b.dev, have, v.fstype);
-		fstype = have;
-	}
-	r = fv_mnt_mount(cx, b.dev, gmp, fstype, v.ro ? "ro" : "rw", false);
+	r = fv_blkvol_mountdevice(cx, gmp, b.dev, v.fstype, DEFAULT_FSTYPE, v.ro);
 	if (r < 0)
 		return r;
 	return save_state(cx, &v, &b);
 }
 
-/*
- * kubelet's pod dir <root>/pods/<uid>/volumes/<vendor>~<driver>/<name> and
- * its global mount <root>/plugins/kubernetes.io/flexvolume/<vendor>/<driver>/mounts/<name>
- * (contract §2, "Path shapes").
- */
-static bool global_path_of(const char *poddir, char *ret, size_t len)
-{
-	const char *p = strstr(poddir, "/pods/"), *vol, *tilde, *name;
-
-	for (const char *q = p; q; q = strstr(q + 1, "/pods/"))
-		p = q;
-	if (!p || !(vol = strstr(p, "/volumes/")))
-		return false;
-	vol += strlen("/volumes/");
-	tilde = strchr(vol, '~');
-	name = strchr(vol, '/');
-	if (!tilde || !name || tilde > name || strchr(name + 1, '/'))
-		return false;
-	return snprintf(ret, len, "%.*s/plugins/kubernetes.io/flexvolume/%.*s/%.*s/mounts/%s",
-			(int)(p - poddir), poddir, (int)(tilde - vol), vol,
-			(int)(name - tilde - 1), tilde + 1, name + 1) < (int)len;
-}
-
 static int loop_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o)
 {
-	char poddir[PATH_MAX], gmp[PATH_MAX];
 	_cleanup_close_ int fd = -1;
-	struct fv_mntinfo mi;
 	struct binding b;
 	struct loopvol v;
 	struct stat st;
@@ -567,52 +510,12 @@ static int loop_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *
 		return r;
 	if (find_binding(&st, &b) != 0)
 		return fv_fail(cx, -ENXIO, "image '%s' is not attached on this node", v.rel);
-	r = fv_prepare_dir(cx, dir, poddir, sizeof(poddir));
-	if (r < 0)
-		return r;
-	if (fv_mnt_find(poddir, &mi) == 0) {
-		if (streq(mi.source, b.dev))
-			return 0;
-		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'", poddir,
-			       mi.source);
-	}
-	if (!global_path_of(poddir, gmp, sizeof(gmp)) || fv_mnt_find(gmp, &mi) != 0 ||
-	    !streq(mi.source, b.dev)) {
-		r = fv_mnt_find_source(b.dev, poddir, gmp, sizeof(gmp));
-		if (r != 0)
-			return fv_fail(cx, -ENXIO, "%s is not mounted on this node (mountdevice first)",
-				       b.dev);
-	}
-	return fv_mnt_mount(cx, gmp, poddir, NULL, ro ? "bind,ro" : "bind", false);
-}
-
-static int unmount_dir(struct fv_ctx *cx, const char *dir, char *source, size_t len)
-{
-	char path[PATH_MAX];
-	struct fv_mntinfo mi;
-	int r = fv_canonical_dir(dir, path, sizeof(path));
-
-	if (r == 1)
-		return 0; /* nothing there: nothing mounted */
-	if (r < 0)
-		return fv_fail(cx, r, "cannot resolve '%s': %s", dir, strerror(-r));
-	if (source) {
-		source[0] = '\0';
-		if (fv_mnt_find(path, &mi) == 0)
-			snprintf(source, len, "%s", mi.source);
-	}
-	r = fv_mnt_umount_all(cx, path, false);
-	if (r < 0)
-		return r;
-	r = fv_dir_is_empty(path);
-	if (r == 0)
-		return fv_fail(cx, -ENOTEMPTY, "'%s' is not empty after unmount", path);
-	return r < 0 ? fv_fail(cx, r, "cannot read '%s': %s", path, strerror(-r)) : 0;
+	return fv_blkvol_bind(cx, dir, b.dev, ro);
 }
 
 static int loop_unmount(struct fv_ctx *cx, const char *dir)
 {
-	return unmount_dir(cx, dir, NULL, 0);
+	return fv_blkvol_unmount(cx, dir, NULL);
 }
 
 struct find_tag {
@@ -665,14 +568,14 @@ static const char *base_name(const char *path)
 
 static int loop_unmountdevice(struct fv_ctx *cx, const char *dir)
 {
-	char source[4096];
-	int r = unmount_dir(cx, dir, source, sizeof(source));
+	struct fv_mntinfo was;
+	int r = fv_blkvol_unmount(cx, dir, &was);
 
 	if (r < 0)
 		return r;
 	/* the global path's last component is the volume name (contract §2) */
 	return release_volume(cx, base_name(dir),
-			      !strncmp(source, "/dev/loop", 9) ? source : NULL);
+			      !strncmp(was.source, "/dev/loop", 9) ? was.source : NULL);
 }
 
 static int loop_detach(struct fv_ctx *cx, const char *volume, const char *node)
