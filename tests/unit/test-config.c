@@ -1,0 +1,266 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* fv_config_load(): defaults < config file < environment. */
+#include <fcntl.h>
+#include <sys/utsname.h>
+
+#include "unit.h"
+#include "fv/config.h"
+
+#define DEFAULT_CONFIG "/etc/flexvol/flexvol.conf"
+
+static const char *const envs[] = {
+	"FLEXVOL_CONFIG",	  "FLEXVOL_LOOP_ROOT",	   "FLEXVOL_STATE_DIR",
+	"FLEXVOL_RUN_DIR",	  "FLEXVOL_LOG_FILE",	   "FLEXVOL_NODE_NAME",
+	"FLEXVOL_HELPER_PATH",	  "FLEXVOL_LOCK_TIMEOUT",  "FLEXVOL_HELPER_TIMEOUT",
+	"FLEXVOL_MOUNT_TIMEOUT",  "FLEXVOL_DEVICE_TIMEOUT",
+};
+
+static struct fv_config cfg;
+static char err[1024];
+static char conf[PATH_MAX];
+
+static void clean_env(void)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(envs); i++)
+		unsetenv(envs[i]);
+}
+
+/* Write @text to a fresh temp config file and point FLEXVOL_CONFIG at it. */
+static bool use_config(const char *text)
+{
+	int fd;
+
+	clean_env();
+	snprintf(conf, sizeof(conf), "%s/fv-config-XXXXXX", getenv("TMPDIR") ?: "/tmp");
+	fd = mkstemp(conf);
+	if (fd < 0)
+		return false;
+	if (write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+		close(fd);
+		return false;
+	}
+	close(fd);
+	setenv("FLEXVOL_CONFIG", conf, 1);
+	return true;
+}
+
+static void done_config(void)
+{
+	unlink(conf);
+	clean_env();
+}
+
+static int load(void)
+{
+	err[0] = '\0';
+	memset(&cfg, 0x5a, sizeof(cfg));
+	return fv_config_load(&cfg, "loop", err, sizeof(err));
+}
+
+static void check_defaults(void)
+{
+	struct utsname u;
+
+	CHECK_STR(cfg.loop_root, "/var/lib/flexvol/loop");
+	CHECK_STR(cfg.state_dir, "/var/lib/flexvol/state");
+	CHECK_STR(cfg.run_dir, "/run/flexvol");
+	CHECK_STR(cfg.log_file, "/var/log/flexvol/loop.log");
+	CHECK_STR(cfg.helper_path, "/usr/sbin:/usr/bin:/sbin:/bin");
+	if (uname(&u) == 0)
+		CHECK_STR(cfg.node_name, u.nodename);
+	CHECK_INT(cfg.lock_timeout, 150);
+	CHECK_INT(cfg.helper_timeout, 120);
+	CHECK_INT(cfg.mount_timeout, 60);
+	CHECK_INT(cfg.device_timeout, 60);
+}
+
+TEST(defaults_from_empty_file)
+{
+	REQUIRE(use_config(""));
+	CHECK_INT(load(), 0);
+	CHECK_STR(err, "");
+	check_defaults();
+	done_config();
+}
+
+TEST(missing_default_file_is_fine)
+{
+	clean_env();
+	if (access(DEFAULT_CONFIG, F_OK) == 0)
+		SKIP(DEFAULT_CONFIG " exists on this machine");
+	CHECK_INT(load(), 0);
+	check_defaults();
+	/* an empty FLEXVOL_CONFIG means the default file too */
+	setenv("FLEXVOL_CONFIG", "", 1);
+	CHECK_INT(load(), 0);
+	check_defaults();
+	clean_env();
+}
+
+TEST(missing_named_file_is_an_error)
+{
+	clean_env();
+	setenv("FLEXVOL_CONFIG", "/nonexistent/flexvol.conf", 1);
+	CHECK_INT(load(), -FV_ERR_BADOPT);
+	CHECK_CONTAINS(err, "/nonexistent/flexvol.conf");
+	CHECK_CONTAINS(err, "No such file");
+	clean_env();
+}
+
+TEST(file_values)
+{
+	REQUIRE(use_config("# node config\n"
+			   "\n"
+			   "loop_root = /srv/loop\n"
+			   "  state_dir=/srv/state  \n"
+			   "\trun_dir\t=\t/srv/run\r\n"
+			   "log_file = /srv/log/loop.log\n"
+			   "   # indented comment\n"
+			   "node_name = node-a\n"
+			   "helper_path = /opt/bin:/usr/bin\n"
+			   "lock_timeout = 5\n"
+			   "helper_timeout = 86400\n"
+			   "mount_timeout = 1\n"
+			   "device_timeout = 30")); /* no final newline */
+	CHECK_INT(load(), 0);
+	CHECK_STR(err, "");
+	CHECK_STR(cfg.loop_root, "/srv/loop");
+	CHECK_STR(cfg.state_dir, "/srv/state");
+	CHECK_STR(cfg.run_dir, "/srv/run");
+	CHECK_STR(cfg.log_file, "/srv/log/loop.log");
+	CHECK_STR(cfg.node_name, "node-a");
+	CHECK_STR(cfg.helper_path, "/opt/bin:/usr/bin");
+	CHECK_INT(cfg.lock_timeout, 5);
+	CHECK_INT(cfg.helper_timeout, 86400);
+	CHECK_INT(cfg.mount_timeout, 1);
+	CHECK_INT(cfg.device_timeout, 30);
+	done_config();
+}
+
+TEST(environment_wins)
+{
+	REQUIRE(use_config("loop_root = /srv/loop\nlock_timeout = 5\nnode_name = from-file\n"));
+	setenv("FLEXVOL_LOOP_ROOT", "/env/loop", 1);
+	setenv("FLEXVOL_LOCK_TIMEOUT", "7", 1);
+	setenv("FLEXVOL_STATE_DIR", "/env/state", 1);
+	setenv("FLEXVOL_NODE_NAME", "", 1); /* empty: not set */
+	CHECK_INT(load(), 0);
+	CHECK_STR(cfg.loop_root, "/env/loop");
+	CHECK_INT(cfg.lock_timeout, 7);
+	CHECK_STR(cfg.state_dir, "/env/state");
+	CHECK_STR(cfg.node_name, "from-file");
+	CHECK_STR(cfg.run_dir, "/run/flexvol"); /* untouched default */
+	done_config();
+}
+
+/* Config @text must be refused with a message containing each of @want (NULL-terminated). */
+static void refused(const char *text, int line, ...)
+{
+	const char *w;
+	va_list ap;
+	int r;
+
+	if (!use_config(text)) {
+		unit_fail(__FILE__, line, "cannot write the config");
+		return;
+	}
+	r = load();
+	if (r != -FV_ERR_BADOPT)
+		unit_fail(__FILE__, line, "config '%s': got %d, want -FV_ERR_BADOPT", text, r);
+	va_start(ap, line);
+	while ((w = va_arg(ap, const char *)))
+		if (!strstr(err, w))
+			unit_fail(__FILE__, line, "config '%s': error '%s' lacks '%s'", text, err, w);
+	va_end(ap);
+	done_config();
+}
+
+TEST(file_errors)
+{
+	char where[PATH_MAX + 16];
+
+	/* the error names file:line */
+	REQUIRE(use_config("loop_root = /srv/loop\n# fine\nbogus_key = 1\n"));
+	CHECK_INT(load(), -FV_ERR_BADOPT);
+	snprintf(where, sizeof(where), "%s:3: unknown key 'bogus_key'", conf);
+	CHECK_STR(err, where);
+	done_config();
+
+	refused("\n\nthis line has no equals sign\n", __LINE__, "expected 'key = value'", NULL);
+	refused("loop_root = relative/path\n", __LINE__, "loop_root", "absolute", "relative/path",
+		NULL);
+	refused("state_dir = ./state\n", __LINE__, "state_dir", "absolute", NULL);
+	refused("log_file = log\n", __LINE__, "log_file", NULL);
+	refused("loop_root =\n", __LINE__, "loop_root", NULL);
+	refused("node_name =\n", __LINE__, "node_name", NULL);
+	refused("lock_timeout = 0\n", __LINE__, "lock_timeout", "'0'", NULL);
+	refused("lock_timeout = 99999\n", __LINE__, "lock_timeout", "'99999'", NULL);
+	refused("lock_timeout = 86401\n", __LINE__, "lock_timeout", NULL);
+	refused("helper_timeout = abc\n", __LINE__, "helper_timeout", "'abc'", NULL);
+	refused("mount_timeout = -1\n", __LINE__, "mount_timeout", NULL);
+	refused("device_timeout = 1.5\n", __LINE__, "device_timeout", NULL);
+	refused("device_timeout = 010\n", __LINE__, "device_timeout", NULL);
+	refused("device_timeout = 4294967297\n", __LINE__, "device_timeout", NULL);
+}
+
+TEST(file_error_line_numbers)
+{
+	char where[PATH_MAX + 16];
+
+	REQUIRE(use_config("# 1\n\nlock_timeout = 3\n# 4\nlock_timeout = abc\n"));
+	CHECK_INT(load(), -FV_ERR_BADOPT);
+	snprintf(where, sizeof(where), "%s:5:", conf);
+	CHECK_CONTAINS(err, where);
+	done_config();
+}
+
+TEST(long_values)
+{
+	size_t n = PATH_MAX + 200;
+	char *text = malloc(n);
+
+	REQUIRE(text != NULL);
+	/* a line longer than the reader's buffer */
+	memset(text, 'a', n - 1);
+	memcpy(text, "loop_root = /", 13);
+	text[n - 1] = '\0';
+	REQUIRE(use_config(text));
+	CHECK_INT(load(), -FV_ERR_BADOPT);
+	CHECK_CONTAINS(err, "line too long");
+	done_config();
+
+	/* a value that fits the line but not the field */
+	char name[400];
+
+	memset(name, 'n', sizeof(name));
+	memcpy(name, "node_name = ", 12);
+	name[sizeof(name) - 2] = '\n';
+	name[sizeof(name) - 1] = '\0';
+	REQUIRE(use_config(name));
+	CHECK_INT(load(), -FV_ERR_BADOPT);
+	CHECK_CONTAINS(err, "node_name");
+	done_config();
+	free(text);
+}
+
+TEST(environment_errors)
+{
+	REQUIRE(use_config(""));
+	setenv("FLEXVOL_STATE_DIR", "relative", 1);
+	CHECK_INT(load(), -FV_ERR_BADOPT);
+	CHECK_CONTAINS(err, "FLEXVOL_STATE_DIR");
+	CHECK_CONTAINS(err, "absolute");
+	unsetenv("FLEXVOL_STATE_DIR");
+
+	setenv("FLEXVOL_LOCK_TIMEOUT", "0", 1);
+	CHECK_INT(load(), -FV_ERR_BADOPT);
+	CHECK_CONTAINS(err, "FLEXVOL_LOCK_TIMEOUT");
+	setenv("FLEXVOL_LOCK_TIMEOUT", "99999", 1);
+	CHECK_INT(load(), -FV_ERR_BADOPT);
+	setenv("FLEXVOL_LOCK_TIMEOUT", "abc", 1);
+	CHECK_INT(load(), -FV_ERR_BADOPT);
+	setenv("FLEXVOL_LOCK_TIMEOUT", "2", 1);
+	CHECK_INT(load(), 0);
+	CHECK_INT(cfg.lock_timeout, 2);
+	done_config();
+}

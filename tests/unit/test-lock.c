@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Named flock(2) locks with a deadline (fv/lock.h). */
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "unit.h"
+#include "fv/lock.h"
+#include "fv/util.h"
+
+static struct fv_ctx cx;
+static char tmpdir[PATH_MAX];
+
+static bool setup(unsigned int timeout_s)
+{
+	memset(&cx, 0, sizeof(cx));
+	cx.cfg.lock_timeout = timeout_s;
+	snprintf(tmpdir, sizeof(tmpdir), "%s/fv-lock-XXXXXX", getenv("TMPDIR") ?: "/tmp");
+	if (!mkdtemp(tmpdir))
+		return false;
+	snprintf(cx.cfg.run_dir, sizeof(cx.cfg.run_dir), "%s/run", tmpdir);
+	return true;
+}
+
+static void teardown(void)
+{
+	char p[PATH_MAX * 2];
+	DIR *d;
+	struct dirent *e;
+
+	snprintf(p, sizeof(p), "%s/run/locks", tmpdir);
+	d = opendir(p);
+	while (d && (e = readdir(d))) {
+		char f[PATH_MAX * 3];
+
+		if (e->d_name[0] == '.' && (!e->d_name[1] || streq(e->d_name, "..")))
+			continue;
+		snprintf(f, sizeof(f), "%s/%s", p, e->d_name);
+		unlink(f);
+	}
+	if (d)
+		closedir(d);
+	rmdir(p);
+	snprintf(p, sizeof(p), "%s/run", tmpdir);
+	rmdir(p);
+	rmdir(tmpdir);
+}
+
+/*
+ * Fork a child that takes lock @name and holds it until killed (or, with
+ * @release_ms, releases it after that long and keeps living).  Returns its
+ * pid once it holds the lock, or -1.
+ */
+static pid_t holder(const char *name, unsigned int release_ms)
+{
+	int p[2];
+	pid_t pid;
+	char c = 0;
+
+	if (pipe(p) < 0)
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		int fd = fv_lock(&cx, name);
+
+		close(p[0]);
+		c = fd >= 0 ? 'y' : 'n';
+		(void)!write(p[1], &c, 1);
+		close(p[1]);
+		if (fd >= 0 && release_ms) {
+			usleep(release_ms * 1000);
+			fv_unlock(fd);
+		}
+		for (;;)
+			pause();
+	}
+	close(p[1]);
+	if (read(p[0], &c, 1) != 1 || c != 'y') {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		pid = -1;
+	}
+	close(p[0]);
+	return pid;
+}
+
+static void end_child(pid_t pid)
+{
+	if (pid > 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+}
+
+TEST(two_names_one_process)
+{
+	char p[PATH_MAX * 2];
+	int a, b;
+
+	REQUIRE(setup(1));
+	a = fv_lock(&cx, "loop-vol-pv1");
+	b = fv_lock(&cx, "loop-vol-pv2");
+	CHECK(a >= 0);
+	CHECK(b >= 0);
+	CHECK(a != b);
+	CHECK_STR(cx.message, "");
+	snprintf(p, sizeof(p), "%s/run/locks/loop-vol-pv1.lock", tmpdir);
+	CHECK(access(p, F_OK) == 0);
+	CHECK((fcntl(a, F_GETFD) & FD_CLOEXEC) != 0);
+	fv_unlock(a);
+	fv_unlock(b);
+	fv_unlock(-1); /* harmless */
+
+	/* released: taken again at once */
+	a = fv_lock(&cx, "loop-vol-pv1");
+	CHECK(a >= 0);
+	fv_unlock(a);
+	teardown();
+}
+
+TEST(names_are_escaped_and_long_names_work)
+{
+	char p[PATH_MAX * 2], long1[400], long2[400];
+	int a, b, c;
+
+	REQUIRE(setup(1));
+	a = fv_lock(&cx, "loop-dir-/var/lib/kubelet/pods/x");
+	CHECK(a >= 0);
+	snprintf(p, sizeof(p), "%s/run/locks/loop-dir-%%2Fvar%%2Flib%%2Fkubelet%%2Fpods%%2Fx.lock",
+		 tmpdir);
+	CHECK(access(p, F_OK) == 0);
+
+	/* longer than a file name: still a lock, and distinct from a near twin */
+	memset(long1, 'v', sizeof(long1) - 1);
+	long1[sizeof(long1) - 1] = '\0';
+	memcpy(long2, long1, sizeof(long2));
+	long2[sizeof(long2) - 2] = 'w';
+	b = fv_lock(&cx, long1);
+	c = fv_lock(&cx, long2); /* would time out if both mapped to one file */
+	CHECK(b >= 0);
+	CHECK(c >= 0);
+	CHECK_STR(cx.message, "");
+	fv_unlock(a);
+	fv_unlock(b);
+	fv_unlock(c);
+	teardown();
+}
+
+TEST(contention_times_out)
+{
+	struct sigaction before, after;
+	uint64_t t0, took;
+	pid_t pid;
+	int fd;
+
+	REQUIRE(setup(1));
+	pid = holder("loop-vol-busy", 0);
+	REQUIRE(pid > 0);
+
+	sigaction(SIGALRM, NULL, &before);
+	t0 = fv_now_ms();
+	fd = fv_lock(&cx, "loop-vol-busy");
+	took = fv_now_ms() - t0;
+	sigaction(SIGALRM, NULL, &after);
+
+	CHECK_INT(fd, -FV_ERR_TIMEOUT);
+	CHECK_CONTAINS(cx.message, "'loop-vol-busy'");
+	CHECK_CONTAINS(cx.message, "after 1 s");
+	CHECK(took >= 900);
+	if (!CHECK(took < 5000))
+		fprintf(stderr, "  took %llu ms\n", (unsigned long long)took);
+	/* the temporary SIGALRM handler is gone again */
+	CHECK(before.sa_handler == after.sa_handler);
+
+	/* other names are not affected */
+	unit_ctx_reset(&cx);
+	fd = fv_lock(&cx, "loop-vol-other");
+	CHECK(fd >= 0);
+	fv_unlock(fd);
+
+	/* SIGKILL of the holder drops its lock: no stale locks */
+	end_child(pid);
+	unit_ctx_reset(&cx);
+	t0 = fv_now_ms();
+	fd = fv_lock(&cx, "loop-vol-busy");
+	CHECK(fd >= 0);
+	CHECK(fv_now_ms() - t0 < 500);
+	CHECK_STR(cx.message, "");
+	fv_unlock(fd);
+	teardown();
+}
+
+TEST(waiter_gets_released_lock)
+{
+	uint64_t t0, took;
+	pid_t pid;
+	int fd;
+
+	REQUIRE(setup(10));
+	pid = holder("loop-vol-soon", 300);
+	REQUIRE(pid > 0);
+	t0 = fv_now_ms();
+	fd = fv_lock(&cx, "loop-vol-soon");
+	took = fv_now_ms() - t0;
+	CHECK(fd >= 0);
+	/* woken by the release, not by the 10 s deadline */
+	if (!CHECK(took < 5000))
+		fprintf(stderr, "  took %llu ms\n", (unsigned long long)took);
+	fv_unlock(fd);
+	end_child(pid);
+	teardown();
+}
+
+TEST(unusable_run_dir)
+{
+	int fd;
+
+	REQUIRE(setup(1));
+	snprintf(cx.cfg.run_dir, sizeof(cx.cfg.run_dir), "/proc/self/flexvol-no-such-dir");
+	fd = fv_lock(&cx, "x");
+	CHECK(fd < 0);
+	CHECK(fd != -FV_ERR_TIMEOUT);
+	CHECK_CONTAINS(cx.message, "lock");
+	teardown();
+}
