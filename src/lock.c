@@ -21,7 +21,13 @@ int fv_lock(struct fv_ctx *cx, const char *name)
 {
 	char dir[PATH_MAX], esc[NAME_MAX - 8], path[PATH_MAX + NAME_MAX];
 	struct sigaction sa = { .sa_handler = on_alarm }, old;
-	struct itimerspec its = { .it_value.tv_sec = cx->cfg.lock_timeout };
+	/*
+	 * The interval re-arms the timer: if the first expiry lands before
+	 * flock() is entered (a descheduled process), the next one still
+	 * interrupts it instead of leaving us blocked for good.
+	 */
+	struct itimerspec its = { .it_value.tv_sec = cx->cfg.lock_timeout,
+				  .it_interval.tv_nsec = 100 * 1000 * 1000 };
 	struct sigevent sev = { .sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGALRM };
 	timer_t timer;
 	int fd, r;

@@ -296,6 +296,8 @@ def lifecycle_inner(args):
                 elif op == "mount" and \
                         subprocess.run(["mountpoint", "-q", poddir]).returncode != 0:
                     raise BenchError(f"mount succeeded but {poddir} is not a mount point")
+                if op == args.fail_after:
+                    raise BenchError(f"--fail-after {op}: stopping here to test the cleanup")
                 if under_time:
                     rss[op].append(m)
                 elif i == 0:
@@ -331,7 +333,7 @@ def lifecycle_inner(args):
         detach_loops(scratch)
 
 
-def lifecycle(build, runs, scratch):
+def lifecycle(build, runs, scratch, fail_after=None):
     if os.geteuid() != 0:
         return None, "needs root (loop devices, mounts)"
     if not os.path.exists("/dev/loop-control") or not shutil.which("unshare"):
@@ -340,6 +342,8 @@ def lifecycle(build, runs, scratch):
     cmd = ["unshare", "-m", "--propagation", "private", "--", sys.executable,
            os.path.abspath(__file__), "--lifecycle-inner", "--build", build, "--scratch", scratch,
            "--lifecycle-runs", str(runs), "--result", result]
+    if fail_after:
+        cmd += ["--fail-after", fail_after]
     try:
         r = subprocess.run(cmd)
     finally:
@@ -401,6 +405,8 @@ def main():
     ap.add_argument("--lifecycle-inner", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--scratch", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
+    ap.add_argument("--fail-after", metavar="OP",
+                    help="fail the lifecycle after OP (tests the cleanup)")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
 
@@ -427,7 +433,7 @@ def main():
         floor_stats = results[0][1]
         print_table(results, floor_stats)
         lc, why = (None, "--no-lifecycle") if args.no_lifecycle else \
-            lifecycle(args.build, args.lifecycle_runs + 1, scratch)
+            lifecycle(args.build, args.lifecycle_runs + 1, scratch, args.fail_after)
         if lc:
             print_lifecycle(lc, floor_stats)
         else:
