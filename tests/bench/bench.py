@@ -427,7 +427,8 @@ def main():
     rc = 0
     try:
         print(f"flexvol bench: {socket.gethostname()}, kernel {os.uname().release}, "
-              f"{os.cpu_count()} CPUs, {args.runs} runs per call (+5 warm-up)")
+              f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, "
+              f"{args.runs} runs per call (+5 warm-up)")
         print()
         results = fast_calls(args.build, floor, args.runs, scratch)
         floor_stats = results[0][1]

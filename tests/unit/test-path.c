@@ -301,3 +301,34 @@ TEST(name_escape_limits)
 
 	CHECK_INT(fv_name_escape(big, out, sizeof(out)), -ENAMETOOLONG);
 }
+
+TEST(name_key)
+{
+	char buf[64], buf2[64], big[300];
+
+	/* short names: exactly fv_name_escape() */
+	CHECK_INT(fv_name_key("loop-vol-pv/1", buf, sizeof(buf)), 0);
+	CHECK_STR(buf, "loop-vol-pv%2F1");
+	CHECK_INT(fv_name_key("", buf, sizeof(buf)), -EINVAL);
+	CHECK_INT(fv_name_key("x", buf, 39), -EINVAL); /* too small for prefix + hash */
+
+	/* long names: a prefix plus a hash of the whole, always fitting */
+	memset(big, 'v', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	CHECK_INT(fv_name_key(big, buf, sizeof(buf)), 0);
+	CHECK_U64(strlen(buf), sizeof(buf) - 1);
+	CHECK(strchr(buf, '~') != NULL);
+	CHECK(strncmp(buf, "vvvv", 4) == 0);
+	/* a near twin gets a different name, the same input the same one */
+	big[sizeof(big) - 2] = 'w';
+	CHECK_INT(fv_name_key(big, buf2, sizeof(buf2)), 0);
+	CHECK(strcmp(buf, buf2) != 0);
+	big[sizeof(big) - 2] = 'v';
+	CHECK_INT(fv_name_key(big, buf2, sizeof(buf2)), 0);
+	CHECK_STR(buf, buf2);
+	/* '~' is escaped in plain names, so a hashed name never equals a plain one */
+	CHECK_INT(fv_name_key("a~b", buf, sizeof(buf)), 0);
+	CHECK_STR(buf, "a%7Eb");
+	CHECK(fv_hash64("a") != fv_hash64("b"));
+	CHECK_U64(fv_hash64(""), 0xcbf29ce484222325ULL); /* FNV-1a offset basis */
+}
