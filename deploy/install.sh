@@ -159,9 +159,12 @@ fi
 # Stay up (a DaemonSet container that exits is restarted in a loop); leave
 # promptly and cleanly on TERM.
 say "done; waiting for TERM"
-trap 'kill "$SLEEPER" 2> /dev/null; exit 0' INT TERM
+trap 'kill "$SLEEPER" 2>&-; exit 0' INT TERM
 while :; do
 	sleep 86400 &
 	SLEEPER=$!
-	wait "$SLEEPER" || true
+	wait "$SLEEPER" && continue
+	# The background sleep failed (a shell opens /dev/null for it: a root
+	# without /dev?).  Never spin: wait in the foreground instead.
+	sleep 60
 done

@@ -7,6 +7,8 @@
 #                        chroot, ops as kube-controller-manager runs them (root)
 #   make check-deploy    installer test (atomic, idempotent install.sh) + manifest validation
 #   make image-context   build/image/: the OCI build context for deploy/Containerfile
+#   make check-image     the image assembled by hand from that context (no engine needed)
+#                        and run as the DaemonSet runs it (root)
 #
 # The static json-c/libmount/libblkid/libudev come from ci/build-static-deps (a
 # cached prefix; the first run builds util-linux and systemd's libudev from
@@ -26,7 +28,7 @@ st_comma        := ,
 # "in function" lines: expected (deploy/README.md), filtered from the output.
 STATIC_NSS_NOISE := warning: Using '(getpw|getgr)[a-z_]*' in statically linked|in function .(fvsd_(get_user_creds|get_group_creds|gid_to_name|uid_to_name)|mnt_get_(uid|gid|username|groupname)).:$$
 
-.PHONY: static static-deps check-static check-deploy image-context
+.PHONY: static static-deps check-static check-deploy image-context check-image
 
 static-deps:
 	$(Q)$(STATIC_DEPS)
@@ -72,3 +74,6 @@ image-context: static
 	$(Q)for d in $(DRIVERS); do cp $(STATIC_O)/$$d $(IMAGE_O)/bin/$$d; done
 	$(Q)cp "$$($(STATIC_DEPS) --print-prefix)/BUILDINFO" $(IMAGE_O)/BUILDINFO.static-deps
 	$(Q)echo "  IMAGE   $(IMAGE_O): $$(ls $(IMAGE_O)/bin | tr '\n' ' ')"
+
+check-image: image-context
+	$(Q)tests/static/image-test $(IMAGE_O)
