@@ -15,7 +15,8 @@
  * the test goes on; REQUIRE*() also ends the test at once.  SKIP("why")
  * ends a test as skipped.  The binary prints "N passed, N failed" (plus
  * ", N skipped") and exits 0 when nothing failed, 1 otherwise, and 77
- * (automake's "skipped") when every test skipped.
+ * (automake's "skipped") when every test skipped.  With CI=true a skip
+ * counts as a failure (style.md §3 rule 17).
  *
  * Argument: a test name (or several) runs only those.
  *
@@ -185,6 +186,8 @@ __attribute__((weak)) const struct fv_driver *fv_ctx_driver(const struct fv_ctx 
 int main(int argc, char **argv)
 {
 	unsigned int passed = 0, failed = 0, skipped = 0;
+	const char *ci_env = getenv("CI");
+	bool ci = ci_env && strcmp(ci_env, "true") == 0; /* style.md §3 rule 17 */
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	for (unsigned int i = 0; i < unit_ntests; i++) {
@@ -203,6 +206,10 @@ int main(int argc, char **argv)
 			failed++;
 			printf("FAIL %s (%u check%s failed)\n", unit_tests[i].name, unit_cur_failed,
 			       unit_cur_failed == 1 ? "" : "s");
+		} else if (unit_cur_skipped && ci) {
+			failed++;
+			printf("FAIL %s (skipped, and CI=true makes a skip a failure)\n",
+			       unit_tests[i].name);
 		} else if (unit_cur_skipped) {
 			skipped++;
 			printf("SKIP %s\n", unit_tests[i].name);
