@@ -170,7 +170,8 @@ static void refused(const char *text, int line, ...)
 	va_start(ap, line);
 	while ((w = va_arg(ap, const char *)))
 		if (!strstr(err, w))
-			unit_fail(__FILE__, line, "config '%s': error '%s' lacks '%s'", text, err, w);
+			unit_fail(__FILE__, line, "config '%s': error '%s' lacks '%s'", text, err,
+				  w);
 	va_end(ap);
 	done_config();
 }

@@ -39,9 +39,10 @@ static bool refused(const char *json, const char *msg, int line)
 
 TEST(go_style_compact)
 {
-	/* what kubelet's json.Marshal of a map[string]string looks like: sorted, compact, escaped */
+	/* kubelet's json.Marshal of a map[string]string: sorted, compact, escaped */
 	const char *json = "{\"file\":\"a\\u0026b\\u003cc\\u003e.img\",\"kubernetes.io/fsType\":"
-			   "\"ext4\",\"kubernetes.io/pod.uid\":\"0f1e2d3c-aaaa-bbbb-cccc-0123456789ab\","
+			   "\"ext4\",\"kubernetes.io/pod.uid\":"
+			   "\"0f1e2d3c-aaaa-bbbb-cccc-0123456789ab\","
 			   "\"kubernetes.io/pvOrVolumeName\":\"pv1\",\"kubernetes.io/readwrite\":"
 			   "\"rw\",\"sep\":\"x\\u2028y\",\"size\":\"64Mi\"}";
 	struct fv_opts o;
@@ -67,7 +68,8 @@ TEST(go_style_compact)
 TEST(unicode_values)
 {
 	const char *json = "{\"a\":\"gr\xc3\xbc\xc3\x9f \xe6\x97\xa5\xe6\x9c\xac\","
-			   "\"b\":\"\\u00fc\\ud83d\\ude00\",\"c\":\"tab\\there\\\\ \\\"q\\\" \\/\"}";
+			   "\"b\":\"\\u00fc\\ud83d\\ude00\","
+			   "\"c\":\"tab\\there\\\\ \\\"q\\\" \\/\"}";
 	struct fv_opts o;
 	const char *v = NULL;
 
@@ -109,7 +111,8 @@ TEST(keys_any_order)
 TEST(unknown_keys_ignored)
 {
 	const char *json = "{\"n\":1,\"f\":1.5,\"t\":true,\"z\":null,\"arr\":[1,\"x\",{}],"
-			   "\"obj\":{\"deep\":{\"er\":[null]}},\"kubernetes.io/secret/key\":\"c2Vj\","
+			   "\"obj\":{\"deep\":{\"er\":[null]}},"
+			   "\"kubernetes.io/secret/key\":\"c2Vj\","
 			   "\"kubernetes.io/fsType\":\"ext4\"}";
 	struct fv_opts o;
 	const char *v = "unchanged";
@@ -184,7 +187,8 @@ TEST(fsgroup)
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
 		char json[128];
 
-		snprintf(json, sizeof(json), "{\"kubernetes.io/mounterArgs.FsGroup\":\"%s\"}", bad[i]);
+		snprintf(json, sizeof(json), "{\"kubernetes.io/mounterArgs.FsGroup\":\"%s\"}",
+			 bad[i]);
 		REFUSED(json, "FsGroup");
 	}
 }

@@ -11,8 +11,8 @@ static void want_q(const char *s, uint64_t v, int line)
 	int r = fv_parse_quantity(s, &got);
 
 	if (r != 0 || got != v)
-		unit_fail(__FILE__, line, "quantity '%s': got %d/%" PRIu64 ", want 0/%" PRIu64, s, r,
-			  got, v);
+		unit_fail(__FILE__, line, "quantity '%s': got %d/%" PRIu64 ", want 0/%" PRIu64,
+			  s, r, got, v);
 }
 
 /* Refused with @err (or either -EINVAL/-ERANGE when @err is 0); *ret untouched. */
@@ -34,8 +34,8 @@ static void want_u(const char *s, uint64_t v, int line)
 	int r = fv_parse_u64(s, &got);
 
 	if (r != 0 || got != v)
-		unit_fail(__FILE__, line, "u64 '%s': got %d/%" PRIu64 ", want 0/%" PRIu64, s, r, got,
-			  v);
+		unit_fail(__FILE__, line, "u64 '%s': got %d/%" PRIu64 ", want 0/%" PRIu64, s, r,
+			  got, v);
 }
 
 static void bad_u(const char *s, int err, int line)

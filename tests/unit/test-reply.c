@@ -26,7 +26,8 @@ TEST(status_words)
 TEST(plain_statuses)
 {
 	WANT(&((struct fv_reply){ .status = FV_SUCCESS }), "{\"status\":\"Success\"}\n");
-	WANT(&((struct fv_reply){ .status = FV_NOT_SUPPORTED }), "{\"status\":\"Not supported\"}\n");
+	WANT(&((struct fv_reply){ .status = FV_NOT_SUPPORTED }),
+	     "{\"status\":\"Not supported\"}\n");
 	WANT(&((struct fv_reply){ .status = FV_FAILURE, .message = "boom" }),
 	     "{\"status\":\"Failure\",\"message\":\"boom\"}\n");
 	/* an empty message is left out, not printed as "" */
@@ -106,7 +107,8 @@ static void roundtrip(const char *msg, int line)
 
 TEST(message_escaping)
 {
-	roundtrip("mount of 'srv:/exp' on '/var/lib/kubelet/pods/x' failed: \"quoted\" \\ back", __LINE__);
+	roundtrip("mount of 'srv:/exp' on '/var/lib/kubelet/pods/x' failed: \"quoted\" \\ back",
+		  __LINE__);
 	roundtrip("line one\nline two\r\n\ttabbed", __LINE__);
 	roundtrip("control \x01\x1f and del \x7f", __LINE__);
 	roundtrip("unicode gr\xc3\xbc\xc3\x9f \xe2\x80\xa8 \xf0\x9f\x98\x80", __LINE__);
