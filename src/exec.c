@@ -59,8 +59,10 @@ void fv_trim_output(const char *output, char *buf, size_t max)
 	const char *p, *pick = NULL, *last = NULL;
 	size_t len = 0, pick_n = 0, last_n = 0;
 
+	if (!max)
+		return;
 	buf[0] = '\0';
-	if (!output || !max)
+	if (!output)
 		return;
 	for (p = output; *p; p += len + (p[len] != '\0')) {
 		size_t n = len = strcspn(p, "\n");

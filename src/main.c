@@ -116,37 +116,6 @@ static const struct op ops[] = {
 	{ "expandfs", 5, 0, 2, SLOT(expandfs), run_expandfs },
 };
 
-int fv_fail(struct fv_ctx *cx, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (cx->message[0])
-		return err;
-	va_start(ap, fmt);
-	vsnprintf(cx->message, sizeof(cx->message), fmt, ap);
-	va_end(ap);
-	return err;
-}
-
-void fv_ctx_add_detail(struct fv_ctx *cx, const char *text)
-{
-	size_t n = strlen(cx->detail);
-
-	if (!text || !*text || n >= sizeof(cx->detail) - 4)
-		return;
-	snprintf(cx->detail + n, sizeof(cx->detail) - n, "%s%s", n ? "; " : "", text);
-}
-
-const struct fv_config *fv_ctx_config(const struct fv_ctx *cx)
-{
-	return &cx->cfg;
-}
-
-const struct fv_driver *fv_ctx_driver(const struct fv_ctx *cx)
-{
-	return cx->drv;
-}
-
 static const char *errstr(int r)
 {
 	switch (-r) {

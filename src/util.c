@@ -187,6 +187,8 @@ int fv_mkdir_p(const char *path, mode_t mode)
 	char buf[PATH_MAX];
 	char *p;
 
+	if (!*path)
+		return -EINVAL;
 	if (strlen(path) >= sizeof(buf))
 		return -ENAMETOOLONG;
 	strcpy(buf, path);

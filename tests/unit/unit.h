@@ -19,10 +19,6 @@
  * counts as a failure (style.md §3 rule 17).
  *
  * Argument: a test name (or several) runs only those.
- *
- * The op layer's context functions (fv_fail() and friends) live next to
- * main(), which unit tests do not link; weak copies below stand in for
- * them until they move to a core object, whose strong symbols then win.
  */
 #ifndef FV_UNIT_H
 #define FV_UNIT_H
@@ -150,38 +146,6 @@ static inline void unit_ctx_reset(struct fv_ctx *cx)
 	cx->detail[0] = '\0';
 }
 
-/* --- weak stand-ins for the context functions defined next to main() --- */
-
-__attribute__((weak)) int fv_fail(struct fv_ctx *cx, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (cx->message[0])
-		return err;
-	va_start(ap, fmt);
-	vsnprintf(cx->message, sizeof(cx->message), fmt, ap);
-	va_end(ap);
-	return err;
-}
-
-__attribute__((weak)) void fv_ctx_add_detail(struct fv_ctx *cx, const char *text)
-{
-	size_t n = strlen(cx->detail);
-
-	if (!text || !*text || n >= sizeof(cx->detail) - 4)
-		return;
-	snprintf(cx->detail + n, sizeof(cx->detail) - n, "%s%s", n ? "; " : "", text);
-}
-
-__attribute__((weak)) const struct fv_config *fv_ctx_config(const struct fv_ctx *cx)
-{
-	return &cx->cfg;
-}
-
-__attribute__((weak)) const struct fv_driver *fv_ctx_driver(const struct fv_ctx *cx)
-{
-	return cx->drv;
-}
 
 int main(int argc, char **argv)
 {
