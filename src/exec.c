@@ -200,18 +200,22 @@ static int collect(pid_t pid, int fd, unsigned int timeout_s, struct fv_run *r)
 }
 
 static int finish(struct fv_ctx *cx, const char *what, uint64_t t0, int rc, unsigned int timeout_s,
-		  struct fv_run *r, struct fv_run *keep)
+		  struct fv_run *r, struct fv_run *keep, bool quiet)
 {
 	char tail[512];
 
 	fv_log_text("  | ", r->output);
 	fv_log("helper %s: %s %d after %llu ms", what, r->timed_out ? "killed, timeout" : "status",
 	       r->timed_out ? (int)timeout_s : r->status, (unsigned long long)(fv_now_ms() - t0));
-	if (rc == 0 && r->timed_out)
+	if (quiet) {
+		/* the caller reads the status and explains failures itself */
+		if (rc == 0 && r->timed_out)
+			rc = -FV_ERR_TIMEOUT;
+	} else if (rc == 0 && r->timed_out)
 		rc = fv_fail(cx, -FV_ERR_TIMEOUT, "%s did not finish within %u s", what, timeout_s);
 	else if (rc == 0 && r->status != 0)
 		rc = fv_fail(cx, -FV_ERR_HELPER, "%s failed with status %d", what, r->status);
-	if (rc < 0 && !cx->detail[0]) {
+	if (rc < 0 && !quiet && !cx->detail[0]) {
 		fv_trim_output(r->output, tail, 300);
 		fv_ctx_add_detail(cx, tail);
 	}
@@ -222,8 +226,8 @@ static int finish(struct fv_ctx *cx, const char *what, uint64_t t0, int rc, unsi
 	return rc;
 }
 
-int fv_exec(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
-	    unsigned int timeout_s, struct fv_run *ret)
+static int spawn_helper(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
+			unsigned int timeout_s, struct fv_run *ret, bool quiet)
 {
 	char path[PATH_MAX], envpath[PATH_MAX + 8], logline[1024];
 	char *envp[] = { envpath, (char *)"LC_ALL=C", NULL };
@@ -241,7 +245,7 @@ int fv_exec(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
 				      i < 32 && (redact & (1U << i)) ? "***" : argv[i]);
 	fv_log("run: %s", logline);
 	if (find_helper(cx, argv[0], path, sizeof(path)) < 0)
-		return fv_fail(cx, -ENOENT, "helper '%s' not found in %s", argv[0],
+		return quiet ? -ENOENT : fv_fail(cx, -ENOENT, "helper '%s' not found in %s", argv[0],
 			       cx->cfg.helper_path);
 	snprintf(envpath, sizeof(envpath), "PATH=%s", cx->cfg.helper_path);
 	if (pipe2(pipefd, O_CLOEXEC) < 0)
@@ -268,13 +272,26 @@ int fv_exec(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
 	close(pipefd[1]);
 	if (rc != 0) {
 		close(pipefd[0]);
-		return fv_fail(cx, -rc, "cannot run '%s': %s", path, strerror(rc));
+		return quiet ? -rc : fv_fail(cx, -rc, "cannot run '%s': %s", path, strerror(rc));
 	}
 	current_pgid = pid;
 	rc = collect(pid, pipefd[0], timeout_s, &r);
 	current_pgid = 0;
 	close(pipefd[0]);
-	return finish(cx, argv[0], t0, rc, timeout_s, &r, ret);
+	return finish(cx, argv[0], t0, rc, timeout_s, &r, ret, quiet);
+}
+
+int fv_exec(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
+	    unsigned int timeout_s, struct fv_run *ret)
+{
+	return spawn_helper(cx, argv, redact, timeout_s, ret, false);
+}
+
+int fv_exec_status(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
+		   unsigned int timeout_s, struct fv_run *r)
+{
+	memset(r, 0, sizeof(*r));
+	return spawn_helper(cx, argv, redact, timeout_s, r, true);
 }
 
 int fv_fork_call(struct fv_ctx *cx, int (*fn)(void *arg), void *arg, unsigned int timeout_s,
@@ -314,9 +331,9 @@ int fv_fork_call(struct fv_ctx *cx, int (*fn)(void *arg), void *arg, unsigned in
 	current_pgid = 0;
 	close(pipefd[0]);
 	if (rc < 0 || r.timed_out)
-		return finish(cx, "forked call", t0, rc, timeout_s, &r, ret);
+		return finish(cx, "forked call", t0, rc, timeout_s, &r, ret, false);
 	rc = r.status; /* the function's result, not a helper failure */
 	r.status = 0;
-	finish(cx, "forked call", t0, 0, timeout_s, &r, ret);
+	finish(cx, "forked call", t0, 0, timeout_s, &r, ret, false);
 	return rc;
 }

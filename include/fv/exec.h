@@ -42,6 +42,18 @@ int fv_exec(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
 	    unsigned int timeout_s, struct fv_run *r);
 
 /*
+ * fv_exec_status() - like fv_exec(), for helpers whose exit codes carry
+ * meaning (iscsiadm: 15 = already logged in, 21 = nothing found): a
+ * non-zero exit is not a failure, and the reply message is never set.
+ * Returns: 0 when the program ran to an exit (its status in @r->status),
+ * -FV_ERR_TIMEOUT when it was killed at the deadline, -ENOENT when it is
+ * not in the helper path, -errno when it could not be started.  @r is
+ * required; free it with fv_run_done().
+ */
+int fv_exec_status(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
+		   unsigned int timeout_s, struct fv_run *r);
+
+/*
  * fv_fork_call() - run @fn(@arg) in a forked child set up like a helper
  * (own process group, stdio on the capture pipe), with a deadline.  The
  * child's return value is its exit status (0..255).

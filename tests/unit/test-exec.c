@@ -133,6 +133,34 @@ TEST(exit_status)
 	fv_run_done(&r);
 }
 
+/* fv_exec_status(): the exit status is data, and the reply message stays untouched */
+TEST(exit_status_quiet)
+{
+	const char *a1[] = { "sh", "-c", "echo already there >&2; exit 15", NULL };
+	const char *a2[] = { "sh", "-c", "sleep 30", NULL };
+	const char *a3[] = { "flexvol-no-such-helper", NULL };
+	struct fv_run r;
+
+	reset();
+	CHECK_INT(fv_exec_status(&cx, a1, 0, 10, &r), 0);
+	CHECK_INT(r.status, 15);
+	CHECK_CONTAINS(r.output, "already there");
+	CHECK_STR(cx.message, "");
+	CHECK_STR(cx.detail, "");
+	fv_run_done(&r);
+
+	reset();
+	CHECK_INT(fv_exec_status(&cx, a2, 0, 1, &r), -FV_ERR_TIMEOUT);
+	CHECK(r.timed_out);
+	CHECK_STR(cx.message, "");
+	fv_run_done(&r);
+
+	reset();
+	CHECK_INT(fv_exec_status(&cx, a3, 0, 10, &r), -ENOENT);
+	CHECK_STR(cx.message, "");
+	fv_run_done(&r);
+}
+
 TEST(helper_not_found)
 {
 	const char *a1[] = { "flexvol-no-such-helper", NULL };
