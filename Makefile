@@ -53,7 +53,15 @@ $(O)/obj/%.o: %.c
 	$(Q)$(CC) $(FV_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
 $(O)/obj/drivers/registry.o: FV_CFLAGS += -DFV_DRIVERS='$(FV_DRIVER_LIST)'
-$(O)/obj/drivers/registry.o: Makefile
+$(O)/obj/drivers/registry.o: Makefile $(O)/drivers.list
+
+# the registry is rebuilt when a driver file comes or goes (the list is rewritten only on change)
+$(O)/drivers.list: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(FV_DRIVER_LIST)' | cmp -s - $@ || echo '$(FV_DRIVER_LIST)' >$@
+
+.PHONY: FORCE
+FORCE:
 
 $(O)/flexvol: $(OBJS)
 	@[ -n "$(Q)" ] && echo "  LD      $@" || true
