@@ -1,0 +1,512 @@
+#!/usr/bin/env python3
+"""Host-lane tests of the iscsi driver: option validation, the credentials file,
+and the mapping of iscsiadm errors that a real target cannot produce on demand.
+
+This host's kernel has no iSCSI initiator (test-lanes.md), so the real login,
+device, mount, logout and resize paths are tested in the VM lane
+(tests/vm/iscsi_driver.py).  Here a fake `iscsiadm` (first in
+FLEXVOL_HELPER_PATH) answers from a scenario file and records its argv; the
+real iscsiadm is never run on the host.
+
+  tests/sim/iscsi.py [--build DIR] [-k SUBSTRING] [-v]
+"""
+import argparse
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flexsim import ContractError, Driver, Kubelet  # noqa: E402
+
+CASES = []
+IQN = "iqn.2024-01.io.flexvol.test:target1"
+PORTAL = "127.0.0.1:3260"
+
+
+def case(fn):
+    CASES.append(fn)
+    return fn
+
+
+class Fail(AssertionError):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Fail(what)
+
+
+FAKE = r'''#!/usr/bin/python3
+# fake iscsiadm for the host lane: record argv, answer from scenario.json
+import json, os, sys, time
+d = os.path.dirname(os.path.abspath(sys.argv[0]))
+a = sys.argv[1:]
+with open(os.path.join(d, "calls"), "a") as f:
+    f.write(json.dumps(a) + "\n")
+try:
+    sc = json.load(open(os.path.join(d, "scenario.json")))
+except OSError:
+    sc = {}
+if "--discover" in a or ("-m" in a and a[a.index("-m") + 1] == "discovery"):
+    kind = "discover"
+elif "--login" in a:
+    kind = "login"
+elif "--logout" in a:
+    kind = "logout"
+elif "update" in a:
+    kind = "update"
+else:
+    kind = "other"
+portal = a[a.index("-p") + 1] if "-p" in a else ""
+for rule in sc.get("rules", []):
+    if rule.get("kind") == kind and rule.get("arg", "") in a + [""]:
+        if rule.get("sleep"):
+            time.sleep(rule["sleep"])
+        sys.stdout.write(rule.get("out", ""))
+        sys.exit(rule.get("rc", 0))
+if kind == "discover":
+    for t in sc.get("targets", []):
+        print("%s,1 %s" % (portal, t))
+sys.exit(0)
+'''
+
+
+class Env:
+    def __init__(self, build, name):
+        self.dir = tempfile.mkdtemp(prefix="flexsim-iscsi-%s." % name, dir="/tmp")
+        self.fake = os.path.join(self.dir, "fakebin")
+        os.makedirs(self.fake)
+        with open(os.path.join(self.fake, "iscsiadm"), "w") as f:
+            f.write(FAKE)
+        os.chmod(os.path.join(self.fake, "iscsiadm"), 0o755)
+        self.scenario(targets=[IQN])
+        self.log = os.path.join(self.dir, "iscsi.log")
+        self.node = os.uname().nodename
+        self.env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "FLEXVOL_CONFIG": "/dev/null",
+                    "FLEXVOL_STATE_DIR": os.path.join(self.dir, "state"),
+                    "FLEXVOL_RUN_DIR": os.path.join(self.dir, "run"), "FLEXVOL_LOG_FILE": self.log,
+                    "FLEXVOL_HELPER_PATH": self.fake + ":/usr/sbin:/usr/bin:/sbin:/bin",
+                    "FLEXVOL_HELPER_TIMEOUT": "20", "FLEXVOL_DEVICE_TIMEOUT": "1"}
+        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+            if k in os.environ:
+                self.env[k] = os.environ[k]
+        self.drv = Driver(os.path.join(build, "iscsi"), self.env, timeout=60)
+        self.k = Kubelet(self.drv, os.path.join(self.dir, "kubelet"), self.node)
+
+    def scenario(self, targets=None, rules=None):
+        with open(os.path.join(self.fake, "scenario.json"), "w") as f:
+            json.dump({"targets": targets if targets is not None else [IQN], "rules": rules or []}, f)
+
+    def calls(self):
+        try:
+            with open(os.path.join(self.fake, "calls")) as f:
+                return [json.loads(l) for l in f]
+        except OSError:
+            return []
+
+    def opts(self, vol="pv1", **user):
+        u = {"targetPortal": PORTAL, "iqn": IQN, "lun": "1"}
+        u.update(user)
+        u = {k: v for k, v in u.items() if v is not None}
+        return self.k.options(vol, u, fstype="ext4")
+
+    def creds(self, text, mode=0o600, name="chap.conf"):
+        p = os.path.join(self.dir, name)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, text.encode())
+        os.close(fd)
+        os.chmod(p, mode)
+        return p
+
+    def logtext(self):
+        try:
+            with open(self.log) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def close(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def failure(r, *words):
+    check(r.status == "Failure", "expected Failure, got %r" % r)
+    for w in words:
+        check(w in r["message"], "message %r lacks %r" % (r["message"], w))
+
+
+# --- contract basics ----------------------------------------------------------------
+
+@case
+def init_capabilities(e):
+    r = e.k.init(expect="Success")
+    check(r["capabilities"] == {"attach": True, "selinuxRelabel": True, "supportsMetrics": True,
+                                "fsGroup": True, "requiresFSResize": True}, "%r" % r)
+
+
+@case
+def unsupported_ops(e):
+    e.drv.call("getvolumename", e.opts(), expect="Not supported")
+    e.drv.call("expandvolume", e.opts(), "/x", "2", "1", expect="Not supported")
+
+
+@case
+def attach_by_path_handles(e):
+    """attach answers udev's by-path name and touches nothing (no iscsiadm)."""
+    for portal, lun, want in (
+            ("127.0.0.1", "1", "ip-127.0.0.1:3260-iscsi-%s-lun-1" % IQN),
+            ("10.0.0.7:3261", "0", "ip-10.0.0.7:3261-iscsi-%s-lun-0" % IQN),
+            ("san-1.example.com", "17", "ip-san-1.example.com:3260-iscsi-%s-lun-17" % IQN),
+            ("[fd00::7]:3260", "2", "ip-[fd00::7]:3260-iscsi-%s-lun-2" % IQN),
+            ("127.0.0.1", "300", "ip-127.0.0.1:3260-iscsi-%s-lun-0x012c000000000000" % IQN)):
+        r = e.k.attach(e.opts(targetPortal=portal, lun=lun), expect="Success")
+        check(r["device"] == "/dev/disk/by-path/" + want, "%s: %r" % (portal, r))
+    for iqn in ("eui.02004567A425678D", "naa.52004567BA64678D", "iqn.2001-04.com.example:storage.disk2.sys1.xyz"):
+        e.k.attach(e.opts(iqn=iqn), expect="Success")
+    check(e.calls() == [], "attach ran iscsiadm: %r" % e.calls())
+
+
+BAD = [
+    ({"targetPortal": None}, "'targetPortal' is required"),
+    ({"targetPortal": "127.0.0.1:0"}, "targetPortal"),
+    ({"targetPortal": "127.0.0.1:65536"}, "targetPortal"),
+    ({"targetPortal": "127.0.0.1:32a"}, "targetPortal"),
+    ({"targetPortal": "fd00::7"}, "targetPortal"),
+    ({"targetPortal": "[fd00::zz]:3260"}, "targetPortal"),
+    ({"targetPortal": "300.1.1.1"}, "targetPortal"),
+    ({"targetPortal": "host name"}, "targetPortal"),
+    ({"targetPortal": "-oops.example"}, "targetPortal"),
+    ({"targetPortal": "127.0.0.1;reboot"}, "targetPortal"),
+    ({"targetPortal": "$(reboot)"}, "targetPortal"),
+    ({"portals": "127.0.0.1,,127.0.0.2"}, "'portals'"),
+    ({"portals": "127.0.0.1,"}, "'portals'"),
+    ({"portals": "127.0.0.1 -o delete"}, "'portals'"),
+    ({"portals": ",".join("10.0.0.%d" % i for i in range(1, 10))}, "more than 7"),
+    ({"iqn": None}, "'iqn' is required"),
+    ({"iqn": "iqn.2024-1.io.x:y"}, "'iqn'"),
+    ({"iqn": "iqn.2024-01.IO.x:y"}, "'iqn'"),
+    ({"iqn": "iqn.2024-01.io.x:y z"}, "'iqn'"),
+    ({"iqn": "iqn.2024-01.io.x:$(reboot)"}, "'iqn'"),
+    ({"iqn": "iqn.2024-01.io.x:" + "a" * 220}, "'iqn'"),
+    ({"iqn": "eui.0200"}, "'iqn'"),
+    ({"iqn": "naa.52004567BA64678G"}, "'iqn'"),
+    ({"iqn": "-T"}, "'iqn'"),
+    ({"lun": None}, "'lun' is required"),
+    ({"lun": "-1"}, "'lun'"),
+    ({"lun": "16384"}, "'lun'"),
+    ({"lun": "01"}, "'lun'"),
+    ({"lun": "1 "}, "'lun'"),
+    ({"lun": "0x1"}, "'lun'"),
+    ({"iface": "-I"}, "'iface'"),
+    ({"iface": "eth0;x"}, "'iface'"),
+    ({"iface": "a" * 65}, "'iface'"),
+    ({"chapCredentialsFile": "relative/chap"}, "chapCredentialsFile"),
+    ({"chapCredentialsFile": "/etc/../etc/shadow"}, "chapCredentialsFile"),
+]
+
+
+def bad_case(i, user, word):
+    def fn(e):
+        for op in ("attach", "waitforattach", "isattached", "mountdevice", "mount"):
+            o = e.opts(**user)
+            if op == "attach":
+                r = e.k.attach(o)
+            elif op == "isattached":
+                r = e.k.isattached(o)
+            elif op == "waitforattach":
+                r = e.k.waitforattach("", o)
+            elif op == "mountdevice":
+                r = e.k.mountdevice("pv1", "/dev/sdz", o)
+            else:
+                r = e.k.mount("pod-a", "pv1", o)
+            failure(r, word)
+        check(e.calls() == [], "iscsiadm ran for invalid options: %r" % e.calls())
+    fn.__name__ = "invalid_option_%02d_%s" % (i, list(user)[0])
+    return fn
+
+
+for _i, (_u, _w) in enumerate(BAD):
+    case(bad_case(_i, _u, _w))
+
+
+@case
+def bad_fstype_and_readwrite(e):
+    o = e.k.options("pv1", {"targetPortal": PORTAL, "iqn": IQN, "lun": "1"}, fstype="ntfs")
+    failure(e.k.attach(o), "fsType 'ntfs' is not supported")
+    o = json.loads(e.opts())
+    o["kubernetes.io/readwrite"] = "maybe"
+    failure(e.k.attach(json.dumps(o)), "readwrite")
+
+
+@case
+def ops_without_volume_name(e):
+    o = json.loads(e.opts())
+    del o["kubernetes.io/pvOrVolumeName"]
+    failure(e.k.waitforattach("", json.dumps(o)), "pvOrVolumeName")
+    check(e.calls() == [], "iscsiadm ran")
+
+
+# --- the credentials file -------------------------------------------------------------
+
+def creds_refused(e, path, *words):
+    r = e.k.waitforattach("", e.opts(chapCredentialsFile=path))
+    failure(r, *words)
+    check(e.calls() == [], "iscsiadm ran with refused credentials: %r" % e.calls())
+    return r
+
+
+@case
+def creds_group_or_world_readable(e):
+    for mode in (0o640, 0o604, 0o660, 0o601):
+        p = e.creds("session.username = u\nsession.password = topsecret-1234\n", mode=mode)
+        r = creds_refused(e, p, "group/world", "mode %04o" % mode)
+        check("topsecret" not in r["message"], "secret in message")
+
+
+@case
+def creds_not_root_owned(e):
+    p = e.creds("session.username = u\nsession.password = topsecret-1234\n")
+    os.chown(p, 65534, 65534)
+    creds_refused(e, p, "owned by uid 65534", "not root")
+
+
+@case
+def creds_symlink_refused(e):
+    p = e.creds("session.username = u\nsession.password = topsecret-1234\n")
+    link = os.path.join(e.dir, "link.conf")
+    os.symlink(p, link)
+    creds_refused(e, link, "symlink")
+
+
+@case
+def creds_missing_or_not_a_file(e):
+    creds_refused(e, os.path.join(e.dir, "nope.conf"), "cannot open credentials file", "No such file")
+    os.mkdir(os.path.join(e.dir, "adir"), 0o700)
+    creds_refused(e, os.path.join(e.dir, "adir"), "not a regular file")
+
+
+@case
+def creds_syntax_errors(e):
+    for text, words in (
+            ("session.user = u\nsession.password = topsecret-1234\n", ("line 1", "unknown key 'session.user'")),
+            ("session.username = u\n", ("session.username and session.password go together",)),
+            ("session.password = topsecret-1234\n", ("go together",)),
+            ("session.username = u\nsession.password = topsecret-1234\nsession.username_in = t\n",
+             ("username_in and session.password_in go together",)),
+            ("discovery.username_in = t\ndiscovery.password_in = topsecret-1234\n", ("mutual CHAP",)),
+            ("# c\n\nsession.username u\n", ("line 3", "not 'key = value'")),
+            ("session.username = u\nsession.username = v\n", ("line 2", "set twice")),
+            ("session.username = \nsession.password = x\n", ("line 1", "1 to 255")),
+            ("session.username = u\nsession.password = %s\n" % ("x" * 256), ("line 2", "1 to 255")),
+            ("session.username = u\nsession.password = top\x01secret\n", ("control character",))):
+        p = e.creds(text)
+        r = creds_refused(e, p, *words)
+        check("topsecret" not in r["message"] and "top\x01" not in r["message"], "secret in %r" % r)
+
+
+@case
+def creds_passed_to_iscsiadm_never_logged(e):
+    """Discovery and session CHAP reach iscsiadm on argv; the log shows *** instead."""
+    p = e.creds("# node-local CHAP\n  discovery.username = disc-user\ndiscovery.password = disc-secret-4321\n"
+                "session.username = sess-user\t\nsession.password = sess-secret-8765\n"
+                "session.username_in = tgt-user\nsession.password_in = mutual-secret-999\n")
+    r = e.k.waitforattach("", e.opts(chapCredentialsFile=p))
+    failure(r, "did not appear")  # no kernel initiator on the host: no device
+    calls = e.calls()
+    flat = [x for c in calls for x in c]
+    for s in ("disc-secret-4321", "sess-secret-8765", "mutual-secret-999"):
+        check(s in flat, "%s not passed to iscsiadm: %r" % (s, calls))
+        check(s not in e.logtext(), "%s is in the driver log" % s)
+        check(s not in r["message"], "%s is in the reply" % s)
+    check("sess-user" in flat and "tgt-user" in flat, "user names not passed")
+    check("***" in e.logtext(), "redacted argv not logged")
+    # the order: discovery record with CHAP, discover, node update with CHAP, login
+    kinds = [("discoverydb" in c and "new" in c, "--discover" in c,
+              "node.session.auth.authmethod" in c and "CHAP" in c, "--login" in c) for c in calls]
+    check(kinds[0][0] and kinds[2][1] and kinds[3][2] and kinds[4][3], "call order %r" % calls)
+    upd = calls[1]
+    check(upd[upd.index("discovery.sendtargets.auth.password") + 2] == "disc-secret-4321", "discovery pw")
+
+
+# --- iscsiadm error mapping (fake iscsiadm) ---------------------------------------------
+
+def login_fails(e, rules, *words, opts=None):
+    e.scenario(rules=rules)
+    r = e.k.waitforattach("", opts or e.opts())
+    failure(r, "login to '%s' failed" % IQN, *words)
+    return r
+
+
+@case
+def map_connection_refused(e):
+    login_fails(e, [{"kind": "discover", "rc": 4,
+                     "out": "iscsiadm: cannot make connection to 127.0.0.1: Connection refused\n"}],
+                PORTAL, "cannot connect to the portal", "iscsiadm status 4", "Connection refused")
+
+
+@case
+def map_pdu_timeout(e):
+    login_fails(e, [{"kind": "discover", "rc": 11,
+                     "out": "iscsiadm: cannot make connection to 127.0.0.1: Connection refused\n"
+                            "iscsiadm: connection login retries (reopen_max) 5 exceeded\n"}],
+                "did not answer", "status 11")
+
+
+@case
+def map_chap_failure(e):
+    login_fails(e, [{"kind": "login", "rc": 24,
+                     "out": "Logging in to [iface: default, target: x, portal: 127.0.0.1,3260]\n"
+                            "iscsiadm: Could not login to [iface: default].\n"
+                            "iscsiadm: initiator reported error (24 - iSCSI login failed due to "
+                            "authorization failure)\niscsiadm: Could not log into all portals\n"}],
+                "CHAP authentication failed", "initiator reported error (24")
+
+
+@case
+def map_discovery_chap_failure(e):
+    login_fails(e, [{"kind": "discover", "rc": 24}], "discovery CHAP authentication failed")
+
+
+@case
+def map_fatal_login(e):
+    login_fails(e, [{"kind": "login", "rc": 19}], "refused the login")
+
+
+@case
+def map_no_transport_and_no_iscsid(e):
+    login_fails(e, [{"kind": "discover", "rc": 12}], "iscsi_tcp")
+    login_fails(e, [{"kind": "discover", "rc": 20, "out": "iscsiadm: can not connect to iSCSI daemon (111)!\n"}],
+                "iscsid is not running", "can not connect to iSCSI daemon")
+
+
+@case
+def map_target_not_offered(e):
+    e.scenario(targets=["iqn.2024-01.io.other:t"])
+    r = e.k.waitforattach("", e.opts())
+    failure(r, "does not offer target '%s'" % IQN)
+    check(not any("--login" in c for c in e.calls()), "logged in to a target not offered")
+
+
+@case
+def already_logged_in_is_success(e):
+    """login exit 15 (session exists) is success: what fails next is the device wait."""
+    e.scenario(rules=[{"kind": "login", "rc": 15,
+                       "out": "iscsiadm: default: 1 session requested, but 1 already present.\n"}])
+    r = e.k.waitforattach("", e.opts())
+    failure(r, "did not appear", "LUN 1 of '%s' has no disk" % IQN)
+    check("login" not in r["message"], "15 treated as a login failure: %r" % r)
+
+
+@case
+def helper_deadline(e):
+    """A hung iscsiadm is killed at the helper deadline; the call fails in time."""
+    e.env["FLEXVOL_HELPER_TIMEOUT"] = "2"
+    e.scenario(rules=[{"kind": "login", "sleep": 60}])
+    t = time.monotonic()
+    r = e.k.waitforattach("", e.opts())
+    dt = time.monotonic() - t
+    failure(r, "iscsiadm did not finish within 2 s")
+    check(dt < 10, "took %.1f s" % dt)
+    time.sleep(0.2)
+    left = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % p, "rb") as f:
+                    if e.fake.encode() in f.read():
+                        left.append(p)
+            except OSError:
+                pass
+    check(not left, "fake iscsiadm still running: %r" % left)
+
+
+@case
+def portal_failover_order(e):
+    """targetPortal first, then each of 'portals' in order, until one logs in."""
+    e.scenario(rules=[{"kind": "discover", "arg": "127.0.0.1:3260", "rc": 4},
+                      {"kind": "discover", "arg": "127.0.0.2:3260", "rc": 8}])
+    r = e.k.waitforattach("", e.opts(portals="127.0.0.2,127.0.0.3:3261"))
+    failure(r, "did not appear")  # logged in via the third portal; no device on the host
+    disc = [c[c.index("-p") + 1] for c in e.calls() if "discovery" in c]
+    check(disc == ["127.0.0.1:3260", "127.0.0.2:3260", "127.0.0.3:3261"], "discovery order %r" % disc)
+    logins = [c for c in e.calls() if "--login" in c]
+    check(len(logins) == 1 and "127.0.0.3:3261" in logins[0], "login %r" % logins)
+    # all portals failing: every reason in the message
+    e.scenario(rules=[{"kind": "discover", "rc": 4}])
+    r = e.k.waitforattach("", e.opts(portals="127.0.0.2"))
+    failure(r, "127.0.0.1:3260: cannot connect", "127.0.0.2:3260: cannot connect")
+
+
+@case
+def node_record_settings(e):
+    """Node records get manual startup and authmethod None without credentials; the
+    portal used is the one the target advertises."""
+    e.scenario(targets=[IQN])
+    e.k.waitforattach("", e.opts(iface="iface0"))
+    upd = [c for c in e.calls() if "update" in c][0]
+    check(upd[upd.index("node.startup") + 2] == "manual", "%r" % upd)
+    check(upd[upd.index("node.session.auth.authmethod") + 2] == "None", "%r" % upd)
+    check(upd[upd.index("-I") + 1] == "iface0", "%r" % upd)
+    check(all(c[c.index("-I") + 1] == "iface0" for c in e.calls() if "-I" in c), "iface not passed")
+
+
+# --- node-side ops without a session -------------------------------------------------
+
+@case
+def no_session_answers(e):
+    k = e.k
+    check(k.isattached(e.opts(), expect="Success")["attached"] is False, "attached on the host?")
+    check(k.isattached(e.opts(), node="other-node", expect="Success")["attached"] is True, "other node")
+    failure(k.mount("pod-a", "pv1", e.opts()), "not attached on this node")
+    failure(k.expandfs(e.opts(), "/dev/sdz", "pod-a", "pv1", 2 << 20, 1 << 20), "not attached")
+    k.unmount("pod-a", "pv1", expect="Success")
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    k.detach("pv1", node="other-node", expect="Success")
+    check(e.calls() == [], "iscsiadm ran: %r" % e.calls())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("-k", dest="pattern", default="")
+    ap.add_argument("-v", action="store_true")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        print("tests/sim/iscsi.py: needs root (credential files owned by root)")
+        return 77 if os.environ.get("CI") != "true" else 1
+    build = os.path.abspath(a.build)
+    passed = failed = 0
+    t_all = time.monotonic()
+    for fn in CASES:
+        if a.pattern and a.pattern not in fn.__name__:
+            continue
+        e = Env(build, fn.__name__)
+        t0 = time.monotonic()
+        try:
+            fn(e)
+            ok, why = True, ""
+        except (Fail, ContractError, subprocess.TimeoutExpired, OSError, KeyError, IndexError) as err:
+            ok, why = False, "%s: %s" % (type(err).__name__, err)
+            if a.v:
+                traceback.print_exc()
+        finally:
+            e.close()
+        print("%-4s %-44s %6.2f s%s" % ("ok" if ok else "FAIL", fn.__name__, time.monotonic() - t0,
+                                        "" if ok else "\n     " + why), flush=True)
+        passed += ok
+        failed += not ok
+    print("sim-iscsi: %.1f s" % (time.monotonic() - t_all))
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed or not passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
