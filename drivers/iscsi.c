@@ -762,21 +762,37 @@ static int disk_in_use(const struct lundisk *dk, char *why, size_t len)
 	return 0;
 }
 
+/* Remove the SCSI device of an unused LUN disk (the session stays for its siblings). */
+static void delete_disk(const struct lundisk *dk)
+{
+	char path[128];
+	int fd;
+
+	snprintf(path, sizeof(path), "/sys/block/%s/device/delete", dk->name);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, "1", 1) != 1)
+		fv_log("could not remove /dev/%s (LUN %u): %m", dk->name, dk->lun);
+	else
+		fv_log("removed /dev/%s (LUN %u); the session stays for other LUNs", dk->name,
+		       dk->lun);
+	if (fd >= 0)
+		close(fd);
+}
+
 /*
  * Log every session to @iqn out - unless a disk of any of them is still in
- * use on this node (mounted, held).  Call with the target lock held.
- * @released: set when a logout happened.
+ * use on this node (mounted, held).  Then, when @lun >= 0, only that LUN's
+ * disks go, if unused (the in-tree plugin's deleteDevice).  Call with the
+ * target lock held.
  */
-static int release_target(struct fv_ctx *cx, const char *iqn, bool *released)
+static int release_target(struct fv_ctx *cx, const char *iqn, int lun)
 {
 	struct session s[16];
 	struct lundisk disks[64];
-	char why[512];
+	char why[512], busy[512] = "";
 	int ns = target_sessions(iqn, s, ARRAY_SIZE(s));
 	uint64_t t0 = fv_now_ms();
 
-	if (released)
-		*released = false;
 	for (int i = 0; i < ns; i++) {
 		int nd = session_disks(s[i].sid, disks, ARRAY_SIZE(disks));
 
@@ -785,11 +801,22 @@ static int release_target(struct fv_ctx *cx, const char *iqn, bool *released)
 
 			if (r < 0)
 				return fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
-			if (r > 0) {
-				fv_log("keeping the session to %s: %s", iqn, why);
-				return 0;
-			}
+			if (r > 0 && (int)disks[j].lun == lun)
+				return 0; /* this very LUN is in use: nothing to release */
+			if (r > 0 && !busy[0])
+				snprintf(busy, sizeof(busy), "%s", why);
 		}
+	}
+	if (busy[0]) {
+		fv_log("keeping the session to %s: %s", iqn, busy);
+		for (int i = 0; i < ns && lun >= 0; i++) {
+			int nd = session_disks(s[i].sid, disks, ARRAY_SIZE(disks));
+
+			for (int j = 0; j < nd; j++)
+				if ((int)disks[j].lun == lun)
+					delete_disk(&disks[j]);
+		}
+		return 0;
 	}
 	for (int i = 0; i < ns; i++) {
 		char sid[16];
@@ -805,8 +832,6 @@ static int release_target(struct fv_ctx *cx, const char *iqn, bool *released)
 		if (r != 0)
 			return fv_fail(cx, r < 0 ? r : -FV_ERR_HELPER,
 				       "logout of session %d to '%s' failed: %s", s[i].sid, iqn, why);
-		if (released)
-			*released = true;
 	}
 	if (ns > 0) {
 		/* forget the node records: no stale CHAP secrets, no login at iscsid start */
@@ -1112,7 +1137,7 @@ static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *de
 		if (!logged_in) {
 			r = fv_fail(cx, r, "login to '%s' failed: %s", v->iqn, errs);
 			/* leave nothing behind: a half-made session of ours goes */
-			release_target(cx, v->iqn, NULL);
+			release_target(cx, v->iqn, -1);
 			goto out;
 		}
 		t_login = fv_now_ms();
@@ -1121,7 +1146,7 @@ static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *de
 	if (r < 0) {
 		explain_missing_lun(cx, v);
 		if (!had_session)
-			release_target(cx, v->iqn, NULL);
+			release_target(cx, v->iqn, -1);
 		goto out;
 	}
 	if (t_login)
@@ -1349,14 +1374,14 @@ static const char *base_name(const char *path)
 	return b && b[1] ? b + 1 : path;
 }
 
-/* Log @iqn out if nothing of it is in use, under its lock. */
-static int release_locked(struct fv_ctx *cx, const char *iqn)
+/* Release LUN @lun of @iqn - the whole target when nothing else of it is in use - under its lock. */
+static int release_locked(struct fv_ctx *cx, const char *iqn, unsigned int lun)
 {
 	int lock = lock_target(cx, iqn), r;
 
 	if (lock < 0)
 		return lock;
-	r = release_target(cx, iqn, NULL);
+	r = release_target(cx, iqn, (int)lun);
 	fv_unlock(lock);
 	return r;
 }
@@ -1375,7 +1400,7 @@ static int iscsi_unmountdevice(struct fv_ctx *cx, const char *dir)
 	/* the kernel knows which target the mount was on; the state is the fallback */
 	if ((was.devno && devt_target(was.devno, iqn, sizeof(iqn), &lun) == 0) ||
 	    state_target(cx, volume, iqn, sizeof(iqn), &lun) == 0) {
-		r = release_locked(cx, iqn);
+		r = release_locked(cx, iqn, lun);
 		if (r < 0)
 			return r;
 	}
@@ -1398,7 +1423,7 @@ static int iscsi_detach(struct fv_ctx *cx, const char *volume, const char *node)
 	if (find_lun_disk(iqn, lun, &dk, dev, sizeof(dev)) == 0 && fv_mnt_count_devno(dk.devt) > 0)
 		return fv_fail(cx, -EBUSY, "LUN %u of '%s' (%s) is still mounted; not detaching",
 			       lun, iqn, dev);
-	r = release_locked(cx, iqn);
+	r = release_locked(cx, iqn, lun);
 	if (r < 0)
 		return r;
 	(void)fv_state_remove(cx, volume);
