@@ -1,0 +1,518 @@
+#!/usr/bin/env python3
+"""The iscsi driver against the real target of the VM lane (tgt + open-iscsi + udev).
+
+Run inside the guest by the tests/vm/t-iscsi-* wrappers, one case each:
+
+  tests/vm/iscsi_driver.py CASE      (lifecycle, two_luns, chap, chap_failure,
+                                      wrong_portal, expand, sigkill_login, state_wiped)
+
+Every driver call goes through tests/sim/flexsim.py, so each one is also checked
+against the kubelet contract (one JSON object on combined output, nothing on
+stderr, exit code matching the status).  Latencies (waitforattach: login to
+device node, as the driver logs it, and the whole call; unmountdevice) are
+appended to $FV_BUILD/vm-iscsi-latency.txt.
+"""
+import glob
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WS = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(WS, "tests", "sim"))
+from flexsim import Driver, Kubelet, mounted_at, mounts_under  # noqa: E402
+
+FACTS = "/run/flexvol-vm/fixtures.env"
+
+
+class Fail(AssertionError):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Fail(what)
+
+
+def log(msg):
+    print("[%6.2f] %s" % (time.monotonic() - T0, msg), flush=True)
+
+
+T0 = time.monotonic()
+
+
+def facts():
+    out = {}
+    with open(FACTS) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#") or "=" not in line:
+                continue
+            k, v = line.split("=", 1)
+            out[k] = shlex.split(v)[0] if v else ""
+    return out
+
+
+def run(*argv, check_rc=True):
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if check_rc and p.returncode != 0:
+        raise Fail("%s: exit %d: %s" % (" ".join(argv), p.returncode, p.stdout.strip()))
+    return p
+
+
+# --- the kernel's view -----------------------------------------------------------
+
+def sessions(iqn):
+    """sids of the sessions to @iqn (sysfs)."""
+    out = []
+    for d in glob.glob("/sys/class/iscsi_session/session*"):
+        try:
+            with open(d + "/targetname") as f:
+                if f.read().strip() == iqn:
+                    out.append(int(d.rsplit("session", 1)[1]))
+        except OSError:
+            pass
+    return sorted(out)
+
+
+def lun_disks(iqn, lun):
+    """/dev/sdX of LUN @lun on every session to @iqn."""
+    out = []
+    for sid in sessions(iqn):
+        for b in glob.glob("/sys/class/iscsi_session/session%d/device/target*/*:*:*:%d/block/*" % (sid, lun)):
+            out.append("/dev/" + os.path.basename(b))
+    return out
+
+
+def size_of(dev):
+    with open("/sys/block/%s/size" % os.path.basename(dev)) as f:
+        return int(f.read()) * 512
+
+
+def fs_size(path):
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize
+
+
+def settle():
+    run("udevadm", "settle", "--timeout=30", check_rc=False)
+
+
+class Case:
+    def __init__(self, name):
+        self.name = name
+        self.f = facts()
+        self.build = os.environ.get("FV_BUILD", os.path.join(WS, "build"))
+        if not os.path.isabs(self.build):
+            self.build = os.path.join(WS, self.build)
+        self.dir = tempfile.mkdtemp(prefix="iscsi-%s." % name, dir="/tmp")
+        self.state = os.path.join(self.dir, "state")
+        self.logfile = os.path.join(self.dir, "iscsi.log")
+        self.env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "FLEXVOL_CONFIG": "/dev/null",
+                    "FLEXVOL_STATE_DIR": self.state, "FLEXVOL_RUN_DIR": os.path.join(self.dir, "run"),
+                    "FLEXVOL_LOG_FILE": self.logfile, "FLEXVOL_HELPER_TIMEOUT": "30",
+                    "FLEXVOL_DEVICE_TIMEOUT": "30"}
+        self.drv = Driver(os.path.join(self.build, "iscsi"), self.env, timeout=200)
+        self.node = os.uname().nodename
+        self.k = Kubelet(self.drv, os.path.join(self.dir, "kubelet"), self.node)
+        self.portal = self.f["FV_ISCSI_PORTAL"]
+        self.iqn1 = self.f["FV_ISCSI_IQN1"]
+        self.iqn2 = self.f["FV_ISCSI_IQN2"]
+        self.targets = {self.iqn1, self.iqn2}
+
+    def opts(self, vol, iqn=None, lun=1, ro=False, fstype="ext4", **user):
+        u = {"targetPortal": self.portal, "iqn": iqn or self.iqn1, "lun": str(lun)}
+        u.update(user)
+        return self.k.options(vol, u, fstype=fstype, ro=ro)
+
+    def ok(self, r):
+        check(r.status == "Success", "%r" % r)
+        return r
+
+    def bring_up(self, vol, opts, uids=("pod-a",)):
+        k = self.k
+        a = self.ok(k.attach(opts))
+        t = time.monotonic()
+        w = self.ok(k.waitforattach(a["device"], opts))
+        wfa = time.monotonic() - t
+        dev = w.get("device", "")
+        check(dev.startswith("/dev/sd") and os.path.exists(dev), "waitforattach device %r" % dev)
+        self.ok(k.mountdevice(vol, dev, opts))
+        for uid in uids:
+            self.ok(k.mount(uid, vol, opts))
+        return dev, wfa
+
+    def tear_down(self, vol, uids=("pod-a",), detach=True):
+        k = self.k
+        for uid in uids:
+            self.ok(k.unmount(uid, vol))
+        t = time.monotonic()
+        self.ok(k.unmountdevice(vol))
+        umd = time.monotonic() - t
+        if detach:
+            self.ok(k.detach(vol))
+        return umd
+
+    def driver_latency(self):
+        """The driver's own 'login to device node' numbers from its log (ms)."""
+        out = []
+        try:
+            with open(self.logfile) as f:
+                for line in f:
+                    m = re.search(r"latency: login (\d+) ms, login to device node (\d+) ms", line)
+                    if m:
+                        out.append((int(m.group(1)), int(m.group(2))))
+        except OSError:
+            pass
+        return out
+
+    def record(self, what, seconds):
+        line = "%s %s %.3f s\n" % (self.name, what, seconds)
+        log("latency: " + line.strip())
+        try:
+            with open(os.path.join(self.build, "vm-iscsi-latency.txt"), "a") as f:
+                f.write(line)
+        except OSError:
+            pass
+
+    def no_secret_logged(self, secret):
+        with open(self.logfile) as f:
+            text = f.read()
+        check(secret not in text, "the CHAP secret appears in the driver log")
+
+    def cleanup(self):
+        for m in sorted({m[0] for m in mounts_under(self.dir)}, key=len, reverse=True):
+            run("umount", "-l", m, check_rc=False)
+        for iqn in self.targets:
+            for sid in sessions(iqn):
+                run("iscsiadm", "-m", "session", "-r", str(sid), "--logout", check_rc=False)
+            run("iscsiadm", "-m", "node", "-T", iqn, "-o", "delete", check_rc=False)
+        settle()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def dump_log(self):
+        try:
+            with open(self.logfile) as f:
+                lines = f.readlines()
+            print("--- last lines of the driver log")
+            sys.stdout.writelines(lines[-40:])
+        except OSError:
+            pass
+
+
+# --- cases -----------------------------------------------------------------------
+
+def lifecycle(c):
+    """The whole kubelet flow twice, every call twice; data survives; nothing left."""
+    k, vol = c.k, "pv-life"
+    opts = c.opts(vol)
+    r = c.ok(k.init())
+    check(r["capabilities"]["attach"] is True, "init: attach capability")
+    check(not c.ok(k.isattached(opts))["attached"], "isattached before waitforattach")
+    uuid = None
+    for rnd in (1, 2):
+        a1, a2 = c.ok(k.attach(opts)), c.ok(k.attach(opts))
+        check(a1["device"] == a2["device"] ==
+              "/dev/disk/by-path/ip-%s-iscsi-%s-lun-1" % (c.portal, c.iqn1), "attach handle %r" % a1)
+        t = time.monotonic()
+        w = c.ok(k.waitforattach(a1["device"], opts))
+        c.record("waitforattach-call", time.monotonic() - t)
+        dev = w["device"]
+        check(lun_disks(c.iqn1, 1) == [dev], "LUN 1 disk %r vs %r" % (lun_disks(c.iqn1, 1), dev))
+        settle()
+        check(os.path.realpath(a1["device"]) == dev, "by-path link resolves to %s" % dev)
+        t = time.monotonic()
+        check(c.ok(k.waitforattach(a1["device"], opts))["device"] == dev, "waitforattach again")
+        c.record("waitforattach-again-call", time.monotonic() - t)
+        check(c.ok(k.isattached(opts))["attached"], "isattached after waitforattach")
+        check(c.ok(k.isattached(opts, node="other-node"))["attached"], "isattached, other node")
+        check(len(sessions(c.iqn1)) == 1, "one session: %r" % sessions(c.iqn1))
+        c.ok(k.mountdevice(vol, dev, opts))
+        c.ok(k.mountdevice(vol, dev, opts))
+        gm = mounted_at(k.gmp(vol))
+        check(len(gm) == 1 and gm[0][2] == "ext4", "global mount %r" % gm)
+        for uid in ("pod-a", "pod-b"):
+            c.ok(k.mount(uid, vol, opts))
+            c.ok(k.mount(uid, vol, opts))
+        pa = os.path.join(k.poddir("pod-a", vol), "data.txt")
+        if rnd == 1:
+            with open(pa, "w") as f:
+                f.write("round 1\n")
+                f.flush()
+                os.fsync(f.fileno())
+            uuid = run("blkid", "-s", "UUID", "-o", "value", dev).stdout.strip()
+        else:
+            with open(pa) as f:
+                check(f.read() == "round 1\n", "data of round 1")
+            check(run("blkid", "-s", "UUID", "-o", "value", dev).stdout.strip() == uuid, "reformatted?")
+        for uid in ("pod-a", "pod-b"):
+            c.ok(k.unmount(uid, vol))
+            c.ok(k.unmount(uid, vol))
+            check(not os.listdir(k.poddir(uid, vol)), "pod dir not empty")
+        t = time.monotonic()
+        c.ok(k.unmountdevice(vol))
+        c.record("unmountdevice-call", time.monotonic() - t)
+        c.ok(k.unmountdevice(vol))
+        check(not mounted_at(k.gmp(vol)), "global path still mounted")
+        check(not sessions(c.iqn1), "session left after unmountdevice: %r" % sessions(c.iqn1))
+        c.ok(k.detach(vol))
+        c.ok(k.detach(vol))
+        check(not c.ok(k.isattached(opts))["attached"], "isattached after teardown")
+        settle()
+        check(not os.path.exists(a1["device"]), "by-path link left after logout")
+        log("round %d ok (%s)" % (rnd, dev))
+    for lo, dn in c.driver_latency():
+        c.record("driver-login", lo / 1000.0)
+        c.record("driver-login-to-device-node", dn / 1000.0)
+
+
+def two_luns(c):
+    """LUN 1 and LUN 2 of one target: one session; tearing one down keeps the other usable."""
+    k = c.k
+    oa, ob = c.opts("pv-a", lun=1), c.opts("pv-b", lun=2)
+    da, _ = c.bring_up("pv-a", oa)
+    db, _ = c.bring_up("pv-b", ob)
+    check(da != db, "two LUNs, one device: %s" % da)
+    check(len(sessions(c.iqn1)) == 1, "sessions %r" % sessions(c.iqn1))
+    sid = sessions(c.iqn1)[0]
+    umd = c.tear_down("pv-a")
+    c.record("unmountdevice-call-sibling-in-use", umd)
+    check(sessions(c.iqn1) == [sid], "the session went with LUN 1: %r" % sessions(c.iqn1))
+    check(lun_disks(c.iqn1, 2) == [db], "LUN 2 disk gone")
+    p = os.path.join(k.poddir("pod-a", "pv-b"), "still.txt")
+    with open(p, "w") as f:
+        f.write("x" * 4096)
+        f.flush()
+        os.fsync(f.fileno())
+    check(c.ok(k.isattached(ob))["attached"], "pv-b attached")
+    check(not c.ok(k.isattached(oa))["attached"], "pv-a still attached")
+    check(lun_disks(c.iqn1, 1) == [], "LUN 1 disk left behind: %r" % lun_disks(c.iqn1, 1))
+    # pv-a comes back while pv-b is in use: the session is reused
+    da2, _ = c.bring_up("pv-a", oa, uids=("pod-c",))
+    check(sessions(c.iqn1) == [sid], "a second session: %r" % sessions(c.iqn1))
+    c.tear_down("pv-a", uids=("pod-c",))
+    c.tear_down("pv-b")
+    check(not sessions(c.iqn1), "session left after the last LUN: %r" % sessions(c.iqn1))
+
+
+def write_creds(c, text, mode=0o600):
+    path = os.path.join(c.dir, "chap.conf")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    os.write(fd, text.encode())
+    os.close(fd)
+    os.chmod(path, mode)
+    return path
+
+
+def chap(c):
+    """Target 2 requires CHAP: the credentials file logs in; the secret is never logged."""
+    k, vol = c.k, "pv-chap"
+    secret = c.f["FV_ISCSI_CHAP_SECRET"]
+    path = write_creds(c, "# target 2\nsession.username = %s\nsession.password = %s\n"
+                       % (c.f["FV_ISCSI_CHAP_USER"], secret))
+    opts = c.opts(vol, iqn=c.iqn2, chapCredentialsFile=path)
+    # refused when group/world readable, before any login
+    os.chmod(path, 0o640)
+    r = k.waitforattach("", opts)
+    check(r.status == "Failure" and "mode 0640" in r["message"], "mode 0640 accepted: %r" % r)
+    check(not sessions(c.iqn2), "session after a refused credentials file")
+    os.chmod(path, 0o600)
+    dev, wfa = c.bring_up(vol, opts)
+    c.record("waitforattach-call-chap", wfa)
+    check(len(sessions(c.iqn2)) == 1, "CHAP session %r" % sessions(c.iqn2))
+    c.tear_down(vol)
+    check(not sessions(c.iqn2), "session left: %r" % sessions(c.iqn2))
+    c.no_secret_logged(secret)
+
+
+def chap_failure(c):
+    """A wrong CHAP secret: a clear Failure, no session left, the secret not logged."""
+    k, vol = c.k, "pv-chapbad"
+    bad = "not-the-secret-%d" % os.getpid()
+    path = write_creds(c, "session.username = %s\nsession.password = %s\n" % (c.f["FV_ISCSI_CHAP_USER"], bad))
+    opts = c.opts(vol, iqn=c.iqn2, chapCredentialsFile=path)
+    t = time.monotonic()
+    r = k.waitforattach("", opts)
+    log("reply after %.1f s: %r" % (time.monotonic() - t, r))
+    check(r.status == "Failure", "wrong secret accepted: %r" % r)
+    check("CHAP authentication failed" in r["message"], "message: %r" % r["message"])
+    check(bad not in r["message"], "the secret is in the message")
+    check(not sessions(c.iqn2), "session left: %r" % sessions(c.iqn2))
+    # and without credentials at all
+    r = k.waitforattach("", c.opts(vol, iqn=c.iqn2))
+    check(r.status == "Failure" and ("authentication" in r["message"] or "refused" in r["message"]), "no CHAP: %r" % r)
+    check(not sessions(c.iqn2), "session left: %r" % sessions(c.iqn2))
+    c.no_secret_logged(bad)
+
+
+def wrong_portal(c):
+    """Nothing listens at the portal: Failure within the deadline; a good extra portal works."""
+    k, vol = c.k, "pv-wrong"
+    bad = c.f["FV_ISCSI_PORTAL_IP"] + ":3261"
+    opts = c.opts(vol, targetPortal=bad)
+    t = time.monotonic()
+    r = k.waitforattach("", opts)
+    dt = time.monotonic() - t
+    log("reply after %.1f s: %r" % (dt, r))
+    check(r.status == "Failure" and bad in r["message"], "wrong portal: %r" % r)
+    check(dt < 2 * 30 + 10, "took %.1f s, the helper deadline is 30 s" % dt)
+    check(not sessions(c.iqn1), "session left: %r" % sessions(c.iqn1))
+    # a wrong target name at the right portal
+    r = k.waitforattach("", c.opts(vol, iqn="iqn.2024-01.io.flexvol.test:nosuch"))
+    check(r.status == "Failure" and "does not offer" in r["message"], "wrong iqn: %r" % r)
+    # the first portal fails over to the next one listed in 'portals'
+    opts = c.opts(vol, targetPortal=bad, portals=c.portal)
+    dev, _ = c.bring_up(vol, opts)
+    check(lun_disks(c.iqn1, 1) == [dev], "failover device")
+    c.tear_down(vol)
+    check(not sessions(c.iqn1), "session left: %r" % sessions(c.iqn1))
+
+
+def tgt(*a):
+    return run("tgtadm", "--lld", "iscsi", *a)
+
+
+def tgt_try(*a):
+    return run("tgtadm", "--lld", "iscsi", *a, check_rc=False).returncode == 0
+
+
+def expand(c):
+    """The LUN grows on the target; expandfs rescans and grows ext4 online."""
+    k, vol = c.k, "pv-grow"
+    iqn = "iqn.2024-01.io.flexvol.test:target-expand-%d" % os.getpid()
+    tid = str(100 + os.getpid() % 100)
+    img = os.path.join("/srv", "flexvol-expand-%d.img" % os.getpid())
+    run("truncate", "-s", "64M", img)
+    c.targets.add(iqn)
+    tgt("--op", "new", "--mode", "target", "--tid", tid, "-T", iqn)
+    try:
+        tgt("--op", "new", "--mode", "logicalunit", "--tid", tid, "--lun", "1", "-b", img)
+        tgt("--op", "bind", "--mode", "target", "--tid", tid, "-I", "ALL")
+        opts = c.opts(vol, iqn=iqn)
+        dev, _ = c.bring_up(vol, opts)
+        pod = k.poddir("pod-a", vol)
+        before = fs_size(pod)
+        check(size_of(dev) == 64 << 20, "LUN size %d" % size_of(dev))
+        # not grown yet: a clear Failure, nothing changed
+        r = k.expandfs(opts, dev, "pod-a", vol, 128 << 20, 64 << 20)
+        check(r.status == "Failure" and "grow the LUN on the target first" in r["message"], "%r" % r)
+        # grow the LUN on the target: tgt reads the size when the LU is created, so the
+        # LU is re-created; the filesystem is frozen meanwhile so no I/O hits the gap,
+        # and tgt refuses to delete an LU with commands in flight ("still active")
+        run("truncate", "-s", "128M", img)
+        run("fsfreeze", "-f", k.gmp(vol))
+        try:
+            for i in range(100):
+                if tgt_try("--op", "delete", "--mode", "logicalunit", "--tid", tid, "--lun", "1"):
+                    break
+                time.sleep(0.1)
+            tgt("--op", "new", "--mode", "logicalunit", "--tid", tid, "--lun", "1", "-b", img)
+        finally:
+            run("fsfreeze", "-u", k.gmp(vol))
+        c.ok(k.expandfs(opts, dev, "pod-a", vol, 128 << 20, 64 << 20))
+        after = fs_size(pod)
+        log("filesystem %d -> %d bytes" % (before, after))
+        check(size_of(dev) == 128 << 20, "device size after expandfs %d" % size_of(dev))
+        check(after > before + (48 << 20), "filesystem did not grow: %d -> %d" % (before, after))
+        c.ok(k.expandfs(opts, dev, "pod-a", vol, 128 << 20, 64 << 20))
+        c.tear_down(vol)
+        check(not sessions(iqn), "session left")
+    finally:
+        for sid in sessions(iqn):
+            run("iscsiadm", "-m", "session", "-r", str(sid), "--logout", check_rc=False)
+        tgt("--op", "delete", "--mode", "target", "--tid", tid, "--force")
+        os.unlink(img)
+
+
+def login_children(iqn):
+    """pids of running 'iscsiadm ... --login' for @iqn."""
+    out = []
+    for p in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            with open(p, "rb") as f:
+                a = f.read().split(b"\0")
+        except OSError:
+            continue
+        if a and a[0].endswith(b"iscsiadm") and b"--login" in a and iqn.encode() in a:
+            out.append(int(p.split("/")[2]))
+    return out
+
+
+def sigkill_login(c):
+    """SIGKILL of waitforattach during the login, then a retry: one session, one device."""
+    k, vol = c.k, "pv-kill"
+    opts = c.opts(vol)
+    p = c.drv.spawn("waitforattach", "", opts)
+    t_end = time.monotonic() + 60
+    while not login_children(c.iqn1) and p.poll() is None and time.monotonic() < t_end:
+        time.sleep(0.01)
+    if p.poll() is not None:
+        raise Fail("waitforattach ended before its login could be killed: %r" % (p.communicate(),))
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    log("killed waitforattach (pid %d) during 'iscsiadm --login'" % p.pid)
+    w = c.ok(k.waitforattach("", opts))
+    dev = w["device"]
+    settle()
+    check(len(sessions(c.iqn1)) == 1, "sessions after the retry: %r" % sessions(c.iqn1))
+    check(lun_disks(c.iqn1, 1) == [dev], "LUN 1 disks %r, device %s" % (lun_disks(c.iqn1, 1), dev))
+    c.ok(k.mountdevice(vol, dev, opts))
+    c.ok(k.mount("pod-a", vol, opts))
+    c.tear_down(vol)
+    check(not sessions(c.iqn1), "session left: %r" % sessions(c.iqn1))
+
+
+def state_wiped(c):
+    """Teardown with the state dir wiped: the kernel's view (mount -> sysfs -> session) logs out."""
+    k = c.k
+    c.bring_up("pv-w1", c.opts("pv-w1", lun=1))
+    c.bring_up("pv-w2", c.opts("pv-w2", lun=2))
+    shutil.rmtree(c.state)
+    c.ok(k.unmount("pod-a", "pv-w1"))
+    c.ok(k.unmountdevice("pv-w1"))
+    check(len(sessions(c.iqn1)) == 1, "session went while LUN 2 is mounted")
+    c.ok(k.detach("pv-w1"))
+    check(len(sessions(c.iqn1)) == 1, "detach logged out while LUN 2 is mounted")
+    shutil.rmtree(c.state, ignore_errors=True)
+    c.ok(k.unmount("pod-a", "pv-w2"))
+    c.ok(k.unmountdevice("pv-w2"))
+    check(not sessions(c.iqn1), "session left with the state wiped: %r" % sessions(c.iqn1))
+    c.ok(k.detach("pv-w2"))
+    c.ok(k.unmountdevice("pv-w2"))
+
+
+CASES = {f.__name__: f for f in (lifecycle, two_luns, chap, chap_failure, wrong_portal, expand,
+                                  sigkill_login, state_wiped)}
+
+
+def main():
+    if os.environ.get("FLEXVOL_VM") != "1":
+        print("iscsi_driver.py: run inside the VM (tests/vm/run . -- tests/vm/suite t-iscsi-...)",
+              file=sys.stderr)
+        return 2
+    names = sys.argv[1:] or list(CASES)
+    failed = 0
+    for n in names:
+        c = Case(n)
+        t = time.monotonic()
+        try:
+            CASES[n](c)
+            log("%s: ok in %.1f s" % (n, time.monotonic() - t))
+        except Exception as e:  # noqa: BLE001 - report any failure of the case
+            failed += 1
+            print("%s: FAIL: %s: %s" % (n, type(e).__name__, e), file=sys.stderr, flush=True)
+            c.dump_log()
+        finally:
+            c.cleanup()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
