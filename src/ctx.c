@@ -26,6 +26,17 @@ void fv_ctx_add_detail(struct fv_ctx *cx, const char *text)
 	snprintf(cx->detail + n, sizeof(cx->detail) - n, "%s%s", n ? "; " : "", text);
 }
 
+const char *fv_ctx_message(const struct fv_ctx *cx)
+{
+	return cx->message;
+}
+
+void fv_ctx_reset_message(struct fv_ctx *cx)
+{
+	cx->message[0] = '\0';
+	cx->detail[0] = '\0';
+}
+
 const struct fv_config *fv_ctx_config(const struct fv_ctx *cx)
 {
 	return &cx->cfg;

@@ -297,6 +297,12 @@ int fv_exec_status(struct fv_ctx *cx, const char *const *argv, unsigned int reda
 int fv_fork_call(struct fv_ctx *cx, int (*fn)(void *arg), void *arg, unsigned int timeout_s,
 		 struct fv_run *ret)
 {
+	return fv_fork_call_named(cx, "forked call", fn, arg, timeout_s, ret);
+}
+
+int fv_fork_call_named(struct fv_ctx *cx, const char *what, int (*fn)(void *arg), void *arg,
+		       unsigned int timeout_s, struct fv_run *ret)
+{
 	struct fv_run r = { 0 };
 	uint64_t t0 = fv_now_ms();
 	int pipefd[2], rc;
@@ -331,9 +337,9 @@ int fv_fork_call(struct fv_ctx *cx, int (*fn)(void *arg), void *arg, unsigned in
 	current_pgid = 0;
 	close(pipefd[0]);
 	if (rc < 0 || r.timed_out)
-		return finish(cx, "forked call", t0, rc, timeout_s, &r, ret, false);
+		return finish(cx, what, t0, rc, timeout_s, &r, ret, false);
 	rc = r.status; /* the function's result, not a helper failure */
 	r.status = 0;
-	finish(cx, "forked call", t0, 0, timeout_s, &r, ret, false);
+	finish(cx, what, t0, 0, timeout_s, &r, ret, false);
 	return rc;
 }

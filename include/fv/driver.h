@@ -105,6 +105,15 @@ int fv_fail(struct fv_ctx *cx, int err, const char *fmt, ...) _printf_(3, 4);
 /* Append helper output (already trimmed by the caller or not) to the reply message. */
 void fv_ctx_add_detail(struct fv_ctx *cx, const char *text);
 
+/* The reply message set so far ("" when none). */
+const char *fv_ctx_message(const struct fv_ctx *cx);
+
+/*
+ * Forget the message and detail: the failure they describe was recovered
+ * from (a timed-out unmount that a forced one then finished).
+ */
+void fv_ctx_reset_message(struct fv_ctx *cx);
+
 /* The node configuration, resolved once (config.c). */
 const struct fv_config *fv_ctx_config(const struct fv_ctx *cx);
 

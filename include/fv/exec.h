@@ -62,6 +62,13 @@ int fv_exec_status(struct fv_ctx *cx, const char *const *argv, unsigned int reda
 int fv_fork_call(struct fv_ctx *cx, int (*fn)(void *arg), void *arg, unsigned int timeout_s,
 		 struct fv_run *r);
 
+/*
+ * fv_fork_call_named() - fv_fork_call() with @what naming the work in the
+ * log and in the timeout message ("<what> did not finish within N s").
+ */
+int fv_fork_call_named(struct fv_ctx *cx, const char *what, int (*fn)(void *arg), void *arg,
+		       unsigned int timeout_s, struct fv_run *r);
+
 void fv_run_done(struct fv_run *r);
 
 /* Async-signal-safe: SIGKILL the process group of the helper running now, if any. */

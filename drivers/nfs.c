@@ -1,0 +1,571 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * nfs: NFS shares mounted straight into the pod directory, attach:false.
+ *
+ *   mount <dir> <json>   validate every option, then libmount with helpers
+ *                        enabled, so /sbin/mount.nfs does the protocol work,
+ *                        inside fv_fork_call(): its output lands in our log
+ *                        and in the reply, and at the deadline its whole
+ *                        process group is killed.  Already mounted from the
+ *                        same source: probe it (statfs in a child with a
+ *                        short deadline); healthy is Success, a stale handle
+ *                        or a dead probe is unmounted and mounted afresh.
+ *   unmount <dir>        never stat()s the target (that hangs on a dead
+ *                        server): mountinfo says what is mounted; umount2 in
+ *                        a child with a deadline, then MNT_FORCE (a child
+ *                        too: a forced unmount can hang as well,
+ *                        csi-driver-nfs#569), then MNT_DETACH, which never
+ *                        waits for the server.  The dir is left empty.
+ *
+ * Every other op slot is empty: the dispatcher answers "Not supported".
+ *
+ * Options (all strings, contract §2):
+ *   server        hostname, IPv4 address or bracketed IPv6 address ("[fd00::1]")
+ *   share         the export path, absolute
+ *   subPath       optional: a directory inside the share, relative, no ".."
+ *   nfsVersion    optional: 3, 4, 4.0, 4.1, 4.2 (default: mount.nfs negotiates)
+ *   mountOptions  optional: comma list from the allow-list below
+ *   kubernetes.io/readwrite = ro   mounts read-only
+ * nosuid,nodev are always added and can not be undone: a share is someone
+ * else's filesystem, and a setuid binary or device node on it must not
+ * work in a pod.
+ */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+
+#include "fv/config.h"
+#include "fv/driver.h"
+#include "fv/exec.h"
+#include "fv/log.h"
+#include "fv/mountutil.h"
+#include "fv/util.h"
+
+#define SHARE_MAX 1024	 /* NFS paths: the v3 MNTPATHLEN, generous for v4 */
+#define SOURCE_MAX (SHARE_MAX * 2 + 300)
+#define OPTIONS_MAX 1024
+
+struct nfsvol {
+	char server[256];	      /* as given: name, IPv4 or [IPv6] */
+	char path[SHARE_MAX * 2 + 2]; /* share + "/" + subPath, normalised */
+	char source[SOURCE_MAX];      /* server:path, what mount.nfs and mountinfo show */
+	char options[OPTIONS_MAX];    /* for libmount */
+	bool ro;
+};
+
+/* --- validation ------------------------------------------------------------ */
+
+static bool is_hostname(const char *s)
+{
+	size_t len = strlen(s), label = 0;
+
+	if (!len || len > 253)
+		return false;
+	for (const char *p = s;; p++) {
+		if (*p == '.' || !*p) {
+			/* labels: 1..63 of [A-Za-z0-9-], no '-' at either end (RFC 1123) */
+			if (!label || label > 63 || p[-1] == '-' || p[-(long)label] == '-')
+				return false;
+			if (!*p)
+				return true;
+			label = 0;
+			continue;
+		}
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (*p >= '0' && *p <= '9') || *p == '-'))
+			return false;
+		label++;
+	}
+}
+
+static int check_server(struct fv_ctx *cx, const char *s, struct nfsvol *v)
+{
+	struct in6_addr a6;
+	struct in_addr a4;
+	size_t n = strlen(s);
+
+	if (s[0] == '[') {
+		char inner[64];
+
+		/* mount.nfs wants IPv6 in brackets ("[fd00::1]:/export"); no zone ids */
+		if (n < 3 || s[n - 1] != ']' || n - 2 >= sizeof(inner))
+			goto bad;
+		snprintf(inner, sizeof(inner), "%.*s", (int)(n - 2), s + 1);
+		if (inet_pton(AF_INET6, inner, &a6) != 1)
+			goto bad;
+	} else if (strspn(s, "0123456789.") == n) {
+		/* all digits and dots must be a whole dotted quad, not a short form */
+		if (inet_pton(AF_INET, s, &a4) != 1)
+			goto bad;
+	} else if (strchr(s, ':')) {
+		return fv_fail(cx, -FV_ERR_BADOPT,
+			       "option 'server': an IPv6 address must be in brackets, e.g. '[%s]'", s);
+	} else if (!is_hostname(s)) {
+		goto bad;
+	}
+	snprintf(v->server, sizeof(v->server), "%s", s);
+	return 0;
+bad:
+	return fv_fail(cx, -FV_ERR_BADOPT,
+		       "option 'server' must be a hostname, an IPv4 address or a bracketed IPv6 "
+		       "address: '%s'",
+		       s);
+}
+
+/*
+ * One path for mount.nfs' "server:path" and the kernel's mount options: no
+ * ',' '=' or spaces (they would split or extend the option string), no
+ * quotes, backslashes or ':' , only printable ASCII; components are never
+ * empty, "." or "..".  Writes the components joined by '/' to @out.
+ */
+static int check_path(const char *s, char *out, size_t len)
+{
+	size_t o = 0;
+
+	for (const char *p = s; *p; p++)
+		if (*p <= 0x20 || *p >= 0x7f || strchr(",=:\"'\\`", *p))
+			return -EINVAL;
+	out[0] = '\0';
+	for (const char *p = s; *p;) {
+		size_t n = strcspn(p, "/");
+
+		if (!n || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+			return -EINVAL;
+		if (o + n + 2 > len)
+			return -ENAMETOOLONG;
+		if (o)
+			out[o++] = '/';
+		memcpy(out + o, p, n);
+		o += n;
+		out[o] = '\0';
+		p += n;
+		if (*p == '/' && !p[1])
+			break; /* one trailing slash is fine */
+		if (*p)
+			p++;
+	}
+	return 0;
+}
+
+/* The allow-list for mountOptions: what changes caching, timeouts, transport, locking. */
+enum val { V_NONE, V_NUM, V_ENUM };
+struct allowed {
+	const char *name;
+	enum val val;
+	const char *words; /* V_ENUM: "|a|b|" */
+};
+
+static const struct allowed allowed[] = {
+	{ "hard", V_NONE, NULL },     { "soft", V_NONE, NULL },	     { "softreval", V_NONE, NULL },
+	{ "nosoftreval", V_NONE, NULL }, { "intr", V_NONE, NULL },   { "nointr", V_NONE, NULL },
+	{ "ac", V_NONE, NULL },	      { "noac", V_NONE, NULL },	     { "cto", V_NONE, NULL },
+	{ "nocto", V_NONE, NULL },    { "lock", V_NONE, NULL },	     { "nolock", V_NONE, NULL },
+	{ "resvport", V_NONE, NULL }, { "noresvport", V_NONE, NULL }, { "rdirplus", V_NONE, NULL },
+	{ "nordirplus", V_NONE, NULL }, { "sharecache", V_NONE, NULL },
+	{ "nosharecache", V_NONE, NULL }, { "noatime", V_NONE, NULL }, { "relatime", V_NONE, NULL },
+	{ "nodiratime", V_NONE, NULL }, { "noexec", V_NONE, NULL },   { "sync", V_NONE, NULL },
+	{ "ro", V_NONE, NULL },	      { "timeo", V_NUM, NULL },	     { "retrans", V_NUM, NULL },
+	{ "rsize", V_NUM, NULL },     { "wsize", V_NUM, NULL },	     { "acregmin", V_NUM, NULL },
+	{ "acregmax", V_NUM, NULL },  { "acdirmin", V_NUM, NULL },   { "acdirmax", V_NUM, NULL },
+	{ "actimeo", V_NUM, NULL },   { "port", V_NUM, NULL },	     { "mountport", V_NUM, NULL },
+	{ "nconnect", V_NUM, NULL },  { "retry", V_NUM, NULL },
+	{ "proto", V_ENUM, "|tcp|tcp6|udp|udp6|rdma|rdma6|" },
+	{ "mountproto", V_ENUM, "|tcp|tcp6|udp|udp6|" },
+	{ "sec", V_ENUM, "|sys|krb5|krb5i|krb5p|none|" },
+	{ "lookupcache", V_ENUM, "|all|none|pos|positive|" },
+	{ "local_lock", V_ENUM, "|none|all|flock|posix|" },
+};
+
+static int check_mount_option(struct fv_ctx *cx, const char *opt, size_t n)
+{
+	char name[64], value[64] = "", word[70];
+	const char *eq = memchr(opt, '=', n);
+	size_t nl = eq ? (size_t)(eq - opt) : n;
+
+	if (!n)
+		return fv_fail(cx, -FV_ERR_BADOPT, "option 'mountOptions' has an empty entry");
+	if (nl >= sizeof(name) || (eq && n - nl - 1 >= sizeof(value)))
+		return fv_fail(cx, -FV_ERR_BADOPT, "option 'mountOptions': '%.*s' is too long",
+			       (int)n, opt);
+	snprintf(name, sizeof(name), "%.*s", (int)nl, opt);
+	if (eq)
+		snprintf(value, sizeof(value), "%.*s", (int)(n - nl - 1), eq + 1);
+	if (streq(name, "vers") || streq(name, "nfsvers") || streq(name, "minorversion") ||
+	    streq(name, "v3") || streq(name, "v4"))
+		return fv_fail(cx, -FV_ERR_BADOPT,
+			       "option 'mountOptions': set the version with option 'nfsVersion', "
+			       "not '%s'",
+			       name);
+	if (streq(name, "suid") || streq(name, "dev") || streq(name, "exec") ||
+	    streq(name, "rw"))
+		return fv_fail(cx, -FV_ERR_BADOPT,
+			       "option 'mountOptions': '%s' is not allowed (shares are always mounted "
+			       "nosuid,nodev; read-write comes from the volume)",
+			       name);
+	for (size_t i = 0; i < ARRAY_SIZE(allowed); i++) {
+		const struct allowed *a = &allowed[i];
+		uint64_t num;
+
+		if (!streq(a->name, name))
+			continue;
+		if (a->val == V_NONE && !eq)
+			return 0;
+		if (a->val == V_NUM && eq && strlen(value) <= 9 && fv_parse_u64(value, &num) == 0)
+			return 0;
+		snprintf(word, sizeof(word), "|%s|", value);
+		if (a->val == V_ENUM && eq && value[0] && !strchr(value, '|') &&
+		    strstr(a->words, word))
+			return 0;
+		return fv_fail(cx, -FV_ERR_BADOPT, "option 'mountOptions': bad value in '%.*s' (%s)",
+			       (int)n, opt,
+			       a->val == V_NONE ? "takes no value" :
+			       a->val == V_NUM	? "a number" :
+						  "one of the listed words");
+	}
+	return fv_fail(cx, -FV_ERR_BADOPT,
+		       "option 'mountOptions': '%.*s' is not in the allowed list (hard, soft, timeo, "
+		       "retrans, rsize, wsize, ac*, noac, cto, nocto, lock, nolock, proto, port, sec, "
+		       "nconnect, lookupcache, local_lock, noatime, noexec, ro, ...)",
+		       (int)n, opt);
+}
+
+/* Options -> struct nfsvol.  Nothing on the node is touched before all of it passed. */
+static int parse(struct fv_ctx *cx, const struct fv_opts *o, struct nfsvol *v)
+{
+	char share[SHARE_MAX + 1], sub[SHARE_MAX + 1] = "";
+	const char *server, *sh, *sp = NULL, *ver = NULL, *mo = NULL;
+	size_t ol;
+	int r;
+
+	memset(v, 0, sizeof(*v));
+	r = fv_opt(cx, o, "server", &server);
+	if (r != 0)
+		return r < 0 ? r : fv_fail(cx, -FV_ERR_BADOPT, "option 'server' is required");
+	r = fv_opt(cx, o, "share", &sh);
+	if (r != 0)
+		return r < 0 ? r : fv_fail(cx, -FV_ERR_BADOPT, "option 'share' is required");
+	if ((r = fv_opt(cx, o, "subPath", &sp)) < 0 || (r = fv_opt(cx, o, "nfsVersion", &ver)) < 0 ||
+	    (r = fv_opt(cx, o, "mountOptions", &mo)) < 0)
+		return r;
+
+	r = check_server(cx, server, v);
+	if (r < 0)
+		return r;
+	if (sh[0] != '/' || strlen(sh) > SHARE_MAX ||
+	    (!streq(sh, "/") && check_path(sh + 1, share, sizeof(share)) < 0))
+		return fv_fail(cx, -FV_ERR_BADOPT,
+			       "option 'share' must be an absolute export path without '..', empty "
+			       "components, spaces, ',', '=', ':' or quotes: '%s'",
+			       sh);
+	if (streq(sh, "/"))
+		share[0] = '\0';
+	if (sp && (sp[0] == '/' || strlen(sp) > SHARE_MAX || check_path(sp, sub, sizeof(sub)) < 0))
+		return fv_fail(cx, -FV_ERR_BADOPT,
+			       "option 'subPath' must be a relative directory inside the share, "
+			       "without '..', empty components, spaces, ',', '=', ':' or quotes: '%s'",
+			       sp);
+	snprintf(v->path, sizeof(v->path), "/%s%s%s", share, share[0] && sub[0] ? "/" : "", sub);
+	snprintf(v->source, sizeof(v->source), "%s:%s", v->server, v->path);
+
+	/* nosuid,nodev first and always; the user's list cannot undo them (suid/dev refused) */
+	ol = (size_t)snprintf(v->options, sizeof(v->options), "nosuid,nodev");
+	if (ver) {
+		if (!streq(ver, "3") && !streq(ver, "4") && !streq(ver, "4.0") &&
+		    !streq(ver, "4.1") && !streq(ver, "4.2"))
+			return fv_fail(cx, -FV_ERR_BADOPT,
+				       "option 'nfsVersion' must be 3, 4, 4.0, 4.1 or 4.2: '%s'", ver);
+		ol += (size_t)snprintf(v->options + ol, sizeof(v->options) - ol, ",vers=%s", ver);
+	}
+	if (mo) {
+		if (strlen(mo) > 512)
+			return fv_fail(cx, -FV_ERR_BADOPT, "option 'mountOptions' is too long");
+		for (const char *p = mo;;) {
+			size_t n = strcspn(p, ",");
+
+			r = check_mount_option(cx, p, n);
+			if (r < 0)
+				return r;
+			if (n == 2 && !strncmp(p, "ro", 2))
+				v->ro = true;
+			if (!p[n])
+				break;
+			p += n + 1;
+		}
+		ol += (size_t)snprintf(v->options + ol, sizeof(v->options) - ol, ",%s", mo);
+	}
+	if (o->readonly)
+		v->ro = true;
+	if (v->ro)
+		snprintf(v->options + ol, sizeof(v->options) - ol, ",ro");
+	return 0;
+}
+
+/* --- the pod dir, lexically ------------------------------------------------------ */
+
+/*
+ * kubelet's paths are canonical and the dispatcher checked them lexically;
+ * normalising here ("//", "/./") keeps mountinfo matches exact without a
+ * realpath(), which would stat() a possibly dead NFS mount.
+ */
+static int lexical_dir(struct fv_ctx *cx, const char *dir, char *ret, size_t len)
+{
+	char rel[PATH_MAX];
+
+	if (fv_path_confine("/", dir, rel, sizeof(rel)) < 0 || strlen(rel) + 2 > len)
+		return fv_fail(cx, -EINVAL, "mount directory is not an absolute path: '%s'", dir);
+	snprintf(ret, len, "/%s", rel);
+	return 0;
+}
+
+/* --- timeouts ------------------------------------------------------------------------ */
+
+/*
+ * One knob, mount_timeout (FLEXVOL_MOUNT_TIMEOUT, default 60 s, well below
+ * kubelet's 2 min pod-sync patience), sets the others: the health probe of
+ * an existing mount and a plain unmount get a quarter of it (2..15 s), a
+ * forced unmount a fixed short deadline.  Worst case for a dead server:
+ * unmount ~ 15 + 3 + 5 + 3 s (the +3 s: collect() waits that long for a
+ * child stuck in the kernel before leaving it behind).
+ */
+static unsigned int quarter(const struct fv_ctx *cx)
+{
+	unsigned int t = fv_ctx_config(cx)->mount_timeout / 4;
+
+	return t < 2 ? 2 : t > 15 ? 15 : t;
+}
+
+#define FORCE_TIMEOUT_S 5
+
+/* --- unmount, never waiting on the server ------------------------------------------------ */
+
+static int child_umount(void *arg)
+{
+	/* exit status: 0 or the errno (all errnos fit in 8 bits) */
+	return umount2(arg, UMOUNT_NOFOLLOW) == 0 ? 0 : errno;
+}
+
+static int child_umount_force(void *arg)
+{
+	return umount2(arg, UMOUNT_NOFOLLOW | MNT_FORCE) == 0 ? 0 : errno;
+}
+
+/*
+ * Take the topmost mount off @dir: normal, forced, lazy.  Returns 0 when one
+ * of them worked (or the mount was already gone), else -errno (message set).
+ */
+static int unmount_once(struct fv_ctx *cx, char *dir)
+{
+	int r = fv_fork_call_named(cx, "unmount", child_umount, dir, quarter(cx), NULL);
+
+	if (r == 0 || r == EINVAL)
+		return 0; /* EINVAL: not a mount point any more (a racing unmount) */
+	if (r > 0 && r != EBUSY)
+		return fv_fail(cx, -r, "unmount of '%s' failed: %s", dir, strerror(r));
+	if (r < 0 && r != -FV_ERR_TIMEOUT)
+		return r;
+	fv_log("unmount of %s: %s; forcing", dir, r == EBUSY ? "busy" : "no answer");
+	fv_ctx_reset_message(cx); /* a timeout we recover from is not the answer */
+
+	r = fv_fork_call_named(cx, "forced unmount", child_umount_force, dir, FORCE_TIMEOUT_S,
+			       NULL);
+	if (r == 0 || r == EINVAL || fv_mnt_find(dir, NULL) == 1)
+		return 0;
+	fv_log("forced unmount of %s: %s; detaching lazily", dir,
+	       r > 0 ? strerror(r) : "no answer");
+	fv_ctx_reset_message(cx);
+	/* MNT_DETACH only unhooks the mount from the tree: it never talks to the server */
+	if (umount2(dir, UMOUNT_NOFOLLOW | MNT_DETACH) == 0 || errno == EINVAL)
+		return 0;
+	return fv_fail(cx, NEG_ERRNO(), "unmount of '%s' failed, even lazily: %m", dir);
+}
+
+/* Unmount everything stacked on @dir.  Not mounted is success. */
+static int unmount_all(struct fv_ctx *cx, char *dir)
+{
+	for (int i = 0; i < 16; i++) {
+		int r = fv_mnt_find(dir, NULL);
+
+		if (r == 1)
+			return 0;
+		if (r < 0)
+			return fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
+		r = unmount_once(cx, dir);
+		if (r < 0)
+			return r;
+	}
+	return fv_fail(cx, -EBUSY, "'%s' is still mounted after 16 unmounts", dir);
+}
+
+static int nfs_unmount(struct fv_ctx *cx, const char *arg)
+{
+	char dir[PATH_MAX];
+	int r = lexical_dir(cx, arg, dir, sizeof(dir));
+
+	if (r < 0)
+		return r;
+	r = unmount_all(cx, dir);
+	if (r < 0)
+		return r;
+	/* no longer a mount point: reading the directory is local now */
+	r = fv_dir_is_empty(dir);
+	if (r == 0)
+		return fv_fail(cx, -ENOTEMPTY, "'%s' is not empty after unmount", dir);
+	return r < 0 ? fv_fail(cx, r, "cannot read '%s': %s", dir, strerror(-r)) : 0;
+}
+
+/* --- mount ------------------------------------------------------------------------------------ */
+
+struct mount_job {
+	struct fv_ctx *cx;
+	const struct nfsvol *v;
+	const char *dir;
+};
+
+/*
+ * Runs in the forked child: libmount execs /sbin/mount.nfs (a fixed path;
+ * PATH is ignored), whose stdout/stderr are our capture pipe.  The child's
+ * own reason goes to the pipe too, as the last line: its fv_fail() message
+ * lives in the child's copy of the context.
+ */
+static int child_mount(void *arg)
+{
+	struct mount_job *j = arg;
+	int r = fv_mnt_mount(j->cx, j->v->source, j->dir, "nfs", j->v->options, true);
+
+	if (r < 0) {
+		dprintf(1, "\n%s\n", fv_ctx_message(j->cx));
+		return 1;
+	}
+	return 0;
+}
+
+static int do_mount(struct fv_ctx *cx, const struct nfsvol *v, const char *dir)
+{
+	const struct fv_config *cfg = fv_ctx_config(cx);
+	struct mount_job j = { cx, v, dir };
+	struct fv_run run = { 0 };
+	char why[400];
+	int r;
+
+	fv_log("mounting %s on %s (%s)", v->source, dir, v->options);
+	r = fv_fork_call_named(cx, "mount.nfs", child_mount, &j, cfg->mount_timeout, &run);
+	if (r == 0) {
+		fv_run_done(&run);
+		return 0;
+	}
+	if (r > 0) {
+		/* mount.nfs' own words ("access denied by server ...") come first, ours last */
+		fv_trim_output(run.output, why, sizeof(why));
+		if (!strncmp(why, "mount of '", 10))
+			r = fv_fail(cx, -FV_ERR_HELPER, "%s", why);
+		else
+			r = fv_fail(cx, -FV_ERR_HELPER, "mount of '%s' on '%s' failed: %s",
+				    v->source, dir, why[0] ? why : "no reason given");
+	} else if (r == -FV_ERR_TIMEOUT) {
+		/* the message says "mount.nfs did not finish within N s: <its output>" */
+		fv_log("mount of %s on %s timed out after %u s; process group killed", v->source,
+		       dir, cfg->mount_timeout);
+	}
+	fv_run_done(&run);
+	return r;
+}
+
+static int child_probe(void *arg)
+{
+	struct statfs sfs;
+	struct stat st;
+
+	/*
+	 * statfs() always asks the server (FSSTAT / GETATTR of the root handle),
+	 * where stat() may be answered from the attribute cache: a handle made
+	 * stale by a server restart shows up as ESTALE here.
+	 */
+	if (statfs(arg, &sfs) < 0 || stat(arg, &st) < 0)
+		return errno;
+	return 0;
+}
+
+/* Does the mount table show the NFS source we want? */
+static bool same_source(const struct fv_mntinfo *mi, const struct nfsvol *v)
+{
+	size_t n = strlen(mi->source);
+
+	if (strncmp(mi->fstype, "nfs", 3) != 0)
+		return false;
+	/* the kernel may show a trailing '/' for the root of an export */
+	while (n > 1 && mi->source[n - 1] == '/')
+		n--;
+	return n == strlen(v->source) && !strncmp(mi->source, v->source, n);
+}
+
+static int nfs_mount(struct fv_ctx *cx, const char *arg, const struct fv_opts *o)
+{
+	char dir[PATH_MAX];
+	struct fv_mntinfo mi;
+	struct nfsvol v;
+	int r = parse(cx, o, &v);
+
+	if (r < 0)
+		return r;
+	r = lexical_dir(cx, arg, dir, sizeof(dir));
+	if (r < 0)
+		return r;
+
+	/* mountinfo first: never touch a directory that may be a dead NFS mount */
+	r = fv_mnt_find(dir, &mi);
+	if (r < 0)
+		return fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
+	if (r == 0) {
+		if (!same_source(&mi, &v))
+			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s' (%s)",
+				       dir, mi.source, mi.fstype);
+		if (mi.readonly != v.ro)
+			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted %s from '%s'",
+				       dir, mi.readonly ? "read-only" : "read-write", mi.source);
+		r = fv_fork_call_named(cx, "probe", child_probe, dir, quarter(cx), NULL);
+		if (r == 0)
+			return 0; /* already mounted and healthy */
+		/*
+		 * ESTALE: the server lost the handle (restarted with a new
+		 * export, csi-driver-nfs isStaleFileHandle).  No answer: the
+		 * server is away; a fresh mount fails within its deadline and
+		 * kubelet retries, instead of a pod starting on a dead mount.
+		 */
+		fv_log("%s on %s is %s; remounting", mi.source, dir,
+		       r > 0 ? strerror(r) : "not answering");
+		fv_ctx_reset_message(cx);
+		r = unmount_all(cx, dir);
+		if (r < 0)
+			return r;
+	}
+	r = fv_mkdir_p(dir, 0750);
+	if (r < 0)
+		return fv_fail(cx, r, "cannot create directory '%s': %s", dir, strerror(-r));
+	return do_mount(cx, &v, dir);
+}
+
+const struct fv_driver fv_driver_nfs = {
+	.name = "nfs",
+	.caps = {
+		.attach = false,
+		/*
+		 * No relabel: most NFS servers have no per-file SELinux labels
+		 * (only v4.2 security_label), so kubelet's relabel fails or is
+		 * a slow recursive walk over the network; in-tree NFS says false.
+		 */
+		.selinux_relabel = false,
+		/* stats would be a statfs() from kubelet, which hangs on a dead server */
+		.supports_metrics = false,
+		/*
+		 * No recursive chown/chmod by kubelet: on a share it is slow, is
+		 * refused under root_squash, and rewrites ownership that belongs
+		 * to the server's users (kubernetes/kubernetes#68137).
+		 */
+		.fsgroup = false,
+		.requires_fs_resize = false, /* nothing on the node to grow */
+	},
+	.mount = nfs_mount,
+	.unmount = nfs_unmount,
+};
