@@ -166,6 +166,7 @@ static const struct allowed allowed[] = {
 	{ "nordirplus", V_NONE, NULL }, { "sharecache", V_NONE, NULL },
 	{ "nosharecache", V_NONE, NULL }, { "noatime", V_NONE, NULL }, { "relatime", V_NONE, NULL },
 	{ "nodiratime", V_NONE, NULL }, { "noexec", V_NONE, NULL },   { "sync", V_NONE, NULL },
+	{ "nosuid", V_NONE, NULL },   { "nodev", V_NONE, NULL },
 	{ "ro", V_NONE, NULL },	      { "timeo", V_NUM, NULL },	     { "retrans", V_NUM, NULL },
 	{ "rsize", V_NUM, NULL },     { "wsize", V_NUM, NULL },	     { "acregmin", V_NUM, NULL },
 	{ "acregmax", V_NUM, NULL },  { "acdirmin", V_NUM, NULL },   { "acdirmax", V_NUM, NULL },
@@ -426,16 +427,18 @@ struct mount_job {
 /*
  * Runs in the forked child: libmount execs /sbin/mount.nfs (a fixed path;
  * PATH is ignored), whose stdout/stderr are our capture pipe.  The child's
- * own reason goes to the pipe too, as the last line: its fv_fail() message
- * lives in the child's copy of the context.
+ * own reason goes to the pipe too, after a marker line, because its
+ * fv_fail() message lives in the child's copy of the context.
  */
+#define OWN_MARK "\n--- flexvol:\n"
+
 static int child_mount(void *arg)
 {
 	struct mount_job *j = arg;
 	int r = fv_mnt_mount(j->cx, j->v->source, j->dir, "nfs", j->v->options, true);
 
 	if (r < 0) {
-		dprintf(1, "\n%s\n", fv_ctx_message(j->cx));
+		dprintf(1, OWN_MARK "%s\n", fv_ctx_message(j->cx));
 		return 1;
 	}
 	return 0;
@@ -456,13 +459,22 @@ static int do_mount(struct fv_ctx *cx, const struct nfsvol *v, const char *dir)
 		return 0;
 	}
 	if (r > 0) {
-		/* mount.nfs' own words ("access denied by server ...") come first, ours last */
+		/* mount.nfs' own words ("access denied by server ...") first, libmount's after */
+		char *own = run.output ? strstr(run.output, OWN_MARK) : NULL;
+
+		if (own) {
+			*own = '\0';
+			own += strlen(OWN_MARK);
+		}
 		fv_trim_output(run.output, why, sizeof(why));
-		if (!strncmp(why, "mount of '", 10))
-			r = fv_fail(cx, -FV_ERR_HELPER, "%s", why);
-		else
+		if (why[0])
 			r = fv_fail(cx, -FV_ERR_HELPER, "mount of '%s' on '%s' failed: %s",
-				    v->source, dir, why[0] ? why : "no reason given");
+				    v->source, dir, why);
+		else if (own && own[0])
+			r = fv_fail(cx, -FV_ERR_HELPER, "%.*s", (int)strcspn(own, "\n"), own);
+		else
+			r = fv_fail(cx, -FV_ERR_HELPER, "mount of '%s' on '%s' failed", v->source,
+				    dir);
 	} else if (r == -FV_ERR_TIMEOUT) {
 		/* the message says "mount.nfs did not finish within N s: <its output>" */
 		fv_log("mount of %s on %s timed out after %u s; process group killed", v->source,
