@@ -173,11 +173,19 @@ static int isolate_stdio(void)
 		if (null > 2)
 			close(null);
 	} else {
-		/* No /dev (a bare chroot): just close them; nothing may write there. */
-		close(0);
-		close(2);
-		if (out >= 0)
-			close(1);
+		/*
+		 * No /dev (a bare chroot, a distroless container): fill 0-2 with
+		 * O_PATH descriptors, on which any write fails with EBADF.  Closing
+		 * them would let the next open() (a log, a lock) become fd 2.
+		 */
+		for (int fd = 0; fd <= 2; fd++) {
+			int p = open("/", O_PATH | O_CLOEXEC);
+
+			if (p >= 0 && p != fd) {
+				dup2(p, fd);
+				close(p);
+			}
+		}
 	}
 	return out;
 }
@@ -237,8 +245,18 @@ static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 		else
 			snprintf(name, sizeof(name), "%s-vol-%s", cx->drv->name, v);
 		lockfd = fv_lock(cx, name);
-		if (lockfd < 0)
+		/*
+		 * detach also runs in the controller-manager's container, often
+		 * with a read-only root or as non-root: there is no node state to guard there,
+		 * and no other driver process could share a lock on that
+		 * filesystem anyway.
+		 */
+		if ((lockfd == -EROFS || lockfd == -EACCES) && streq(op->name, "detach")) {
+			cx->message[0] = '\0';
+			lockfd = -1;
+		} else if (lockfd < 0) {
 			return lockfd;
+		}
 	}
 	r = op->run(c);
 	if (lockfd >= 0)
