@@ -247,9 +247,9 @@ static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 		lockfd = fv_lock(cx, name);
 		/*
 		 * detach also runs in the controller-manager's container, often
-		 * with a read-only root or as non-root: there is no node state to guard there,
-		 * and no other driver process could share a lock on that
-		 * filesystem anyway.
+		 * with a read-only root or as non-root: there is no node state
+		 * to guard there, and no other driver process could share a
+		 * lock on that filesystem anyway.
 		 */
 		if ((lockfd == -EROFS || lockfd == -EACCES) && streq(op->name, "detach")) {
 			cx->message[0] = '\0';
