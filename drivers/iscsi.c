@@ -536,13 +536,27 @@ static void iscsiadm_reason(const char *out, char *buf, size_t max)
  * Returns its exit status (>= 0), or a negative error with a message in
  * @why (timeout, not installed).  @out (may be NULL) gets the output.
  */
+/*
+ * The end of the login phase (monotonic ms; 0: none).  Every iscsiadm run
+ * is cut to what is left of it, so many portals that hang cannot add up
+ * past kubelet's 10 min waitforattach timeout.
+ */
+static uint64_t login_deadline;
+
 static int iscsiadm(struct fv_ctx *cx, const char **argv, unsigned int redact, char *why,
 		    size_t whylen, char **out)
 {
 	unsigned int timeout = fv_ctx_config(cx)->helper_timeout;
+	uint64_t now = fv_now_ms();
 	struct fv_run run;
 	int r;
 
+	if (login_deadline) {
+		uint64_t left = login_deadline > now ? (login_deadline - now + 999) / 1000 : 1;
+
+		if (left < timeout)
+			timeout = (unsigned int)left;
+	}
 	argv[0] = "iscsiadm";
 	r = fv_exec_status(cx, argv, redact, timeout, &run);
 	if (r == -FV_ERR_TIMEOUT)
@@ -1121,9 +1135,21 @@ static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *de
 			if (r < 0)
 				goto out;
 		}
+		/*
+		 * All portals together get four helper deadlines (8 min by
+		 * default), then the device wait its own: below kubelet's 10 min.
+		 */
+		login_deadline = t0 + 4ULL * cfg->helper_timeout * 1000;
 		for (int i = 0; i < v->nportals && !logged_in; i++) {
 			size_t k = strlen(errs);
 
+			if (fv_now_ms() >= login_deadline) {
+				snprintf(errs + k, sizeof(errs) - k, "%sgave up after %u s before "
+					 "trying %s", k ? "; " : "", 4 * cfg->helper_timeout,
+					 v->portal[i]);
+				r = -FV_ERR_TIMEOUT;
+				break;
+			}
 			r = login_at(cx, v, v->portal[i], v->credfile ? &c : NULL, why, sizeof(why));
 			if (r == 0) {
 				logged_in = true;
@@ -1132,6 +1158,7 @@ static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *de
 			snprintf(errs + k, sizeof(errs) - k, "%s%s: %s", k ? "; " : "", v->portal[i],
 				 why);
 		}
+		login_deadline = 0; /* logout and rescans get their full deadline */
 		if (v->credfile)
 			explicit_bzero(&c, sizeof(c));
 		if (!logged_in) {

@@ -428,6 +428,21 @@ def helper_deadline(e):
 
 
 @case
+def login_phase_deadline(e):
+    """Hanging portals share one budget (4 helper deadlines): later ones are not tried."""
+    e.env["FLEXVOL_HELPER_TIMEOUT"] = "1"
+    e.scenario(rules=[{"kind": "discover", "sleep": 60}])
+    portals = ",".join("127.0.0.%d" % i for i in range(2, 9))
+    t = time.monotonic()
+    r = e.k.waitforattach("", e.opts(portals=portals))
+    dt = time.monotonic() - t
+    failure(r, "did not finish within 1 s", "gave up after 4 s before trying")
+    tried = [c for c in e.calls() if "discovery" in c]
+    check(4 <= len(tried) <= 5, "portals tried: %d" % len(tried))
+    check(dt < 9, "took %.1f s" % dt)
+
+
+@case
 def portal_failover_order(e):
     """targetPortal first, then each of 'portals' in order, until one logs in."""
     e.scenario(rules=[{"kind": "discover", "arg": "127.0.0.1:3260", "rc": 4},
