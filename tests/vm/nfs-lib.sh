@@ -54,9 +54,10 @@ nfs_call() {
 # reply_message: the message of the last reply
 reply_message() { jq -r '.message // ""' <<<"$REPLY_DOC"; }
 
-# mount_pod WANT UID JSON / unmount_pod WANT UID: kubelet's mkdir -p, then the call
+# mount_pod WANT UID JSON / unmount_pod WANT UID: kubelet's mkdir -p, then the
+# call (a mkdir on a stale mount fails with ESTALE: the driver repairs that)
 mount_pod() {
-    mkdir -p "$(poddir "$2")"
+    mkdir -p "$(poddir "$2")" 2>/dev/null || true
     nfs_call "$1" mount "$(poddir "$2")" "$3"
 }
 unmount_pod() { nfs_call "$1" unmount "$(poddir "$2")"; }
