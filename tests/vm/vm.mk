@@ -7,7 +7,8 @@
 #
 # The guest sees the workspace at the same path, so $(O) must lie inside it.
 
-VM_TIMEOUT ?= 900
+# one boot runs every case: loop, iscsi and nfs take 15-25 min under TCG on a loaded host
+VM_TIMEOUT ?= 2400
 VM_CASES   ?=
 
 .PHONY: check-vm check-vm-selftest
