@@ -488,8 +488,54 @@ def state_wiped(c):
     c.ok(k.unmountdevice("pv-w2"))
 
 
+def relogin(c):
+    """A sibling's teardown logs the target out between waitforattach and mountdevice
+    (LUN 1 not mounted yet): mountdevice logs in again and mounts the right disk."""
+    k = c.k
+    oa = c.opts("pv-a", lun=1)
+    wa = c.ok(k.waitforattach(c.ok(k.attach(oa))["device"], oa))
+    c.bring_up("pv-b", c.opts("pv-b", lun=2))
+    c.tear_down("pv-b")
+    check(not sessions(c.iqn1), "the target stayed logged in: %r" % sessions(c.iqn1))
+    c.ok(k.mountdevice("pv-a", wa["device"], oa))
+    dev = lun_disks(c.iqn1, 1)
+    check(len(dev) == 1 and mounted_at(k.gmp("pv-a"))[0][1] == dev[0], "global mount %r, LUN 1 %r"
+          % (mounted_at(k.gmp("pv-a")), dev))
+    c.ok(k.mount("pod-a", "pv-a", oa))
+    c.tear_down("pv-a")
+    check(not sessions(c.iqn1), "session left: %r" % sessions(c.iqn1))
+
+
+def measure(c):
+    """Not a CI case: N rounds (FV_ROUNDS, default 5) of waitforattach and unmountdevice, timed."""
+    k, vol = c.k, "pv-measure"
+    opts = c.opts(vol)
+    for _ in range(int(os.environ.get("FV_ROUNDS", "5"))):
+        h = c.ok(k.attach(opts))["device"]
+        t = time.monotonic()
+        dev = c.ok(k.waitforattach(h, opts))["device"]
+        c.record("waitforattach-call", time.monotonic() - t)
+        c.ok(k.mountdevice(vol, dev, opts))
+        t = time.monotonic()
+        c.ok(k.unmountdevice(vol))
+        c.record("unmountdevice-call", time.monotonic() - t)
+        c.ok(k.detach(vol))
+        check(not sessions(c.iqn1), "session left")
+    for lo, dn in c.driver_latency():
+        c.record("driver-login", lo / 1000.0)
+        c.record("driver-login-to-device-node", dn / 1000.0)
+    with open(c.logfile) as f:
+        for line in f:
+            m = re.search(r"logged out of \S+ \(1 session\) in (\d+) ms", line)
+            if m:
+                c.record("driver-logout", int(m.group(1)) / 1000.0)
+            m = re.search(r"latency: unmountdevice (\d+) ms", line)
+            if m:
+                c.record("driver-unmountdevice", int(m.group(1)) / 1000.0)
+
+
 CASES = {f.__name__: f for f in (lifecycle, two_luns, chap, chap_failure, wrong_portal, expand,
-                                  sigkill_login, state_wiped)}
+                                  sigkill_login, state_wiped, relogin, measure)}
 
 
 def main():
