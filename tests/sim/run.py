@@ -633,9 +633,10 @@ def sigkill_during_mountdevice(e):
     wrap = os.path.join(e.dir, "helpers")
     os.makedirs(wrap)
     fifo = os.path.join(e.dir, "gate")
+    started = os.path.join(e.dir, "mkfs-started")
     os.mkfifo(fifo)
     with open(os.path.join(wrap, "mkfs.ext4"), "w") as f:
-        f.write("#!/bin/sh\nread x < %s\nexec /sbin/mkfs.ext4 \"$@\"\n" % fifo)
+        f.write("#!/bin/sh\n: > %s\nread x < %s\nexec /sbin/mkfs.ext4 \"$@\"\n" % (started, fifo))
     os.chmod(os.path.join(wrap, "mkfs.ext4"), 0o755)
     o = e.opts()
     dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
@@ -643,12 +644,20 @@ def sigkill_during_mountdevice(e):
     os.makedirs(k.gmp("pv1"), exist_ok=True)
     p = subprocess.Popen([e.bin, "mountdevice", k.gmp("pv1"), dev, o], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    time.sleep(0.3)
+    # kill the driver while mkfs is running: wait for the wrapper to start
+    deadline = time.monotonic() + 60
+    while not os.path.exists(started) and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.01)
+    check(os.path.exists(started), "the mkfs wrapper never started")
     p.send_signal(signal.SIGKILL)
     p.communicate()
-    # the paused helper is still waiting on the gate (killed drivers cannot kill it): let it run
-    with open(fifo, "w") as g:
-        g.write("go\n")
+    # the paused helper still waits at the gate (a killed driver cannot kill it): let it go on
+    try:
+        g = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.write(g, b"go\n")
+        os.close(g)
+    except OSError:
+        pass  # no reader left: nothing to release
     time.sleep(0.5)
     k.mountdevice("pv1", dev, o, expect="Success")
     k.mountdevice("pv1", dev, o, expect="Success")
