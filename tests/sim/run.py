@@ -634,9 +634,11 @@ def sigkill_during_mountdevice(e):
     os.makedirs(wrap)
     fifo = os.path.join(e.dir, "gate")
     started = os.path.join(e.dir, "mkfs-started")
+    done = os.path.join(e.dir, "mkfs-done")
     os.mkfifo(fifo)
     with open(os.path.join(wrap, "mkfs.ext4"), "w") as f:
-        f.write("#!/bin/sh\n: > %s\nread x < %s\nexec /sbin/mkfs.ext4 \"$@\"\n" % (started, fifo))
+        f.write("#!/bin/sh\n: > %s\nread x < %s\n/sbin/mkfs.ext4 \"$@\"\nrc=$?\n: > %s\nexit $rc\n"
+                % (started, fifo, done))
     os.chmod(os.path.join(wrap, "mkfs.ext4"), 0o755)
     o = e.opts()
     dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
@@ -658,7 +660,10 @@ def sigkill_during_mountdevice(e):
         os.close(g)
     except OSError:
         pass  # no reader left: nothing to release
-    time.sleep(0.5)
+    else:  # the orphaned mkfs finishes on its own; the retry comes after it
+        deadline = time.monotonic() + 60
+        while not os.path.exists(done) and time.monotonic() < deadline:
+            time.sleep(0.01)
     k.mountdevice("pv1", dev, o, expect="Success")
     k.mountdevice("pv1", dev, o, expect="Success")
     m = mounted_at(k.gmp("pv1"))
