@@ -17,7 +17,6 @@ Every call made through Driver.call() is checked against all of that.
 import json
 import os
 import re
-import signal
 import subprocess
 import time
 
@@ -27,6 +26,25 @@ CAPS = ("attach", "selinuxRelabel", "supportsMetrics", "fsGroup", "requiresFSRes
 
 class ContractError(AssertionError):
     pass
+
+
+class Fail(AssertionError):
+    """A case's own assertion failed."""
+
+
+def check(cond, what):
+    if not cond:
+        raise Fail(what)
+
+
+def case_registry():
+    """A case module's list of cases and the decorator that fills it."""
+    cases = []
+
+    def case(fn):
+        cases.append(fn)
+        return fn
+    return cases, case
 
 
 def go_json(opts):

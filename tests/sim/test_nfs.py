@@ -21,24 +21,13 @@ import tempfile
 import threading
 import time
 
-from flexsim import Driver, Kubelet, cleanup, mounted_at, mounts, mounts_under
+from flexsim import Driver, Kubelet, case_registry, check, cleanup, mounted_at, mounts, mounts_under
 
 DRIVER = "nfs"
-CASES = []
+CASES, case = case_registry()
 
 
-def case(fn):
-    CASES.append(fn)
-    return fn
 
-
-class Fail(AssertionError):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Fail(what)
 
 
 FAKE = r"""#!/bin/sh

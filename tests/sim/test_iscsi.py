@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Host-lane tests of the iscsi driver: option validation, the credentials file,
 and the mapping of iscsiadm errors that a real target cannot produce on demand.
 
@@ -8,39 +7,24 @@ device, mount, logout and resize paths are tested in the VM lane
 FLEXVOL_HELPER_PATH) answers from a scenario file and records its argv; the
 real iscsiadm is never run on the host.
 
-  tests/sim/iscsi.py [--build DIR] [-k SUBSTRING] [-v]
+Run by tests/sim/run.py (make check); `tests/sim/run.py -k <name>` for one case.
 """
-import argparse
 import json
 import os
 import shutil
-import stat
-import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flexsim import ContractError, Driver, Kubelet  # noqa: E402
+from flexsim import Driver, Kubelet, case_registry, check, cleanup  # noqa: E402
 
-CASES = []
+CASES, case = case_registry()
 IQN = "iqn.2024-01.io.flexvol.test:target1"
 PORTAL = "127.0.0.1:3260"
 
 
-def case(fn):
-    CASES.append(fn)
-    return fn
 
-
-class Fail(AssertionError):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Fail(what)
 
 
 FAKE = r'''#!/usr/bin/python3
@@ -133,7 +117,10 @@ class Env:
             return ""
 
     def close(self):
+        """The fake iscsiadm binds and mounts nothing; anything under the scratch dir is a leak."""
+        ok = cleanup(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
+        return ok
 
 
 def failure(r, *words):
@@ -488,40 +475,6 @@ def no_session_answers(e):
     check(e.calls() == [], "iscsiadm ran: %r" % e.calls())
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("-k", dest="pattern", default="")
-    ap.add_argument("-v", action="store_true")
-    a = ap.parse_args()
-    if os.geteuid() != 0:
-        print("tests/sim/iscsi.py: needs root (credential files owned by root)")
-        return 77 if os.environ.get("CI") != "true" else 1
-    build = os.path.abspath(a.build)
-    passed = failed = 0
-    t_all = time.monotonic()
-    for fn in CASES:
-        if a.pattern and a.pattern not in fn.__name__:
-            continue
-        e = Env(build, fn.__name__)
-        t0 = time.monotonic()
-        try:
-            fn(e)
-            ok, why = True, ""
-        except (Fail, ContractError, subprocess.TimeoutExpired, OSError, KeyError, IndexError) as err:
-            ok, why = False, "%s: %s" % (type(err).__name__, err)
-            if a.v:
-                traceback.print_exc()
-        finally:
-            e.close()
-        print("%-4s %-44s %6.2f s%s" % ("ok" if ok else "FAIL", fn.__name__, time.monotonic() - t0,
-                                        "" if ok else "\n     " + why), flush=True)
-        passed += ok
-        failed += not ok
-    print("sim-iscsi: %.1f s" % (time.monotonic() - t_all))
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed or not passed else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+def make_env(build, name):
+    return Env(build, name)
