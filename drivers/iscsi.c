@@ -210,11 +210,9 @@ static int parse(struct fv_ctx *cx, const struct fv_opts *o, struct iscsivol *v)
 	int r;
 
 	memset(v, 0, sizeof(*v));
-	r = fv_opt(cx, o, "targetPortal", &s);
+	r = fv_opt_required(cx, o, "targetPortal", &s);
 	if (r < 0)
 		return r;
-	if (r > 0)
-		return fv_fail(cx, -FV_ERR_BADOPT, "option 'targetPortal' is required");
 	if (!parse_portal(s, v->portal[0], sizeof(v->portal[0])))
 		return fv_fail(cx, -FV_ERR_BADOPT,
 			       "option 'targetPortal' must be host[:port] (IPv4, [IPv6] or a DNS "
@@ -251,21 +249,17 @@ static int parse(struct fv_ctx *cx, const struct fv_opts *o, struct iscsivol *v)
 					       "option 'portals' ends with a comma: '%s'", extra);
 		}
 	}
-	r = fv_opt(cx, o, "iqn", &v->iqn);
+	r = fv_opt_required(cx, o, "iqn", &v->iqn);
 	if (r < 0)
 		return r;
-	if (r > 0)
-		return fv_fail(cx, -FV_ERR_BADOPT, "option 'iqn' is required");
 	if (!valid_target_name(v->iqn))
 		return fv_fail(cx, -FV_ERR_BADOPT,
 			       "option 'iqn' is not an iSCSI name (iqn.yyyy-mm.domain[:name] in "
 			       "lower case, eui.<16 hex>, naa.<16 or 32 hex>): '%s'",
 			       v->iqn);
-	r = fv_opt(cx, o, "lun", &lun);
+	r = fv_opt_required(cx, o, "lun", &lun);
 	if (r < 0)
 		return r;
-	if (r > 0)
-		return fv_fail(cx, -FV_ERR_BADOPT, "option 'lun' is required");
 	if (fv_parse_u64(lun, &n) < 0 || n > LUN_MAX)
 		return fv_fail(cx, -FV_ERR_BADOPT, "option 'lun' must be a number from 0 to %d: '%s'",
 			       LUN_MAX, lun);

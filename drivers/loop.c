@@ -64,11 +64,9 @@ static int parse(struct fv_ctx *cx, const struct fv_opts *o, struct loopvol *v)
 	int r;
 
 	memset(v, 0, sizeof(*v));
-	r = fv_opt(cx, o, "file", &file);
+	r = fv_opt_required(cx, o, "file", &file);
 	if (r < 0)
 		return r;
-	if (r > 0)
-		return fv_fail(cx, -FV_ERR_BADOPT, "option 'file' is required");
 	if (fv_path_confine(cfg->loop_root, file, v->rel, sizeof(v->rel)) < 0)
 		return fv_fail(cx, -FV_ERR_BADOPT,
 			       "option 'file' must name a file inside the loop root '%s': '%s'",

@@ -241,12 +241,12 @@ static int parse(struct fv_ctx *cx, const struct fv_opts *o, struct nfsvol *v)
 	int r;
 
 	memset(v, 0, sizeof(*v));
-	r = fv_opt(cx, o, "server", &server);
-	if (r != 0)
-		return r < 0 ? r : fv_fail(cx, -FV_ERR_BADOPT, "option 'server' is required");
-	r = fv_opt(cx, o, "share", &sh);
-	if (r != 0)
-		return r < 0 ? r : fv_fail(cx, -FV_ERR_BADOPT, "option 'share' is required");
+	r = fv_opt_required(cx, o, "server", &server);
+	if (r < 0)
+		return r;
+	r = fv_opt_required(cx, o, "share", &sh);
+	if (r < 0)
+		return r;
 	if ((r = fv_opt(cx, o, "subPath", &sp)) < 0 || (r = fv_opt(cx, o, "nfsVersion", &ver)) < 0 ||
 	    (r = fv_opt(cx, o, "mountOptions", &mo)) < 0)
 		return r;

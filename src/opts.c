@@ -38,6 +38,15 @@ int fv_opt(struct fv_ctx *cx, const struct fv_opts *o, const char *key, const ch
 	return 0;
 }
 
+int fv_opt_required(struct fv_ctx *cx, const struct fv_opts *o, const char *key, const char **ret)
+{
+	int r = fv_opt(cx, o, key, ret);
+
+	if (r > 0)
+		return fv_fail(cx, -FV_ERR_BADOPT, "option '%s' is required", key);
+	return r;
+}
+
 int fv_opts_parse(struct fv_ctx *cx, const char *json, struct fv_opts *o)
 {
 	struct json_tokener *tok;

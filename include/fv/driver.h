@@ -67,6 +67,9 @@ struct fv_opts {
  */
 int fv_opt(struct fv_ctx *cx, const struct fv_opts *o, const char *key, const char **ret);
 
+/* fv_opt_required() - fv_opt() where absent or "" is a Failure naming @key.  Returns 0 or <0. */
+int fv_opt_required(struct fv_ctx *cx, const struct fv_opts *o, const char *key, const char **ret);
+
 /* Capabilities, printed in full by init (contract §1.4: the defaults are generous). */
 struct fv_caps {
 	bool attach;
