@@ -284,10 +284,9 @@ static int parse(struct fv_ctx *cx, const struct fv_opts *o, struct iscsivol *v)
 			       "option 'chapCredentialsFile' must be an absolute path without "
 			       "'..': '%s'",
 			       v->credfile);
-	if (o->fstype && !fv_fs_supported(o->fstype))
-		return fv_fail(cx, -FV_ERR_BADOPT,
-			       "kubernetes.io/fsType '%s' is not supported (ext2, ext3, ext4, xfs)",
-			       o->fstype);
+	r = fv_fs_check_option(cx, o->fstype);
+	if (r < 0)
+		return r;
 	v->fstype = o->fstype;
 	v->ro = o->readonly;
 	v->volume = o->volume;

@@ -80,10 +80,9 @@ static int parse(struct fv_ctx *cx, const struct fv_opts *o, struct loopvol *v)
 			       "option 'size' must be a quantity from 1Mi to 1Pi in whole 512-byte "
 			       "sectors (e.g. 64Mi, 1Gi, 500M): '%s'",
 			       size);
-	if (o->fstype && !fv_fs_supported(o->fstype))
-		return fv_fail(cx, -FV_ERR_BADOPT,
-			       "kubernetes.io/fsType '%s' is not supported (ext2, ext3, ext4, xfs)",
-			       o->fstype);
+	r = fv_fs_check_option(cx, o->fstype);
+	if (r < 0)
+		return r;
 	v->fstype = o->fstype;
 	v->ro = o->readonly;
 	v->volume = o->volume;
@@ -235,13 +234,18 @@ static int find_binding(const struct stat *st, struct binding *b)
 static int release(struct fv_ctx *cx, const struct binding *b)
 {
 	_cleanup_close_ int fd = open(b->dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	int n = fv_mnt_count_source(b->dev);
+	struct stat st;
+	int n;
 
+	if (fd < 0)
+		return fv_fail(cx, NEG_ERRNO(), "cannot open %s: %m", b->dev);
+	/* by device number: bind mounts of the filesystem count too */
+	n = fstat(fd, &st) < 0 ? NEG_ERRNO() : fv_mnt_count_devno(st.st_rdev);
+	if (n < 0)
+		return fv_fail(cx, n, "cannot read the mount table: %s", strerror(-n));
 	if (n > 0)
 		return fv_fail(cx, -EBUSY, "%s is still mounted (%d mount%s); not releasing it",
 			       b->dev, n, n == 1 ? "" : "s");
-	if (fd < 0)
-		return fv_fail(cx, NEG_ERRNO(), "cannot open %s: %m", b->dev);
 	if (ioctl(fd, LOOP_CLR_FD, 0) < 0 && errno != ENXIO)
 		return fv_fail(cx, NEG_ERRNO(), "cannot release %s: %m", b->dev);
 	fv_log("released %s (%s)", b->dev, b->tag);

@@ -24,6 +24,15 @@ bool fv_fs_supported(const char *fstype)
 	return false;
 }
 
+int fv_fs_check_option(struct fv_ctx *cx, const char *fstype)
+{
+	if (fstype && !fv_fs_supported(fstype))
+		return fv_fail(cx, -FV_ERR_BADOPT,
+			       "kubernetes.io/fsType '%s' is not supported (ext2, ext3, ext4, xfs)",
+			       fstype);
+	return 0;
+}
+
 int fv_blk_probe(struct fv_ctx *cx, const char *dev, char *type, size_t len)
 {
 	blkid_probe pr = blkid_new_probe_from_filename(dev);

@@ -99,26 +99,6 @@ int fv_mnt_find_source(const char *source, const char *exclude, char *ret, size_
 	return 1;
 }
 
-int fv_mnt_count_source(const char *source)
-{
-	_cleanup_(mnt_unref_tablep) struct libmnt_table *tb = NULL;
-	_cleanup_(mnt_free_iterp) struct libmnt_iter *it = mnt_new_iter(MNT_ITER_FORWARD);
-	struct libmnt_fs *fs;
-	int r = load_table(&tb), n = 0;
-
-	if (r < 0)
-		return r;
-	if (!it)
-		return -ENOMEM;
-	while (mnt_table_next_fs(tb, it, &fs) == 0) {
-		const char *src = mnt_fs_get_srcpath(fs);
-
-		if (src && streq(src, source))
-			n++;
-	}
-	return n;
-}
-
 int fv_mnt_count_devno(dev_t devno)
 {
 	_cleanup_(mnt_unref_tablep) struct libmnt_table *tb = NULL;

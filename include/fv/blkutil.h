@@ -23,6 +23,9 @@ int fv_blk_probe(struct fv_ctx *cx, const char *dev, char *type, size_t len);
 /* Is @fstype one we know how to make and grow?  (ext2, ext3, ext4, xfs) */
 bool fv_fs_supported(const char *fstype);
 
+/* The kubernetes.io/fsType option (NULL: none asked) is one we support, or a Failure saying so. */
+int fv_fs_check_option(struct fv_ctx *cx, const char *fstype);
+
 /* mkfs.<fstype> on @dev, run as a helper under the helper deadline. */
 int fv_fs_make(struct fv_ctx *cx, const char *dev, const char *fstype);
 

@@ -37,9 +37,6 @@ int fv_mnt_find(const char *target, struct fv_mntinfo *ret);
  */
 int fv_mnt_find_source(const char *source, const char *exclude, char *ret, size_t len);
 
-/* How many mounts have @source as source.  Returns the count or -errno. */
-int fv_mnt_count_source(const char *source);
-
 /*
  * How many mounts are of the filesystem on device number @devno (the
  * mountinfo major:minor field: whole-fs mounts and bind mounts alike,
