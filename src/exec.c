@@ -338,8 +338,7 @@ int fv_fork_call_named(struct fv_ctx *cx, const char *what, int (*fn)(void *arg)
 	close(pipefd[0]);
 	if (rc < 0 || r.timed_out)
 		return finish(cx, what, t0, rc, timeout_s, &r, ret, false);
-	rc = r.status; /* the function's result, not a helper failure */
-	r.status = 0;
-	finish(cx, what, t0, 0, timeout_s, &r, ret, false);
+	rc = r.status; /* the function's result, not a helper failure: the caller explains it */
+	finish(cx, what, t0, 0, timeout_s, &r, ret, true);
 	return rc;
 }
