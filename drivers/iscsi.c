@@ -1258,11 +1258,6 @@ static int devt_target(dev_t devt, char *iqn, size_t len, unsigned int *lun)
 
 /* --- ops ----------------------------------------------------------------------- */
 
-static bool is_local(struct fv_ctx *cx, const char *node)
-{
-	return strcasecmp(node, fv_ctx_config(cx)->node_name) == 0;
-}
-
 static int iscsi_attach(struct fv_ctx *cx, const struct fv_opts *o, const char *node,
 			char **ret_device)
 {
@@ -1292,7 +1287,7 @@ static int iscsi_isattached(struct fv_ctx *cx, const struct fv_opts *o, const ch
 	 * attach is logical: the controller-manager cannot see another node's
 	 * sessions, and answers "attached" to keep the ADC from re-attaching.
 	 */
-	if (!is_local(cx, node)) {
+	if (!fv_ctx_node_is_local(cx, node)) {
 		*ret_attached = true;
 		return 0;
 	}
@@ -1387,13 +1382,6 @@ static int iscsi_unmount(struct fv_ctx *cx, const char *dir)
 	return fv_blkvol_unmount(cx, dir, NULL);
 }
 
-static const char *base_name(const char *path)
-{
-	const char *b = strrchr(path, '/');
-
-	return b && b[1] ? b + 1 : path;
-}
-
 /* Release LUN @lun of @iqn - the whole target when nothing else of it is in use - under its lock. */
 static int release_locked(struct fv_ctx *cx, const char *iqn, unsigned int lun)
 {
@@ -1408,7 +1396,7 @@ static int release_locked(struct fv_ctx *cx, const char *iqn, unsigned int lun)
 
 static int iscsi_unmountdevice(struct fv_ctx *cx, const char *dir)
 {
-	const char *volume = base_name(dir); /* the global path ends in the volume name */
+	const char *volume = fv_path_last(dir); /* the global path ends in the volume name */
 	char iqn[IQN_MAX + 32];
 	struct fv_mntinfo was;
 	unsigned int lun;
@@ -1436,7 +1424,7 @@ static int iscsi_detach(struct fv_ctx *cx, const char *volume, const char *node)
 	unsigned int lun;
 	int r;
 
-	if (!is_local(cx, node))
+	if (!fv_ctx_node_is_local(cx, node))
 		return 0; /* nothing of another node's is reachable from here */
 	if (state_target(cx, volume, iqn, sizeof(iqn), &lun) != 0)
 		return 0; /* never attached here, or already released */

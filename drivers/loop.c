@@ -23,7 +23,6 @@
 #include <libudev.h>
 #include <linux/loop.h>
 #include <stdio.h>
-#include <strings.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 
@@ -397,11 +396,6 @@ static int save_state(struct fv_ctx *cx, const struct loopvol *v, const struct b
 	return r;
 }
 
-static bool is_local(struct fv_ctx *cx, const char *node)
-{
-	return strcasecmp(node, fv_ctx_config(cx)->node_name) == 0;
-}
-
 static int loop_attach(struct fv_ctx *cx, const struct fv_opts *o, const char *node,
 		       char **ret_device)
 {
@@ -434,7 +428,7 @@ static int loop_isattached(struct fv_ctx *cx, const struct fv_opts *o, const cha
 	 * kernel (nor, in its container, the loop root).  There the answer is
 	 * "attached", which keeps the ADC from re-attaching in a loop.
 	 */
-	if (!is_local(cx, node) || access(root, F_OK) < 0) {
+	if (!fv_ctx_node_is_local(cx, node) || access(root, F_OK) < 0) {
 		*ret_attached = true;
 		return 0;
 	}
@@ -561,13 +555,6 @@ static int release_volume(struct fv_ctx *cx, const char *volume, const char *dev
 	return r;
 }
 
-static const char *base_name(const char *path)
-{
-	const char *b = strrchr(path, '/');
-
-	return b && b[1] ? b + 1 : path;
-}
-
 static int loop_unmountdevice(struct fv_ctx *cx, const char *dir)
 {
 	struct fv_mntinfo was;
@@ -576,13 +563,13 @@ static int loop_unmountdevice(struct fv_ctx *cx, const char *dir)
 	if (r < 0)
 		return r;
 	/* the global path's last component is the volume name (contract §2) */
-	return release_volume(cx, base_name(dir),
+	return release_volume(cx, fv_path_last(dir),
 			      !strncmp(was.source, "/dev/loop", 9) ? was.source : NULL);
 }
 
 static int loop_detach(struct fv_ctx *cx, const char *volume, const char *node)
 {
-	if (!is_local(cx, node))
+	if (!fv_ctx_node_is_local(cx, node))
 		return 0; /* nothing of another node's is reachable from here */
 	return release_volume(cx, volume, NULL);
 }

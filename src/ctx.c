@@ -2,6 +2,7 @@
 /* The per-call context as drivers see it (fv/driver.h). */
 #include <stdarg.h>
 #include <stdio.h>
+#include <strings.h>
 
 #include "internal.h"
 
@@ -45,4 +46,10 @@ const struct fv_config *fv_ctx_config(const struct fv_ctx *cx)
 const struct fv_driver *fv_ctx_driver(const struct fv_ctx *cx)
 {
 	return cx->drv;
+}
+
+bool fv_ctx_node_is_local(const struct fv_ctx *cx, const char *node)
+{
+	/* node names are DNS names: compare without case */
+	return strcasecmp(node, cx->cfg.node_name) == 0;
 }

@@ -194,12 +194,8 @@ static const char *volume_of(const struct op *op, struct call *c)
 {
 	if (op->lock_arg == -2)
 		return c->opts.volume;
-	if (op->lock_arg >= 0) {
-		const char *a = c->args[op->lock_arg];
-		const char *b = strrchr(a, '/');
-
-		return b && b[1] ? b + 1 : a;
-	}
+	if (op->lock_arg >= 0)
+		return fv_path_last(c->args[op->lock_arg]);
 	return c->opts.volume;
 }
 

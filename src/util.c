@@ -268,3 +268,10 @@ int fv_name_key(const char *s, char *buf, size_t len)
 	snprintf(buf, len, "%.*s~%016llx", (int)(len - 18), big, (unsigned long long)fv_hash64(s));
 	return 0;
 }
+
+const char *fv_path_last(const char *path)
+{
+	const char *b = strrchr(path, '/');
+
+	return b && b[1] ? b + 1 : path;
+}

@@ -120,6 +120,9 @@ void fv_ctx_reset_message(struct fv_ctx *cx);
 /* The node configuration, resolved once (config.c). */
 const struct fv_config *fv_ctx_config(const struct fv_ctx *cx);
 
+/* Is @node (an attach/isattached/detach argument) the node this runs on (config node_name)? */
+bool fv_ctx_node_is_local(const struct fv_ctx *cx, const char *node);
+
 /* The driver being run (for names in paths and logs). */
 const struct fv_driver *fv_ctx_driver(const struct fv_ctx *cx);
 

@@ -53,6 +53,9 @@ int fv_name_key(const char *s, char *buf, size_t len);
 /* FNV-1a 64-bit hash of a string: stable short names for long ones. */
 uint64_t fv_hash64(const char *s);
 
+/* The last component of @path ("/a/b/pv1" -> "pv1"; a trailing '/' keeps the whole path). */
+const char *fv_path_last(const char *path);
+
 /* mkdir -p with @mode for the created components.  Returns 0 or -errno. */
 int fv_mkdir_p(const char *path, mode_t mode);
 
