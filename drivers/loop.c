@@ -488,6 +488,24 @@ static int loop_mountdevice(struct fv_ctx *cx, const char *dir, const char *devi
 	return save_state(cx, &v, &b);
 }
 
+/*
+ * The binding of an existing image, for ops that need the volume attached
+ * already: the image opened (read-write when @rw), its binding in @b.
+ */
+static int attached_image(struct fv_ctx *cx, struct loopvol *v, bool rw, int *ret_fd,
+			  struct stat *st, struct binding *b)
+{
+	int r;
+
+	v->ro = !rw;
+	r = open_image(cx, v, false, ret_fd, st);
+	if (r < 0)
+		return r;
+	if (find_binding(st, b) != 0)
+		return fv_fail(cx, -ENXIO, "image '%s' is not attached on this node", v->rel);
+	return 0;
+}
+
 static int loop_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o)
 {
 	_cleanup_close_ int fd = -1;
@@ -500,12 +518,9 @@ static int loop_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *
 	if (r < 0)
 		return r;
 	ro = v.ro;
-	v.ro = true; /* only looking at the image here */
-	r = open_image(cx, &v, false, &fd, &st);
+	r = attached_image(cx, &v, false, &fd, &st, &b); /* only looking at the image */
 	if (r < 0)
 		return r;
-	if (find_binding(&st, &b) != 0)
-		return fv_fail(cx, -ENXIO, "image '%s' is not attached on this node", v.rel);
 	return fv_blkvol_bind(cx, dir, b.dev, ro);
 }
 
@@ -589,12 +604,9 @@ static int loop_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char 
 	if (new_size > MAX_LOOP_SIZE || new_size % 512)
 		return fv_fail(cx, -EINVAL, "new size %llu is not a whole number of sectors up to 1Pi",
 			       (unsigned long long)new_size);
-	v.ro = false;
-	r = open_image(cx, &v, false, &fd, &st);
+	r = attached_image(cx, &v, true, &fd, &st, &b);
 	if (r < 0)
 		return r;
-	if (find_binding(&st, &b) != 0)
-		return fv_fail(cx, -ENXIO, "image '%s' is not attached on this node", v.rel);
 	if ((uint64_t)st.st_size < new_size) {
 		if (ftruncate(fd, (off_t)new_size) < 0)
 			return fv_fail(cx, NEG_ERRNO(), "cannot grow image '%s': %m", v.rel);
