@@ -37,6 +37,27 @@ def check(cond, what):
         raise Fail(what)
 
 
+def in_parallel(calls):
+    """Run each zero-argument callable in its own thread, all at once.
+    Returns (results, errors): the return values of those that finished and
+    the exceptions of those that raised."""
+    import threading
+    results, errors = [], []
+
+    def run(fn):
+        try:
+            results.append(fn())
+        except Exception as err:  # noqa: BLE001 - handed back to the case
+            errors.append(err)
+
+    ts = [threading.Thread(target=run, args=(fn,)) for fn in calls]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return results, errors
+
+
 def case_registry():
     """A case module's list of cases and the decorator that fills it."""
     cases = []

@@ -13,11 +13,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flexsim import (Driver, Fail, Kubelet, case_registry, check, cleanup, go_json,  # noqa: E402
+from flexsim import (Driver, Fail, Kubelet, case_registry, check, cleanup, go_json, in_parallel,  # noqa: E402
                      loop_ro, loops_under, mounted_at, mounts_under)
 
 DRIVER = "loop"
@@ -91,7 +90,7 @@ def bring_up(e, vol="pv1", opts=None, uids=("pod-a",)):
     check(dev.startswith("/dev/loop"), "waitforattach echoes the real device, got %r" % dev)
     k.mountdevice(vol, dev, opts, expect="Success")
     for uid in uids:
-        k.mount(uid, vol, e.k.options(vol, json.loads(opts), pod=uid) if False else opts, expect="Success")
+        k.mount(uid, vol, opts, expect="Success")
     return dev
 
 
@@ -259,17 +258,7 @@ def eight_pods_in_parallel(e):
     o = e.opts()
     bring_up(e, uids=())
     uids = ["pod-%d" % i for i in range(8)]
-    errors = []
-
-    def run(fn, *a):
-        try:
-            fn(*a, expect="Success")
-        except Exception as err:  # noqa: BLE001 - collected and reported below
-            errors.append(err)
-
-    ts = [threading.Thread(target=run, args=(k.mount, u, "pv1", o)) for u in uids]
-    [t.start() for t in ts]
-    [t.join() for t in ts]
+    _, errors = in_parallel([lambda u=u: k.mount(u, "pv1", o, expect="Success") for u in uids])
     check(not errors, "parallel mounts: %r" % errors)
     for u in uids:
         check(len(mounted_at(k.poddir(u, "pv1"))) == 1, "%s mounted once" % u)
@@ -277,9 +266,7 @@ def eight_pods_in_parallel(e):
         f.write("one")
     with open(os.path.join(k.poddir(uids[7], "pv1"), "shared")) as f:
         check(f.read() == "one", "all pods see one filesystem")
-    ts = [threading.Thread(target=run, args=(k.unmount, u, "pv1")) for u in uids]
-    [t.start() for t in ts]
-    [t.join() for t in ts]
+    _, errors = in_parallel([lambda u=u: k.unmount(u, "pv1", expect="Success") for u in uids])
     check(not errors, "parallel unmounts: %r" % errors)
     for u in uids:
         check(not mounted_at(k.poddir(u, "pv1")) and not os.listdir(k.poddir(u, "pv1")),
@@ -294,11 +281,8 @@ def parallel_waitforattach_one_binding(e):
     """Races between two kubelet retries for one volume still end with one binding."""
     k = e.k
     o = e.opts()
-    out = []
-    ts = [threading.Thread(target=lambda: out.append(k.waitforattach("loop:vol1.img", o, expect="Success")))
-          for _ in range(4)]
-    [t.start() for t in ts]
-    [t.join() for t in ts]
+    out, errors = in_parallel([lambda: k.waitforattach("loop:vol1.img", o, expect="Success")] * 4)
+    check(not errors, "parallel waitforattach: %r" % errors)
     devs = {r["device"] for r in out}
     check(len(out) == 4 and len(devs) == 1, "one device for all: %r" % out)
     check(list(e.loops()) == list(devs), "one binding: %r" % e.loops())

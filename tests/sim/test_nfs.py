@@ -18,10 +18,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 
-from flexsim import Driver, Kubelet, case_registry, check, cleanup, mounted_at, mounts, mounts_under
+from flexsim import (Driver, Kubelet, case_registry, check, cleanup, in_parallel, mounted_at, mounts,
+                     mounts_under)
 
 DRIVER = "nfs"
 CASES, case = case_registry()
@@ -370,18 +370,12 @@ def nfs_mount_conflicts_with_another_source(e):
 def nfs_parallel_calls_stay_separate(e):
     """8 pods at once (the dispatcher locks per pod dir): each call answers for itself."""
     e.fake_helper("deny")
-    errors = []
 
     def run(uid):
-        try:
-            r = e.k.mount(uid, "vol", e.opts(), expect="Failure")
-            check("access denied" in r["message"], r["message"])
-            e.k.unmount(uid, "vol", expect="Success")
-        except AssertionError as err:
-            errors.append(err)
+        r = e.k.mount(uid, "vol", e.opts(), expect="Failure")
+        check("access denied" in r["message"], r["message"])
+        e.k.unmount(uid, "vol", expect="Success")
 
-    ts = [threading.Thread(target=run, args=("pod-%d" % i,)) for i in range(8)]
-    [t.start() for t in ts]
-    [t.join() for t in ts]
+    _, errors = in_parallel([lambda i=i: run("pod-%d" % i) for i in range(8)])
     check(not errors, errors)
     check(len(e.helper_calls()) == 8, e.helper_calls())
