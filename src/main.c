@@ -30,11 +30,19 @@ struct call {
 	const char *volume;    /* for the log line */
 };
 
+/* What the dispatcher does around an op, besides counting its arguments. */
+enum {
+	OP_DIR = 1 << 0,       /* args[0] is a mount directory: must be a plain absolute path */
+	OP_LOCK_DIR = 1 << 1,  /* lock args[0] itself, not the volume (pod mounts run in parallel) */
+	OP_LOCK_SOFT = 1 << 2, /* go on unlocked when the run dir cannot be written */
+};
+
 struct op {
 	const char *name;
 	int nargs;
 	int json;	   /* index of the JSON argument, or -1 */
 	int lock_arg;	   /* lock on basename(args[i]) (-1: none, -2: JSON volume name) */
+	unsigned int flags; /* OP_* */
 	size_t slot;	   /* offsetof(struct fv_driver, op), or 0: always Not supported */
 	int (*run)(struct call *c);
 };
@@ -102,18 +110,28 @@ static int run_expandfs(struct call *c)
  * "Not supported" so kubelet falls back to its defaults.
  */
 static const struct op ops[] = {
-	{ "init", 0, -1, -1, 0, NULL },
-	{ "getvolumename", 1, -1, -1, 0, NULL },
-	{ "attach", 2, 0, -1, SLOT(attach), run_attach },
-	{ "isattached", 2, 0, -1, SLOT(isattached), run_isattached },
-	{ "detach", 2, -1, 0, SLOT(detach), run_detach },
-	{ "waitforattach", 2, 1, -2, SLOT(waitforattach), run_waitforattach },
-	{ "mountdevice", 3, 2, 0, SLOT(mountdevice), run_mountdevice },
-	{ "unmountdevice", 1, -1, 0, SLOT(unmountdevice), run_unmountdevice },
-	{ "mount", 2, 1, 0, SLOT(mount), run_mount },
-	{ "unmount", 1, -1, 0, SLOT(unmount), run_unmount },
-	{ "expandvolume", 4, -1, -1, 0, NULL },
-	{ "expandfs", 5, 0, 2, SLOT(expandfs), run_expandfs },
+	{ "init", 0, -1, -1, 0, 0, NULL },
+	{ "getvolumename", 1, -1, -1, 0, 0, NULL },
+	{ "attach", 2, 0, -1, 0, SLOT(attach), run_attach },
+	{ "isattached", 2, 0, -1, 0, SLOT(isattached), run_isattached },
+	/*
+	 * detach also runs in the controller-manager's container, often with a
+	 * read-only root or as non-root: there is no node state to guard there,
+	 * and no other driver process could share a lock on that filesystem.
+	 */
+	{ "detach", 2, -1, 0, OP_LOCK_SOFT, SLOT(detach), run_detach },
+	{ "waitforattach", 2, 1, -2, 0, SLOT(waitforattach), run_waitforattach },
+	{ "mountdevice", 3, 2, 0, OP_DIR, SLOT(mountdevice), run_mountdevice },
+	{ "unmountdevice", 1, -1, 0, OP_DIR, SLOT(unmountdevice), run_unmountdevice },
+	/*
+	 * Pod mounts lock their own directory: kubelet runs mount and unmount
+	 * of one volume for different pods in parallel (contract §1.1), and
+	 * one slow pod must not hold up the others.
+	 */
+	{ "mount", 2, 1, 0, OP_DIR | OP_LOCK_DIR, SLOT(mount), run_mount },
+	{ "unmount", 1, -1, 0, OP_DIR | OP_LOCK_DIR, SLOT(unmount), run_unmount },
+	{ "expandvolume", 4, -1, -1, 0, 0, NULL },
+	{ "expandfs", 5, 0, 2, 0, SLOT(expandfs), run_expandfs },
 };
 
 static const char *errstr(int r)
@@ -192,8 +210,6 @@ static int isolate_stdio(void)
 
 static const char *volume_of(const struct op *op, struct call *c)
 {
-	if (op->lock_arg == -2)
-		return c->opts.volume;
 	if (op->lock_arg >= 0)
 		return fv_path_last(c->args[op->lock_arg]);
 	return c->opts.volume;
@@ -219,8 +235,7 @@ static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 		if (r < 0)
 			return r;
 	}
-	if (streq(op->name, "mountdevice") || streq(op->name, "unmountdevice") ||
-	    streq(op->name, "mount") || streq(op->name, "unmount")) {
+	if (op->flags & OP_DIR) {
 		r = check_dir_arg(cx, "mount directory", c->args[0]);
 		if (r < 0)
 			return r;
@@ -230,24 +245,11 @@ static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 	if (op->lock_arg != -1 && v) {
 		char name[PATH_MAX + 64];
 
-		/*
-		 * Pod mounts lock their own directory: kubelet runs mount and
-		 * unmount of one volume for different pods in parallel (contract
-		 * §1.1), and one slow pod must not hold up the others.  Every
-		 * other op locks the volume.
-		 */
-		if (streq(op->name, "mount") || streq(op->name, "unmount"))
-			snprintf(name, sizeof(name), "%s-dir-%s", cx->drv->name, c->args[0]);
-		else
-			snprintf(name, sizeof(name), "%s-vol-%s", cx->drv->name, v);
+		snprintf(name, sizeof(name), "%s-%s-%s", cx->drv->name,
+			 op->flags & OP_LOCK_DIR ? "dir" : "vol",
+			 op->flags & OP_LOCK_DIR ? c->args[0] : v);
 		lockfd = fv_lock(cx, name);
-		/*
-		 * detach also runs in the controller-manager's container, often
-		 * with a read-only root or as non-root: there is no node state
-		 * to guard there, and no other driver process could share a
-		 * lock on that filesystem anyway.
-		 */
-		if ((lockfd == -EROFS || lockfd == -EACCES) && streq(op->name, "detach")) {
+		if ((lockfd == -EROFS || lockfd == -EACCES) && (op->flags & OP_LOCK_SOFT)) {
 			cx->message[0] = '\0';
 			lockfd = -1;
 		} else if (lockfd < 0) {
