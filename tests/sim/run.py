@@ -10,6 +10,7 @@ private mount namespace (root), runs every case, and prints
   tests/sim/run.py [--build DIR] [-k SUBSTRING] [-v]
 """
 import argparse
+import fcntl
 import importlib
 import os
 import sys
@@ -37,6 +38,14 @@ def main():
         print("tests/sim/run.py: needs root (real loop devices and mounts)")
         return 77 if os.environ.get("CI") != "true" else 1
     in_private_mount_ns([sys.executable, os.path.abspath(__file__), *sys.argv[1:]])
+    # Loop devices and their "flexvol:<pv>" tags are node-wide: two runs from
+    # two work trees would detach each other's "pv1".  One run at a time.
+    lock = open("/run/lock/flexvol-sim.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print("tests/sim/run.py: waiting for another simulator run on this machine", flush=True)
+        fcntl.flock(lock, fcntl.LOCK_EX)
     build = os.path.abspath(a.build)
     passed = failed = 0
     t_all = time.monotonic()
