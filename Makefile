@@ -1,23 +1,25 @@
 # flexvol - Kubernetes FlexVolume drivers (loop, nfs, iscsi) on one op layer.
 #
-#   make                     build/<driver> for every drivers/<name>.c
+#   make                     build/<driver> for every drivers/<name>/ directory
 #   make check               unit tests + kubelet simulator (root, real loop devices)
 #   make bench               per-call cost against the exec floor
 #   make SANITIZE=address,undefined check
 #   make V=1                 show commands
 #
 # One multi-call binary (build/flexvol) is copied to build/<driver>; the driver
-# is picked by basename(argv[0]).  Adding a driver is adding drivers/<name>.c:
-# the registry is generated from the file list below.
+# is picked by basename(argv[0]).  A driver is a directory drivers/<name>/
+# holding as many .c files as its concerns need (exactly one of them defines
+# fv_driver_<name>); the registry is generated from the directory list below.
 
 CC        ?= cc
 PKG_CONFIG ?= pkg-config
 PKGS      := json-c mount blkid libudev
 O         := build
 
-DRIVERS   := $(sort $(basename $(notdir $(filter-out drivers/registry.c,$(wildcard drivers/*.c)))))
+DRIVERS   := $(sort $(patsubst drivers/%/,%,$(dir $(wildcard drivers/*/*.c))))
 CORE_SRCS := $(sort $(wildcard src/*.c))
-FV_SRCS   := $(CORE_SRCS) $(addprefix drivers/,$(addsuffix .c,$(DRIVERS))) drivers/registry.c
+DRV_SRCS  := $(sort $(foreach d,$(DRIVERS),$(wildcard drivers/$(d)/*.c)))
+FV_SRCS   := $(CORE_SRCS) $(DRV_SRCS) drivers/registry.c
 FV_DRIVER_LIST := $(foreach d,$(DRIVERS),X($(d)))
 
 WARN := -Wall -Wextra -Wformat=2 -Wshadow -Wundef -Wvla -Wwrite-strings \
@@ -55,7 +57,7 @@ $(O)/obj/%.o: %.c
 $(O)/obj/drivers/registry.o: FV_CFLAGS += -DFV_DRIVERS='$(FV_DRIVER_LIST)'
 $(O)/obj/drivers/registry.o: Makefile $(O)/drivers.list
 
-# the registry is rebuilt when a driver file comes or goes (the list is rewritten only on change)
+# the registry is rebuilt when a driver directory comes or goes (the list is rewritten only on change)
 $(O)/drivers.list: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(FV_DRIVER_LIST)' | cmp -s - $@ || echo '$(FV_DRIVER_LIST)' >$@

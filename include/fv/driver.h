@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The contract between the op layer (src/) and a driver (drivers/<name>.c).
+ * The contract between the op layer (src/) and a driver (drivers/<name>/).
  *
- * A driver is one file that defines exactly one exported symbol,
+ * A driver is a directory whose files define exactly one exported symbol,
  *
  *	const struct fv_driver fv_driver_<name> = { ... };
  *
