@@ -1,14 +1,22 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Shared node-side steps of attachable block-volume drivers (fv/blkvol.h). */
+/*
+ * The block-volume class (fv/blkvol.h): the generic lifecycle of attachable
+ * block volumes, once, for every block driver, in both attach modes.
+ */
+#include <json-c/json.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include "internal.h"
 #include "fv/blkutil.h"
 #include "fv/blkvol.h"
+#include "fv/lock.h"
 #include "fv/log.h"
 #include "fv/mountutil.h"
+#include "fv/state.h"
+#include "fv/util.h"
 
 /* Is the mount @mi the filesystem on block device @dev? (source string or device number) */
 static bool mount_is_dev(const struct fv_mntinfo *mi, const char *dev)
@@ -76,28 +84,27 @@ bool fv_kubelet_global_path(const char *poddir, char *ret, size_t len)
 			(int)(name - tilde - 1), tilde + 1, name + 1) < (int)len;
 }
 
-int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *dev, bool ro)
+int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro)
 {
-	char poddir[PATH_MAX], gmp[PATH_MAX];
-	struct fv_mntinfo mi;
-	int r = fv_prepare_dir(cx, dir, poddir, sizeof(poddir));
+	char poddir[PATH_MAX];
+	struct fv_mntinfo mi, smi;
+	int r = fv_mnt_find(src, &smi);
 
+	if (r < 0)
+		return fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
+	if (r > 0 || !streq(smi.root, "/"))
+		return fv_fail(cx, -ENXIO, "the volume is not mounted on this node ('%s'; "
+			       "mountdevice first)", src);
+	r = fv_prepare_dir(cx, dir, poddir, sizeof(poddir));
 	if (r < 0)
 		return r;
 	if (fv_mnt_find(poddir, &mi) == 0) {
-		if (mount_is_dev(&mi, dev))
+		if (mi.devno == smi.devno)
 			return 0;
 		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'", poddir,
 			       mi.source);
 	}
-	if (!fv_kubelet_global_path(poddir, gmp, sizeof(gmp)) || fv_mnt_find(gmp, &mi) != 0 ||
-	    !mount_is_dev(&mi, dev) || !streq(mi.root, "/")) {
-		r = fv_mnt_find_source(dev, poddir, gmp, sizeof(gmp));
-		if (r != 0)
-			return fv_fail(cx, -ENXIO, "%s is not mounted on this node (mountdevice first)",
-				       dev);
-	}
-	return fv_mnt_mount(cx, gmp, poddir, NULL, ro ? "bind,ro" : "bind", false);
+	return fv_mnt_mount(cx, src, poddir, NULL, ro ? "bind,ro" : "bind", false);
 }
 
 int fv_blkvol_unmount(struct fv_ctx *cx, const char *dir, struct fv_mntinfo *ret)
@@ -120,4 +127,420 @@ int fv_blkvol_unmount(struct fv_ctx *cx, const char *dir, struct fv_mntinfo *ret
 	if (r == 0)
 		return fv_fail(cx, -ENOTEMPTY, "'%s' is not empty after unmount", path);
 	return r < 0 ? fv_fail(cx, r, "cannot read '%s': %s", path, strerror(-r)) : 0;
+}
+
+/* --- the class ------------------------------------------------------------------- */
+
+static const struct fv_blkvol_ops *ops_of(const struct fv_ctx *cx)
+{
+	return cx->drv->blk;
+}
+
+bool fv_blkvol_node_mode(const struct fv_ctx *cx)
+{
+	return streq(cx->cfg.attach_mode, "node");
+}
+
+/* The backend's parsed volume: may hold secrets (CHAP from a Secret), wiped when freed. */
+static size_t vol_size;
+
+static void vol_freep(void **p)
+{
+	if (*p) {
+		explicit_bzero(*p, vol_size);
+		free(*p);
+	}
+}
+
+/* Options -> the backend's volume; the same validation for every op that carries options. */
+static int parse(struct fv_ctx *cx, const struct fv_opts *o, void **ret)
+{
+	const struct fv_blkvol_ops *ops = ops_of(cx);
+	void *v;
+	int r;
+
+	vol_size = ops->vol_size;
+	v = calloc(1, vol_size);
+	if (!v)
+		return -ENOMEM;
+	r = ops->parse(cx, o, v);
+	if (r == 0)
+		r = fv_fs_check_option(cx, o->fstype);
+	if (r < 0) {
+		vol_freep(&v);
+		return r;
+	}
+	*ret = v;
+	return 0;
+}
+
+/* The per-volume lock: the same key the dispatcher takes for mountdevice, unmountdevice, detach. */
+static int lock_volume(struct fv_ctx *cx, const char *name)
+{
+	char key[PATH_MAX + 64];
+
+	snprintf(key, sizeof(key), "%s-vol-%s", cx->drv->name, name);
+	return fv_lock(cx, key);
+}
+
+static int save_record(struct fv_ctx *cx, const char *name, const void *v, const char *dev,
+		       const struct fv_opts *o)
+{
+	json_object *rec = json_object_new_object();
+	int r;
+
+	if (!rec)
+		return -ENOMEM;
+	json_object_object_add(rec, "device", json_object_new_string(dev));
+	json_object_object_add(rec, "readonly", json_object_new_boolean(o->readonly));
+	r = ops_of(cx)->record ? ops_of(cx)->record(cx, v, rec) : 0;
+	if (r == 0)
+		r = fv_state_write(cx, name, rec);
+	json_object_put(rec);
+	return r;
+}
+
+/*
+ * Undo the node-side attach of the volume @name (a trusted name), whose
+ * device mount was on @devno (0: unknown), then forget its record.
+ */
+static int release_volume(struct fv_ctx *cx, const char *name, dev_t devno)
+{
+	json_object *rec = NULL;
+	int r;
+
+	if (fv_state_read(cx, name, &rec) != 0)
+		rec = NULL; /* a cache: the backend asks the kernel first */
+	r = ops_of(cx)->release(cx, name, devno, rec);
+	json_object_put(rec);
+	if (r == 0)
+		(void)fv_state_remove(cx, name);
+	return r;
+}
+
+/*
+ * The node-side attach claimed for @name, the device formatted if blank and
+ * mounted at @gmp (canonical), the record written.  A device mounted for
+ * another volume is refused: options naming another PV's image or LUN never
+ * reach its data.
+ */
+static int attach_and_mount(struct fv_ctx *cx, const void *v, const struct fv_opts *o,
+			    const char *name, const char *gmp, const char *kubelet_dev)
+{
+	const struct fv_blkvol_ops *ops = ops_of(cx);
+	char dev[PATH_MAX], other[PATH_MAX];
+	struct fv_mntinfo mi;
+	struct stat st;
+	int lock = -1, r;
+
+	r = ops->attach(cx, v, name, NULL, dev, sizeof(dev), &lock);
+	if (r < 0)
+		return r;
+	/* kubelet's device is our own waitforattach answer; the kernel still decides */
+	if (kubelet_dev && kubelet_dev[0] && !streq(kubelet_dev, dev))
+		fv_log("mountdevice: kubelet passed %s, the volume's device is %s", kubelet_dev, dev);
+	if (!(fv_mnt_find(gmp, &mi) == 0 && stat(dev, &st) == 0 && mi.devno == st.st_rdev) &&
+	    fv_mnt_find_source(dev, gmp, other, sizeof(other)) == 0) {
+		r = fv_fail(cx, -FV_ERR_CONFLICT, "%s is already mounted at '%s' for another "
+			    "volume; refusing to mount it for '%s'", dev, other, name);
+		goto out;
+	}
+	r = fv_blkvol_mountdevice(cx, gmp, dev, o->fstype, ops->default_fstype, o->readonly);
+	if (r == 0)
+		r = save_record(cx, name, v, dev, o);
+out:
+	if (lock >= 0)
+		fv_unlock(lock);
+	return r;
+}
+
+int fv_blkvol_op_attach(struct fv_ctx *cx, const struct fv_opts *o, const char *node,
+			char **ret_device)
+{
+	_cleanup_(vol_freep) void *v = NULL;
+	int r = parse(cx, o, &v);
+
+	if (r < 0)
+		return r;
+	return ops_of(cx)->handle(cx, v, ret_device);
+}
+
+/*
+ * isattached answers the truth of the logical attach: true from a
+ * successful attach until detach.
+ *
+ * attach runs in the controller-manager's container: it validates and
+ * returns a handle, and can leave no trace anywhere (no node state, often a
+ * read-only root, another machine than the node).  Whether the volume is
+ * attached in the ADC's sense is therefore exactly "attach succeeded and
+ * detach has not run" - which only the ADC itself records, and which is why
+ * it asks only about volumes it attached and has not detached
+ * (VerifyVolumesAreAttached walks its actual state of the world).  The
+ * node-side attach (loop binding, iSCSI session) is a different thing: it
+ * is made by waitforattach (or mount in node mode) and may be absent for
+ * good reasons - before waitforattach ran, after a node reboot, after
+ * unmountdevice.  Answering from it made the ADC mark the volume detached
+ * between attach and waitforattach and attach it again (contract §3.3).
+ * So: valid options -> attached, on any node, from any process; the
+ * options are still validated, so a broken PV is a Failure, not a yes.
+ */
+int fv_blkvol_op_isattached(struct fv_ctx *cx, const struct fv_opts *o, const char *node,
+			    bool *ret_attached)
+{
+	_cleanup_(vol_freep) void *v = NULL;
+	int r = parse(cx, o, &v);
+
+	if (r < 0)
+		return r;
+	*ret_attached = true;
+	return 0;
+}
+
+int fv_blkvol_op_waitforattach(struct fv_ctx *cx, const char *device, const struct fv_opts *o,
+			       char **ret_device)
+{
+	_cleanup_(vol_freep) void *v = NULL;
+	char dev[PATH_MAX];
+	int lock = -1, r = parse(cx, o, &v);
+
+	if (r < 0)
+		return r;
+	/* no trusted name here (fv/blkvol.h): the backend object alone, the name a hint */
+	r = ops_of(cx)->attach(cx, v, NULL, o->volume, dev, sizeof(dev), &lock);
+	if (lock >= 0)
+		fv_unlock(lock);
+	if (r < 0)
+		return r;
+	*ret_device = strdup(dev);
+	return *ret_device ? 0 : -ENOMEM;
+}
+
+int fv_blkvol_op_mountdevice(struct fv_ctx *cx, const char *dir, const char *device,
+			     const struct fv_opts *o)
+{
+	_cleanup_(vol_freep) void *v = NULL;
+	char gmp[PATH_MAX];
+	int r = parse(cx, o, &v);
+
+	if (r < 0)
+		return r;
+	r = fv_prepare_dir(cx, dir, gmp, sizeof(gmp));
+	if (r < 0)
+		return r;
+	/* the global mount path ends in the volume name (contract §2); locked by the dispatcher */
+	return attach_and_mount(cx, v, o, fv_path_last(dir), gmp, device);
+}
+
+int fv_blkvol_op_unmountdevice(struct fv_ctx *cx, const char *dir)
+{
+	struct fv_mntinfo was;
+	int r = fv_blkvol_unmount(cx, dir, &was);
+
+	if (r < 0)
+		return r;
+	return release_volume(cx, fv_path_last(dir), was.devno);
+}
+
+int fv_blkvol_op_detach(struct fv_ctx *cx, const char *volume, const char *node)
+{
+	if (!fv_ctx_node_is_local(cx, node))
+		return 0; /* nothing of another node's is reachable from here */
+	return release_volume(cx, volume, 0);
+}
+
+/* Node mode: the device mount of volume @name, owned by the driver under the run dir. */
+static int node_gmp(struct fv_ctx *cx, const char *name, char *buf, size_t len)
+{
+	char key[NAME_MAX + 1];
+	int r = fv_name_key(name, key, sizeof(key) - 1);
+
+	if (r < 0)
+		return fv_fail(cx, r, "volume name '%s' cannot be a file name", name);
+	if (snprintf(buf, len, "%s/%s/mounts/%s", cx->cfg.run_dir, cx->drv->name, key) >= (int)len)
+		return fv_fail(cx, -ENAMETOOLONG, "run dir '%s' is too long", cx->cfg.run_dir);
+	return 0;
+}
+
+/*
+ * Node mode, mount <poddir> <json>: the whole node-side work, the first pod
+ * attaching and mounting the device once per node, every pod binding it.
+ * The volume lock makes parallel mounts and unmounts of one volume's pods
+ * (contract §4.3) take turns on the shared part.
+ */
+static int node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o)
+{
+	_cleanup_(vol_freep) void *v = NULL;
+	const char *name = fv_path_last(dir);
+	char path[PATH_MAX], gmp[PATH_MAX], dev[PATH_MAX];
+	struct fv_mntinfo mi;
+	struct stat st;
+	int lock, r = parse(cx, o, &v);
+
+	if (r < 0)
+		return r;
+	r = node_gmp(cx, name, path, sizeof(path));
+	if (r < 0)
+		return r;
+	lock = lock_volume(cx, name);
+	if (lock < 0)
+		return lock;
+	r = fv_prepare_dir(cx, path, gmp, sizeof(gmp));
+	if (r < 0)
+		goto out;
+	if (fv_mnt_find(gmp, &mi) == 0) {
+		/* mounted for an earlier pod: these options must name that very device */
+		r = ops_of(cx)->find(cx, v, dev, sizeof(dev));
+		if (r < 0)
+			goto out;
+		if (r > 0 || stat(dev, &st) < 0 || st.st_rdev != mi.devno) {
+			r = fv_fail(cx, -FV_ERR_CONFLICT, "volume '%s' is mounted on this node from "
+				    "'%s', which is not the device these options name", name,
+				    mi.source);
+			goto out;
+		}
+		if (mi.readonly && !o->readonly) {
+			r = fv_fail(cx, -FV_ERR_CONFLICT, "volume '%s' is mounted read-only on this "
+				    "node for another pod; a read-write pod has to wait until "
+				    "those are gone", name);
+			goto out;
+		}
+	} else {
+		r = attach_and_mount(cx, v, o, name, gmp, NULL);
+		if (r < 0)
+			goto out;
+	}
+	r = fv_blkvol_bind(cx, dir, gmp, o->readonly);
+out:
+	fv_unlock(lock);
+	return r;
+}
+
+/*
+ * Node mode, unmount <poddir>: the pod's mount goes; the last pod of the
+ * volume on this node takes the device mount and the node-side attach with
+ * it.  Everything is found from the kernel (the pod's and the device
+ * mount's device numbers, the backend's own view), so a wiped state dir or
+ * a SIGKILL at any step leaves a state the retry finishes.
+ */
+static int node_unmount(struct fv_ctx *cx, const char *dir)
+{
+	const char *name = fv_path_last(dir);
+	char path[PATH_MAX], gmp[PATH_MAX];
+	struct fv_mntinfo was, mi;
+	dev_t devno = 0;
+	int lock, n, r;
+
+	r = node_gmp(cx, name, path, sizeof(path));
+	if (r < 0)
+		return r;
+	lock = lock_volume(cx, name);
+	if (lock < 0)
+		return lock;
+	r = fv_blkvol_unmount(cx, dir, &was);
+	if (r < 0)
+		goto out;
+	r = fv_canonical_dir(path, gmp, sizeof(gmp));
+	if (r < 0) {
+		r = fv_fail(cx, r, "cannot resolve '%s': %s", path, strerror(-r));
+		goto out;
+	}
+	if (r == 0 && fv_mnt_find(gmp, &mi) == 0) {
+		n = fv_mnt_count_devno(mi.devno);
+		if (n > 1) {
+			r = 0; /* other pods on this node still use it */
+			goto out;
+		}
+		r = fv_blkvol_unmount(cx, gmp, &mi);
+		if (r < 0)
+			goto out;
+		devno = mi.devno;
+	} else if (was.devno && fv_mnt_count_devno(was.devno) == 0) {
+		devno = was.devno;
+	}
+	if (r == 0)
+		(void)rmdir(gmp);
+	r = release_volume(cx, name, devno);
+out:
+	fv_unlock(lock);
+	return r;
+}
+
+int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o)
+{
+	_cleanup_(vol_freep) void *v = NULL;
+	char path[PATH_MAX], gmp[PATH_MAX];
+	int r;
+
+	if (fv_blkvol_node_mode(cx))
+		return node_mount(cx, dir, o);
+	r = parse(cx, o, &v); /* the same validation as every op, though only ro is used */
+	if (r < 0)
+		return r;
+	/*
+	 * The pod dir names the volume; its global path holds the device that
+	 * mountdevice claimed for it.  The options name no device here.
+	 */
+	if (!fv_kubelet_global_path(dir, path, sizeof(path)))
+		return fv_fail(cx, -EINVAL, "'%s' is not a kubelet pod volume directory "
+			       "(<root>/pods/<uid>/volumes/<vendor>~<driver>/<name>)", dir);
+	r = fv_canonical_dir(path, gmp, sizeof(gmp));
+	if (r != 0)
+		return fv_fail(cx, r < 0 ? r : -ENXIO, "volume '%s' is not mounted on this node "
+			       "(mountdevice first)", fv_path_last(dir));
+	return fv_blkvol_bind(cx, dir, gmp, o->readonly);
+}
+
+int fv_blkvol_op_unmount(struct fv_ctx *cx, const char *dir)
+{
+	if (fv_blkvol_node_mode(cx))
+		return node_unmount(cx, dir);
+	return fv_blkvol_unmount(cx, dir, NULL);
+}
+
+/*
+ * expandfs <json> <device> <poddir> <new> <old>: the pod dir's mount says
+ * which device this volume is; the options must name the same one, so
+ * they can never grow another PV's image or LUN.
+ */
+int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char *device,
+			  const char *dir, uint64_t new_size, uint64_t old_size)
+{
+	const struct fv_blkvol_ops *ops = ops_of(cx);
+	_cleanup_(vol_freep) void *v = NULL;
+	char pd[PATH_MAX], dev[PATH_MAX], type[64], mnt[PATH_MAX];
+	struct fv_mntinfo mi;
+	struct stat st;
+	int r = parse(cx, o, &v);
+
+	if (r < 0)
+		return r;
+	if (!ops->grow)
+		return fv_fail(cx, -EOPNOTSUPP, "this driver cannot grow volumes");
+	if (new_size % 512)
+		return fv_fail(cx, -EINVAL, "new size %llu is not a whole number of 512-byte sectors",
+			       (unsigned long long)new_size);
+	r = ops->find(cx, v, dev, sizeof(dev));
+	if (r < 0)
+		return r;
+	if (r > 0)
+		return fv_fail(cx, -ENXIO, "the volume is not attached on this node");
+	r = fv_canonical_dir(dir, pd, sizeof(pd));
+	if (r == 0)
+		r = fv_mnt_find(pd, &mi);
+	if (r != 0)
+		return fv_fail(cx, r < 0 ? r : -ENXIO, "'%s' is not mounted: cannot grow online",
+			       dir);
+	if (stat(dev, &st) < 0 || st.st_rdev != mi.devno)
+		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' holds '%s', not %s that these options "
+			       "name; refusing to grow it", dir, mi.source, dev);
+	r = ops->grow(cx, v, dev, new_size);
+	if (r < 0)
+		return r;
+	r = fv_blk_probe(cx, dev, type, sizeof(type));
+	if (r != 0)
+		return r < 0 ? r : fv_fail(cx, -ENXIO, "%s holds no filesystem", dev);
+	r = fv_mnt_find_source(dev, NULL, mnt, sizeof(mnt));
+	if (r != 0)
+		snprintf(mnt, sizeof(mnt), "%s", pd);
+	return fv_fs_grow(cx, dev, mnt, type);
 }

@@ -10,7 +10,7 @@
 
 #define DEFAULT_CONFIG "/etc/flexvol/flexvol.conf"
 
-enum kind { K_PATH, K_STR, K_SECONDS };
+enum kind { K_PATH, K_STR, K_SECONDS, K_MODE };
 
 struct key {
 	const char *name;
@@ -34,6 +34,7 @@ static const struct key keys[] = {
 	SEC(helper_timeout, "FLEXVOL_HELPER_TIMEOUT"),
 	SEC(mount_timeout, "FLEXVOL_MOUNT_TIMEOUT"),
 	SEC(device_timeout, "FLEXVOL_DEVICE_TIMEOUT"),
+	STR(attach_mode, K_MODE, "FLEXVOL_ATTACH_MODE"),
 };
 
 static int seterr(char *err, size_t errlen, const char *fmt, ...) _printf_(3, 4);
@@ -62,6 +63,12 @@ static int set_key(struct fv_config *cfg, const struct key *k, const char *v, co
 	case K_STR:
 		if (!*v || strlen(v) >= k->size)
 			return seterr(err, errlen, "%s: %s is empty or too long", where, k->name);
+		strcpy(dst, v);
+		return 0;
+	case K_MODE:
+		if (!streq(v, "controller") && !streq(v, "node"))
+			return seterr(err, errlen, "%s: %s must be 'controller' or 'node': '%s'", where,
+				      k->name, v);
 		strcpy(dst, v);
 		return 0;
 	case K_SECONDS:
@@ -157,6 +164,7 @@ int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t 
 	cfg->helper_timeout = 120;
 	cfg->mount_timeout = 60;
 	cfg->device_timeout = 60;
+	strcpy(cfg->attach_mode, "controller");
 
 	r = load_file(cfg, path && *path ? path : DEFAULT_CONFIG, path && *path, err, errlen);
 	if (r < 0)

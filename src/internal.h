@@ -11,6 +11,7 @@
 struct fv_ctx {
 	const struct fv_driver *drv;
 	struct fv_config cfg;
+	bool config_ok;		      /* cfg was loaded (init works without it) */
 	char message[FV_MESSAGE_MAX]; /* the reply's "message"; first fv_fail() wins */
 	char detail[FV_MESSAGE_MAX];  /* helper output appended to the message */
 };

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "internal.h"
+#include "fv/blkvol.h"
 #include "fv/exec.h"
 #include "fv/lock.h"
 #include "fv/log.h"
@@ -41,7 +42,7 @@ struct op {
 	const char *name;
 	int nargs;
 	int json;	   /* index of the JSON argument, or -1 */
-	int lock_arg;	   /* lock on basename(args[i]) (-1: none, -2: JSON volume name) */
+	int lock_arg;	   /* lock on basename(args[i]) (-1: none) */
 	unsigned int flags; /* OP_* */
 	size_t slot;	   /* offsetof(struct fv_driver, op), or 0: always Not supported */
 	int (*run)(struct call *c);
@@ -120,7 +121,12 @@ static const struct op ops[] = {
 	 * and no other driver process could share a lock on that filesystem.
 	 */
 	{ "detach", 2, -1, 0, OP_LOCK_SOFT, SLOT(detach), run_detach },
-	{ "waitforattach", 2, 1, -2, 0, SLOT(waitforattach), run_waitforattach },
+	/*
+	 * waitforattach gets no directory, and the options' volume name is the
+	 * PV author's to set (contract §2): no lock keyed by it.  The block class
+	 * locks the backend object the options name (fv/blkvol.h).
+	 */
+	{ "waitforattach", 2, 1, -1, 0, SLOT(waitforattach), run_waitforattach },
 	{ "mountdevice", 3, 2, 0, OP_DIR, SLOT(mountdevice), run_mountdevice },
 	{ "unmountdevice", 1, -1, 0, OP_DIR, SLOT(unmountdevice), run_unmountdevice },
 	/*
@@ -156,7 +162,12 @@ static const char *errstr(int r)
 static int reply(int fd, enum fv_status st, struct fv_ctx *cx, const struct call *c, bool caps)
 {
 	char msg[FV_MESSAGE_MAX * 2];
-	struct fv_reply r = { .status = st, .caps = caps ? &cx->drv->caps : NULL };
+	struct fv_caps cp = cx->drv->caps;
+	struct fv_reply r = { .status = st, .caps = caps ? &cp : NULL };
+
+	/* node mode: kubelet then calls only mount and unmount (design.md, "Two attach modes") */
+	if (cx->drv->blk && cx->config_ok && fv_blkvol_node_mode(cx))
+		cp.attach = false;
 
 	snprintf(msg, sizeof(msg), "%s%s%s", cx->message, cx->message[0] && cx->detail[0] ? ": " : "",
 		 cx->detail);
@@ -310,6 +321,7 @@ int main(int argc, char **argv)
 	 * still logged when the log can be opened.
 	 */
 	r = fv_config_load(&cx->cfg, cx->drv->name, err, sizeof(err));
+	cx->config_ok = r == 0; /* init falls back to controller mode without one */
 	fv_log_open(cx->drv->name, r < 0 ? NULL : cx->cfg.log_file);
 	if (op && streq(op->name, "init")) {
 		st = FV_SUCCESS;

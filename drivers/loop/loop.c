@@ -1,21 +1,23 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * loop: block volumes backed by image files under a confined root
- * directory (FLEXVOL_LOOP_ROOT), attach:true.
+ * directory (FLEXVOL_LOOP_ROOT).  The lifecycle is the block-volume class's
+ * (fv/blkvol.h); this file holds the backend steps:
  *
- *   attach         validate, return the handle "loop:<file>"; touches nothing
- *   isattached     this node: is the file bound to a loop device (kernel);
- *                  another node: true (attach is logical, see README)
- *   waitforattach  bind the file to a loop device (reusing an existing
- *                  binding), wait for the node event-driven, return /dev/loopN
- *   mountdevice    blkid probe, mkfs only when blank, mount at the global path
- *   mount/unmount  bind the global mount into the pod dir / undo, dir left empty
- *   unmountdevice  unmount the global path, release the loop device
- *   detach         this node: release any binding tagged with the volume name
- *   expandfs       grow the file, LOOP_SET_CAPACITY, grow the filesystem online
+ *   parse    options -> image path (confined), size, read-only
+ *   handle   "loop:<file>"
+ *   attach   bind the image to exactly one loop device (reusing a binding of
+ *            the same file, matched by device and inode), wait for its node
+ *   find     the binding of the image
+ *   release  unbind every binding claimed for (or hinted with) a volume name
+ *   grow     grow the file, LOOP_SET_CAPACITY
  *
- * Every binding carries the tag "flexvol:<volume>" in lo_file_name, so
- * teardown finds it from the kernel alone, even with the state dir wiped.
+ * Every binding carries a tag in lo_file_name, so teardown finds it from the
+ * kernel alone, even with the state dir wiped: "flexvol:<volume>" once a
+ * trusted op (mountdevice, node-mode mount) has claimed it for the volume
+ * named by kubelet's directory argument, "flexvol?<hint>" while only
+ * waitforattach has bound it (the hint is the options' volume name, which a
+ * PV author can set to anything: it never makes a claim, see fv/blkvol.h).
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -36,7 +38,7 @@
 #include "fv/state.h"
 #include "fv/util.h"
 
-#define TAG_PREFIX "flexvol:"
+#define TAG_PREFIX "flexvol" /* then ':' (claimed) or '?' (hinted), then the name */
 #define DEFAULT_FSTYPE "ext4"
 #define MAX_LOOP_SIZE (1ULL << 50) /* 1 PiB: anything larger is a typo */
 
@@ -45,7 +47,6 @@ struct loopvol {
 	uint64_t size;	    /* bytes, 0 when not given */
 	const char *fstype; /* requested, or NULL: keep what is there / ext4 */
 	bool ro;
-	const char *volume; /* kubernetes.io/pvOrVolumeName */
 };
 
 struct binding {
@@ -56,8 +57,9 @@ struct binding {
 };
 
 /* Options -> struct loopvol.  Lexical checks only: no node access (attach runs in the KCM). */
-static int parse(struct fv_ctx *cx, const struct fv_opts *o, struct loopvol *v)
+static int loop_parse(struct fv_ctx *cx, const struct fv_opts *o, void *vol)
 {
+	struct loopvol *v = vol;
 	const struct fv_config *cfg = fv_ctx_config(cx);
 	const char *file, *size;
 	int r;
@@ -79,26 +81,34 @@ static int parse(struct fv_ctx *cx, const struct fv_opts *o, struct loopvol *v)
 			       "option 'size' must be a quantity from 1Mi to 1Pi in whole 512-byte "
 			       "sectors (e.g. 64Mi, 1Gi, 500M): '%s'",
 			       size);
-	r = fv_fs_check_option(cx, o->fstype);
-	if (r < 0)
-		return r;
 	v->fstype = o->fstype;
 	v->ro = o->readonly;
-	v->volume = o->volume;
 	return 0;
 }
 
-static void make_tag(const char *volume, char *tag)
+/* @kind ':' (claimed) or '?' (hinted); @volume may be "" (waitforattach without a name) */
+static void make_tag(char kind, const char *volume, char *tag)
 {
 	size_t n = strlen(volume);
 
-	if (strlen(TAG_PREFIX) + n < LO_NAME_SIZE) {
-		snprintf(tag, LO_NAME_SIZE, TAG_PREFIX "%s", volume);
+	if (strlen(TAG_PREFIX) + 1 + n < LO_NAME_SIZE) {
+		snprintf(tag, LO_NAME_SIZE, TAG_PREFIX "%c%s", kind, volume);
 	} else {
 		/* the hash keeps long PV names (up to 253 chars) distinct in 63 bytes */
-		snprintf(tag, LO_NAME_SIZE, TAG_PREFIX "%.37s~%016llx", volume,
+		snprintf(tag, LO_NAME_SIZE, TAG_PREFIX "%c%.37s~%016llx", kind, volume,
 			 (unsigned long long)fv_hash64(volume));
 	}
+}
+
+/* Is @tag one of ours?  Then its kind (':' or '?') goes to *kind; the name follows it. */
+static bool our_tag(const char *tag, char *kind)
+{
+	size_t n = strlen(TAG_PREFIX);
+
+	if (strncmp(tag, TAG_PREFIX, n) || (tag[n] != ':' && tag[n] != '?'))
+		return false;
+	*kind = tag[n];
+	return true;
 }
 
 /*
@@ -270,7 +280,8 @@ static bool match_loop(struct udev_device *d, void *arg)
 }
 
 /* Bind the open image @fd to a free loop device and wait for its node. */
-static int bind_image(struct fv_ctx *cx, const struct loopvol *v, int fd, struct binding *b)
+static int bind_image(struct fv_ctx *cx, const struct loopvol *v, int fd, const char *tag,
+		      struct binding *b)
 {
 	const struct fv_config *cfg = fv_ctx_config(cx);
 	struct fv_devwait *w = NULL;
@@ -285,7 +296,7 @@ static int bind_image(struct fv_ctx *cx, const struct loopvol *v, int fd, struct
 	r = fv_devwait_open(cx, &w);
 	if (r < 0)
 		return r;
-	make_tag(v->volume, (char *)lc.info.lo_file_name);
+	snprintf((char *)lc.info.lo_file_name, LO_NAME_SIZE, "%s", tag);
 	lc.info.lo_flags = LO_FLAGS_DIRECT_IO | (v->ro ? LO_FLAGS_READ_ONLY : 0);
 	/* Another process may grab the free device first (EBUSY): take the next one. */
 	for (int tries = 0; tries < 32; tries++) {
@@ -331,20 +342,40 @@ out:
 	return r;
 }
 
-/*
- * The node-local attach: the image bound to exactly one loop device, read-only
- * when asked.  Reuses an existing binding; never makes a second one.
- */
-static int ensure_bound(struct fv_ctx *cx, const struct loopvol *v, struct binding *b)
+/* Rewrite the tag of a bound device (the claim of mountdevice); everything else stays. */
+static int set_tag(struct fv_ctx *cx, struct binding *b, const char *tag)
 {
+	_cleanup_close_ int fd = open(b->dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct loop_info64 info;
+
+	if (fd < 0 || ioctl(fd, LOOP_GET_STATUS64, &info) < 0)
+		return fv_fail(cx, NEG_ERRNO(), "cannot read the status of %s: %m", b->dev);
+	memset(info.lo_file_name, 0, sizeof(info.lo_file_name));
+	snprintf((char *)info.lo_file_name, LO_NAME_SIZE, "%s", tag);
+	if (ioctl(fd, LOOP_SET_STATUS64, &info) < 0)
+		return fv_fail(cx, NEG_ERRNO(), "cannot tag %s: %m", b->dev);
+	fv_log("%s: %s is now %s", b->dev, b->tag, tag);
+	snprintf(b->tag, sizeof(b->tag), "%s", tag);
+	return 0;
+}
+
+/*
+ * The node-local attach: the image bound to exactly one loop device,
+ * read-only when asked.  Reuses an existing binding; never makes a second
+ * one.  @name (trusted) claims the binding; without it @hint only labels
+ * a new one.  Returns with the image lock held in *ret_lock.
+ */
+static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, const char *hint,
+		       char *dev, size_t len, int *ret_lock)
+{
+	const struct loopvol *v = vol;
 	_cleanup_close_ int fd = -1;
-	char tag[LO_NAME_SIZE], lockname[96];
+	char tag[LO_NAME_SIZE], lockname[96], kind;
+	const char *want = name ? name : hint ? hint : "";
+	struct binding b;
 	struct stat st;
 	int r, lock;
 
-	if (!v->volume)
-		return fv_fail(cx, -FV_ERR_BADOPT,
-			       "option 'kubernetes.io/pvOrVolumeName' is required");
 	r = open_image(cx, v, true, &fd, &st);
 	if (r < 0)
 		return r;
@@ -354,257 +385,145 @@ static int ensure_bound(struct fv_ctx *cx, const struct loopvol *v, struct bindi
 	lock = fv_lock(cx, lockname);
 	if (lock < 0)
 		return lock;
-	make_tag(v->volume, tag);
-	if (find_binding(&st, b) == 0) {
-		if (b->tag[0] && !streq(b->tag, tag)) {
+	make_tag(name ? ':' : '?', want, tag);
+	if (find_binding(&st, &b) == 0) {
+		char mine[LO_NAME_SIZE];
+
+		/* the same name, claimed or hinted, is this volume's binding */
+		make_tag(b.tag[strlen(TAG_PREFIX)] == ':' ? ':' : '?', want, mine);
+		if (!our_tag(b.tag, &kind) ||
+		    (!streq(b.tag, mine) && (kind == ':' || !name))) {
 			r = fv_fail(cx, -FV_ERR_CONFLICT,
 				    "image '%s' is already bound to %s for another volume ('%s')",
-				    v->rel, b->dev, b->tag);
-			goto out;
+				    v->rel, b.dev, b.tag);
+			goto fail;
 		}
-		if (b->ro == v->ro) {
-			fv_log("reusing %s for %s", b->dev, v->rel);
-			r = 0;
-			goto out;
-		}
-		/* bound read-only for an earlier use, read-write now (or back): rebind if idle */
-		r = release(cx, b);
-		if (r < 0) {
-			r = fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' is bound %s and in use",
-				    v->rel, b->ro ? "read-only" : "read-write");
-			goto out;
+		if (b.ro != v->ro) {
+			/* bound read-only for an earlier use, read-write now (or back): rebind if idle */
+			r = release(cx, &b);
+			if (r < 0) {
+				r = fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' is bound %s and in use",
+					    v->rel, b.ro ? "read-only" : "read-write");
+				goto fail;
+			}
+		} else {
+			fv_log("reusing %s for %s", b.dev, v->rel);
+			if (name && !streq(b.tag, tag)) {
+				r = set_tag(cx, &b, tag);
+				if (r < 0)
+					goto fail;
+			}
+			goto done;
 		}
 	}
-	r = bind_image(cx, v, fd, b);
-out:
+	r = bind_image(cx, v, fd, tag, &b);
+	if (r < 0)
+		goto fail;
+done:
+	snprintf(dev, len, "%s", b.dev);
+	*ret_lock = lock;
+	return 0;
+fail:
 	fv_unlock(lock);
 	return r;
 }
 
-static int save_state(struct fv_ctx *cx, const struct loopvol *v, const struct binding *b)
+static int loop_handle(struct fv_ctx *cx, const void *vol, char **ret_handle)
 {
-	json_object *o = json_object_new_object();
-	int r;
+	const struct loopvol *v = vol;
 
-	if (!o)
-		return -ENOMEM;
-	json_object_object_add(o, "file", json_object_new_string(v->rel));
-	json_object_object_add(o, "device", json_object_new_string(b->dev));
-	json_object_object_add(o, "readonly", json_object_new_boolean(v->ro));
-	r = fv_state_write(cx, v->volume, o);
-	json_object_put(o);
-	return r;
+	return asprintf(ret_handle, "loop:%s", v->rel) < 0 ? -ENOMEM : 0;
 }
 
-static int loop_attach(struct fv_ctx *cx, const struct fv_opts *o, const char *node,
-		       char **ret_device)
+static int loop_find(struct fv_ctx *cx, const void *vol, char *dev, size_t len)
 {
-	struct loopvol v;
-	char *h;
-	int r = parse(cx, o, &v);
-
-	if (r < 0)
-		return r;
-	if (asprintf(&h, "loop:%s", v.rel) < 0)
-		return -ENOMEM;
-	*ret_device = h;
-	return 0;
-}
-
-static int loop_isattached(struct fv_ctx *cx, const struct fv_opts *o, const char *node,
-			   bool *ret_attached)
-{
-	const char *root = fv_ctx_config(cx)->loop_root;
+	struct loopvol v = *(const struct loopvol *)vol;
 	_cleanup_close_ int fd = -1;
 	struct binding b;
-	struct loopvol v;
 	struct stat st;
-	int r = parse(cx, o, &v);
+	int r;
 
-	if (r < 0)
-		return r;
-	/*
-	 * attach is logical: the controller-manager cannot see another node's
-	 * kernel (nor, in its container, the loop root).  There the answer is
-	 * "attached", which keeps the ADC from re-attaching in a loop.
-	 */
-	if (!fv_ctx_node_is_local(cx, node) || access(root, F_OK) < 0) {
-		*ret_attached = true;
-		return 0;
-	}
 	v.ro = true; /* looking only */
 	r = open_image(cx, &v, false, &fd, &st);
 	if (r == -ENOENT) {
-		*ret_attached = false;
-		return 0;
+		fv_ctx_reset_message(cx);
+		return 1;
 	}
 	if (r < 0)
 		return r;
-	*ret_attached = find_binding(&st, &b) == 0;
+	if (find_binding(&st, &b) != 0)
+		return 1;
+	snprintf(dev, len, "%s", b.dev);
 	return 0;
 }
 
-static int loop_waitforattach(struct fv_ctx *cx, const char *device, const struct fv_opts *o,
-			      char **ret_device)
+static int loop_record(struct fv_ctx *cx, const void *vol, json_object *rec)
 {
-	struct binding b;
-	struct loopvol v;
-	int r = parse(cx, o, &v);
+	const struct loopvol *v = vol;
 
-	if (r < 0)
-		return r;
-	r = ensure_bound(cx, &v, &b);
-	if (r < 0)
-		return r;
-	r = save_state(cx, &v, &b);
-	if (r < 0)
-		return r;
-	*ret_device = strdup(b.dev);
-	return *ret_device ? 0 : -ENOMEM;
+	json_object_object_add(rec, "file", json_object_new_string(v->rel));
+	return 0;
 }
 
-static int loop_mountdevice(struct fv_ctx *cx, const char *dir, const char *device,
-			    const struct fv_opts *o)
-{
-	char gmp[PATH_MAX];
-	struct binding b;
-	struct loopvol v;
-	int r = parse(cx, o, &v);
-
-	if (r < 0)
-		return r;
-	r = fv_prepare_dir(cx, dir, gmp, sizeof(gmp));
-	if (r < 0)
-		return r;
-	/* kubelet's device is our own waitforattach answer; the kernel still decides */
-	r = ensure_bound(cx, &v, &b);
-	if (r < 0)
-		return r;
-	if (device[0] && !streq(device, b.dev))
-		fv_log("mountdevice: kubelet passed %s, the image is bound to %s", device, b.dev);
-	r = fv_blkvol_mountdevice(cx, gmp, b.dev, v.fstype, DEFAULT_FSTYPE, v.ro);
-	if (r < 0)
-		return r;
-	return save_state(cx, &v, &b);
-}
-
-/*
- * The binding of an existing image, for ops that need the volume attached
- * already: the image opened (read-write when @rw), its binding in @b.
- */
-static int attached_image(struct fv_ctx *cx, struct loopvol *v, bool rw, int *ret_fd,
-			  struct stat *st, struct binding *b)
-{
+struct release_ctx {
+	struct fv_ctx *cx;
+	char claimed[LO_NAME_SIZE], hinted[LO_NAME_SIZE];
+	dev_t devno;
 	int r;
-
-	v->ro = !rw;
-	r = open_image(cx, v, false, ret_fd, st);
-	if (r < 0)
-		return r;
-	if (find_binding(st, b) != 0)
-		return fv_fail(cx, -ENXIO, "image '%s' is not attached on this node", v->rel);
-	return 0;
-}
-
-static int loop_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o)
-{
-	_cleanup_close_ int fd = -1;
-	struct binding b;
-	struct loopvol v;
-	struct stat st;
-	bool ro;
-	int r = parse(cx, o, &v);
-
-	if (r < 0)
-		return r;
-	ro = v.ro;
-	r = attached_image(cx, &v, false, &fd, &st, &b); /* only looking at the image */
-	if (r < 0)
-		return r;
-	return fv_blkvol_bind(cx, dir, b.dev, ro);
-}
-
-static int loop_unmount(struct fv_ctx *cx, const char *dir)
-{
-	return fv_blkvol_unmount(cx, dir, NULL);
-}
-
-struct find_tag {
-	const char *tag;
-	const char *dev; /* or match this device */
-	struct binding *list;
-	int n, max;
 };
 
-static bool collect_tag(int nr, const struct loop_info64 *info, void *arg)
+static bool release_one(int nr, const struct loop_info64 *info, void *arg)
 {
-	struct find_tag *f = arg;
+	struct release_ctx *x = arg;
 	struct binding b;
+	struct stat st;
+	char kind;
+	int k;
 
 	fill_binding(&b, nr, info);
-	if ((f->tag && streq(b.tag, f->tag)) || (f->dev && streq(b.dev, f->dev) &&
-						 !strncmp(b.tag, TAG_PREFIX, strlen(TAG_PREFIX))))
-		if (f->n < f->max)
-			f->list[f->n++] = b;
+	if (!our_tag(b.tag, &kind))
+		return false; /* never anybody else's device */
+	if (!streq(b.tag, x->claimed) && !streq(b.tag, x->hinted) &&
+	    !(x->devno && stat(b.dev, &st) == 0 && st.st_rdev == x->devno))
+		return false;
+	if (kind == '?' && stat(b.dev, &st) == 0 && fv_mnt_count_devno(st.st_rdev) > 0) {
+		/* only hinted with this name by some PV's options: not ours to fail on */
+		fv_log("leaving %s (%s): it is mounted", b.dev, b.tag);
+		return false;
+	}
+	k = release(x->cx, &b);
+	if (k < 0 && x->r == 0)
+		x->r = k;
 	return false;
 }
 
-/* Release every binding tagged for @volume, and @dev if it is one of ours. */
-static int release_volume(struct fv_ctx *cx, const char *volume, const char *dev)
+/*
+ * Release every binding claimed for @name, hinted with it (waitforattach
+ * only, nobody mounted it), and the device @devno its mount was on if it
+ * is one of ours.  Found from the kernel alone: the record is not needed.
+ */
+static int loop_release(struct fv_ctx *cx, const char *name, dev_t devno, json_object *rec)
 {
-	struct binding list[16];
-	char tag[LO_NAME_SIZE];
-	struct find_tag f = { .tag = tag, .dev = dev, .list = list, .max = 16 };
-	int r = 0;
+	struct release_ctx x = { .cx = cx, .devno = devno };
 
-	make_tag(volume, tag);
-	each_binding(collect_tag, &f);
-	for (int i = 0; i < f.n; i++) {
-		int k = release(cx, &list[i]);
-
-		if (k < 0 && r == 0)
-			r = k;
-	}
-	if (r == 0)
-		(void)fv_state_remove(cx, volume);
-	return r;
+	make_tag(':', name, x.claimed);
+	make_tag('?', name, x.hinted);
+	each_binding(release_one, &x);
+	return x.r;
 }
 
-static int loop_unmountdevice(struct fv_ctx *cx, const char *dir)
+static int loop_grow(struct fv_ctx *cx, const void *vol, const char *dev, uint64_t new_size)
 {
-	struct fv_mntinfo was;
-	int r = fv_blkvol_unmount(cx, dir, &was);
-
-	if (r < 0)
-		return r;
-	/* the global path's last component is the volume name (contract §2) */
-	return release_volume(cx, fv_path_last(dir),
-			      !strncmp(was.source, "/dev/loop", 9) ? was.source : NULL);
-}
-
-static int loop_detach(struct fv_ctx *cx, const char *volume, const char *node)
-{
-	if (!fv_ctx_node_is_local(cx, node))
-		return 0; /* nothing of another node's is reachable from here */
-	return release_volume(cx, volume, NULL);
-}
-
-static int loop_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char *device,
-			 const char *dir, uint64_t new_size, uint64_t old_size)
-{
-	char type[64], mnt[PATH_MAX];
+	struct loopvol v = *(const struct loopvol *)vol;
 	_cleanup_close_ int fd = -1, lfd = -1;
-	struct binding b;
-	struct loopvol v;
 	struct stat st;
-	int r = parse(cx, o, &v);
+	int r;
 
-	if (r < 0)
-		return r;
 	if (new_size > MAX_LOOP_SIZE || new_size % 512)
 		return fv_fail(cx, -EINVAL, "new size %llu is not a whole number of sectors up to 1Pi",
 			       (unsigned long long)new_size);
-	r = attached_image(cx, &v, true, &fd, &st, &b);
+	v.ro = false;
+	r = open_image(cx, &v, false, &fd, &st);
 	if (r < 0)
 		return r;
 	if ((uint64_t)st.st_size < new_size) {
@@ -613,17 +532,23 @@ static int loop_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char 
 		fv_log("grew %s from %llu to %llu bytes", v.rel, (unsigned long long)st.st_size,
 		       (unsigned long long)new_size);
 	}
-	lfd = open(b.dev, O_RDONLY | O_CLOEXEC);
+	lfd = open(dev, O_RDONLY | O_CLOEXEC);
 	if (lfd < 0 || ioctl(lfd, LOOP_SET_CAPACITY, 0) < 0)
-		return fv_fail(cx, NEG_ERRNO(), "cannot refresh the capacity of %s: %m", b.dev);
-	r = fv_blk_probe(cx, b.dev, type, sizeof(type));
-	if (r != 0)
-		return r < 0 ? r : fv_fail(cx, -ENXIO, "%s holds no filesystem", b.dev);
-	r = fv_mnt_find_source(b.dev, NULL, mnt, sizeof(mnt));
-	if (r != 0)
-		return fv_fail(cx, -ENXIO, "%s is not mounted: cannot grow online", b.dev);
-	return fv_fs_grow(cx, b.dev, mnt, type);
+		return fv_fail(cx, NEG_ERRNO(), "cannot refresh the capacity of %s: %m", dev);
+	return 0;
 }
+
+static const struct fv_blkvol_ops loop_ops = {
+	.vol_size = sizeof(struct loopvol),
+	.default_fstype = DEFAULT_FSTYPE,
+	.parse = loop_parse,
+	.handle = loop_handle,
+	.attach = loop_attach,
+	.find = loop_find,
+	.release = loop_release,
+	.record = loop_record,
+	.grow = loop_grow,
+};
 
 const struct fv_driver fv_driver_loop = {
 	.name = "loop",
@@ -634,13 +559,5 @@ const struct fv_driver fv_driver_loop = {
 		.fsgroup = true,
 		.requires_fs_resize = true,
 	},
-	.attach = loop_attach,
-	.isattached = loop_isattached,
-	.detach = loop_detach,
-	.waitforattach = loop_waitforattach,
-	.mountdevice = loop_mountdevice,
-	.unmountdevice = loop_unmountdevice,
-	.mount = loop_mount,
-	.unmount = loop_unmount,
-	.expandfs = loop_expandfs,
+	FV_BLKVOL_OPS(&loop_ops),
 };

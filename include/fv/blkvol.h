@@ -1,19 +1,139 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The node-side steps every attachable block-volume driver shares
- * (blkvol.c): format-if-blank and mount at kubelet's global path, bind
- * the global mount into pod dirs, unmount leaving the dir empty.  The
- * driver finds its device (loop binding, iSCSI LUN); these take it from
- * there.  Messages are set on failure (fv_fail).
+ * The block-volume class (blkvol.c): one implementation of the generic
+ * lifecycle of attachable block volumes - waitforattach, mountdevice,
+ * mount, unmount, unmountdevice, detach, isattached, expandfs - with the
+ * state record, the locking keys and the empty-directory rule, in both
+ * attach modes (design.md, "Two attach modes").  A driver (loop, iscsi)
+ * supplies only its backend steps in a struct fv_blkvol_ops and fills its
+ * op table with FV_BLKVOL_OPS(&ops).
+ *
+ * Identity.  The volume an op acts on comes from kubelet's arguments, never
+ * from an option (kubernetes.io/pvOrVolumeName is an ordinary map entry a
+ * PV author can override, contract §2):
+ *
+ *   mountdevice, unmountdevice   the last component of the global mount path
+ *   mount, unmount, expandfs     the last component of the pod volume dir
+ *   detach                       its PV-name argument
+ *
+ * These "names" key the per-volume lock (<driver>-vol-<name>), the state
+ * record and every claim a backend makes on a device (loop tags).
+ *
+ * waitforattach gets no directory, only the handle attach returned and the
+ * options.  What identifies the volume there is the backend object the
+ * options name (the image file, the target and LUN): waitforattach only
+ * creates or reuses the node-side attachment of that object and returns its
+ * device.  It writes no state record and claims nothing; the options'
+ * volume name is passed to the backend as a hint only (loop keeps it in an
+ * unclaimed tag so a detach of that name still finds a binding nobody
+ * mounted, and refuses an image already bound under another name).  The
+ * claim is made by mountdevice (or node-mode mount), under the trusted
+ * name, before anything is mounted; a device claimed by or mounted for
+ * another volume is refused there.
+ *
+ * Messages are set on failure (fv_fail).
  */
 #ifndef FV_BLKVOL_H
 #define FV_BLKVOL_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 struct fv_ctx;
 struct fv_mntinfo;
+struct fv_opts;
+struct json_object;
+
+/*
+ * The backend steps of a block driver.  @vol is the driver's own parsed
+ * volume (vol_size bytes, filled by parse), always passed back as-is.
+ */
+struct fv_blkvol_ops {
+	size_t vol_size;
+	const char *default_fstype; /* made on a blank device when fsType is not set */
+
+	/*
+	 * parse() - options -> @vol; lexical checks only (attach and isattached
+	 * run in the controller-manager: no node access).  The class has
+	 * checked kubernetes.io/fsType already.
+	 */
+	int (*parse)(struct fv_ctx *cx, const struct fv_opts *o, void *vol);
+
+	/* handle() - the attach answer: a deterministic device handle. */
+	int (*handle)(struct fv_ctx *cx, const void *vol, char **ret_handle);
+
+	/*
+	 * attach() - the node-side attach: make the volume's device exist
+	 * (bind the image, log in to the LUN) or find it, and write its node
+	 * into @dev.  @name is the trusted volume name to claim the device for
+	 * (mountdevice, node-mode mount), or NULL in waitforattach, where @hint
+	 * (the options' volume name, may be NULL) is all there is.  A device
+	 * claimed for another name is -FV_ERR_CONFLICT.  On success *ret_lock
+	 * is a lock (fd, or -1) the class holds until the device is mounted
+	 * and releases with fv_unlock(): the backend's own serialisation
+	 * (one image, one target) against concurrent release decisions.
+	 */
+	int (*attach)(struct fv_ctx *cx, const void *vol, const char *name, const char *hint,
+		      char *dev, size_t len, int *ret_lock);
+
+	/* find() - the device of @vol if it is attached on this node: 0 found, 1 not, <0. */
+	int (*find)(struct fv_ctx *cx, const void *vol, char *dev, size_t len);
+
+	/*
+	 * release() - undo the node-side attach of the volume @name: @devno is
+	 * the device its mount was on (0: unknown), @rec its state record (NULL
+	 * when there is none: state wiped, never mounted).  Works from the
+	 * kernel first; a device still mounted is -EBUSY; what other volumes
+	 * still use (a shared iSCSI session) stays.  Nothing to release is 0.
+	 */
+	int (*release)(struct fv_ctx *cx, const char *name, dev_t devno, struct json_object *rec);
+
+	/* record() - add the backend's fields to @rec, the state record of @vol. */
+	int (*record)(struct fv_ctx *cx, const void *vol, struct json_object *rec);
+
+	/*
+	 * grow() - make device @dev of @vol at least @new_size bytes (loop: the
+	 * file and LOOP_SET_CAPACITY; iscsi: a rescan).  The class grows the
+	 * filesystem afterwards.  NULL: expandfs is not supported.
+	 */
+	int (*grow)(struct fv_ctx *cx, const void *vol, const char *dev, uint64_t new_size);
+};
+
+/* The generic ops, with the signatures of struct fv_driver's slots. */
+int fv_blkvol_op_attach(struct fv_ctx *cx, const struct fv_opts *o, const char *node,
+			char **ret_device);
+int fv_blkvol_op_isattached(struct fv_ctx *cx, const struct fv_opts *o, const char *node,
+			    bool *ret_attached);
+int fv_blkvol_op_detach(struct fv_ctx *cx, const char *volume, const char *node);
+int fv_blkvol_op_waitforattach(struct fv_ctx *cx, const char *device, const struct fv_opts *o,
+			       char **ret_device);
+int fv_blkvol_op_mountdevice(struct fv_ctx *cx, const char *dir, const char *device,
+			     const struct fv_opts *o);
+int fv_blkvol_op_unmountdevice(struct fv_ctx *cx, const char *dir);
+int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o);
+int fv_blkvol_op_unmount(struct fv_ctx *cx, const char *dir);
+int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char *device,
+			  const char *dir, uint64_t new_size, uint64_t old_size);
+
+/* The op slots of a block driver (inside its struct fv_driver initialiser). */
+#define FV_BLKVOL_OPS(ops)                                        \
+	.blk = (ops), .attach = fv_blkvol_op_attach,              \
+	.isattached = fv_blkvol_op_isattached,                    \
+	.detach = fv_blkvol_op_detach,                            \
+	.waitforattach = fv_blkvol_op_waitforattach,              \
+	.mountdevice = fv_blkvol_op_mountdevice,                  \
+	.unmountdevice = fv_blkvol_op_unmountdevice,              \
+	.mount = fv_blkvol_op_mount, .unmount = fv_blkvol_op_unmount, \
+	.expandfs = fv_blkvol_op_expandfs
+
+/*
+ * fv_blkvol_node_mode() - does this node run block drivers in node mode
+ * (config attach_mode = node)?  Then init answers attach:false and kubelet
+ * calls only mount and unmount, which do the whole node-side work.
+ */
+bool fv_blkvol_node_mode(const struct fv_ctx *cx);
 
 /*
  * fv_blkvol_mountdevice() - mount block device @dev at @gmp (canonical,
@@ -27,12 +147,12 @@ int fv_blkvol_mountdevice(struct fv_ctx *cx, const char *gmp, const char *dev,
 			  const char *fstype, const char *default_fstype, bool ro);
 
 /*
- * fv_blkvol_bind() - bind the filesystem of @dev into the pod dir @dir
- * (created if missing), read-only when @ro.  The source is kubelet's
- * global path for @dir when it holds @dev, else any whole-fs mount of
- * @dev.  Already bound from @dev is success.
+ * fv_blkvol_bind() - bind the device mount at @src (a whole-filesystem
+ * mount of a block device) into the pod dir @dir (created if missing),
+ * read-only when @ro.  Already bound from the same filesystem is success;
+ * anything else mounted there is -FV_ERR_CONFLICT.
  */
-int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *dev, bool ro);
+int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro);
 
 /*
  * fv_blkvol_unmount() - unmount @dir completely and check it is left

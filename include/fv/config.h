@@ -18,6 +18,8 @@
  *	mount_timeout   FLEXVOL_MOUNT_TIMEOUT    60    (seconds, network mounts)
  *	device_timeout  FLEXVOL_DEVICE_TIMEOUT   60    (seconds, waiting for a device node)
  *	helper_path     FLEXVOL_HELPER_PATH      /usr/sbin:/usr/bin:/sbin:/bin
+ *	attach_mode     FLEXVOL_ATTACH_MODE      controller  (or node: block drivers do the
+ *	                                         node-side attach in mount, init says attach:false)
  */
 #ifndef FV_CONFIG_H
 #define FV_CONFIG_H
@@ -35,6 +37,7 @@ struct fv_config {
 	unsigned int helper_timeout; /* seconds */
 	unsigned int mount_timeout;  /* seconds */
 	unsigned int device_timeout; /* seconds */
+	char attach_mode[16];	     /* "controller" or "node" */
 };
 
 /*

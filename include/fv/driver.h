@@ -44,6 +44,7 @@ enum {
 
 struct json_object;
 struct fv_ctx;
+struct fv_blkvol_ops;
 
 /*
  * The kubelet options, parsed once (opts.c).  All strings are borrowed from
@@ -82,6 +83,13 @@ struct fv_caps {
 struct fv_driver {
 	const char *name; /* the installed executable's name, e.g. "loop" */
 	struct fv_caps caps;
+
+	/*
+	 * Block drivers: the backend steps of the block-volume class (fv/blkvol.h),
+	 * whose generic ops fill the slots below (FV_BLKVOL_OPS).  NULL for others.
+	 * With it, attach_mode = node makes init answer attach:false.
+	 */
+	const struct fv_blkvol_ops *blk;
 
 	/* controller-manager side: no node state, no lock */
 	int (*attach)(struct fv_ctx *cx, const struct fv_opts *o, const char *node,
