@@ -234,10 +234,13 @@ def bad_fstype_and_readwrite(e):
 
 @case
 def ops_without_volume_name(e):
+    """The options' volume name identifies nothing (a PV author can set it): waitforattach works
+    from the target and LUN alone, and mountdevice takes the name from its global path."""
     o = json.loads(e.opts())
     del o["kubernetes.io/pvOrVolumeName"]
-    failure(e.k.waitforattach("", json.dumps(o)), "pvOrVolumeName")
-    check(e.calls() == [], "iscsiadm ran")
+    r = e.k.waitforattach("", json.dumps(o))
+    check("pvOrVolumeName" not in r["message"], r["message"])
+    check(e.calls() != [], "waitforattach went on to the login")
 
 
 # --- the credentials file -------------------------------------------------------------
@@ -464,9 +467,10 @@ def node_record_settings(e):
 @case
 def no_session_answers(e):
     k = e.k
-    check(k.isattached(e.opts(), expect="Success")["attached"] is False, "attached on the host?")
+    # isattached reports the logical attach (attach succeeded, no detach yet), on any node
+    check(k.isattached(e.opts(), expect="Success")["attached"] is True, "this node")
     check(k.isattached(e.opts(), node="other-node", expect="Success")["attached"] is True, "other node")
-    failure(k.mount("pod-a", "pv1", e.opts()), "not attached on this node")
+    failure(k.mount("pod-a", "pv1", e.opts()), "not mounted on this node")
     failure(k.expandfs(e.opts(), "/dev/sdz", "pod-a", "pv1", 2 << 20, 1 << 20), "not attached")
     k.unmount("pod-a", "pv1", expect="Success")
     k.unmountdevice("pv1", expect="Success")

@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The iscsiadm transport: every call under the helper deadline (cut to the
+ * login phase's budget), exit codes in words, the telling line of its
+ * output; sendtargets discovery and login with CHAP on argv, redacted.
+ */
+#include <stdio.h>
+#include <strings.h>
+
+#include "fv/config.h"
+#include "fv/exec.h"
+
+#include "iscsi.h"
+
+/* --- iscsiadm ----------------------------------------------------------------- */
+
+static const char *iscsi_err_text(int status)
+{
+	switch (status) {
+	case 1: return "generic error";
+	case ISCSI_ERR_SESS_NOT_FOUND: return "session not found";
+	case 3: return "out of memory";
+	case ISCSI_ERR_TRANS: return "cannot connect to the portal";
+	case ISCSI_ERR_LOGIN: return "login failed";
+	case ISCSI_ERR_IDBM: return "node database error";
+	case 7: return "invalid argument";
+	case ISCSI_ERR_TRANS_TIMEOUT: return "connection timed out";
+	case 9: return "iscsid internal error";
+	case 10: return "logout failed";
+	case ISCSI_ERR_PDU_TIMEOUT: return "the portal did not answer (iSCSI PDU timed out)";
+	case ISCSI_ERR_TRANS_NOT_FOUND: return "the iSCSI transport is not loaded (kernel module "
+					       "iscsi_tcp missing?)";
+	case 13: return "permission denied";
+	case 14: return "the transport does not support the operation";
+	case ISCSI_ERR_SESS_EXISTS: return "session exists";
+	case 18: return "cannot talk to iscsid";
+	case ISCSI_ERR_FATAL_LOGIN: return "the target refused the login (unknown target, or this "
+					   "initiator is not allowed)";
+	case ISCSI_ERR_ISCSID_NOTCONN: return "iscsid is not running";
+	case ISCSI_ERR_NO_OBJS_FOUND: return "no matching records or sessions";
+	case ISCSI_ERR_SYSFS_LOOKUP: return "sysfs lookup failed";
+	case 23: return "host not found";
+	case ISCSI_ERR_LOGIN_AUTH_FAILED: return "CHAP authentication failed";
+	case 28: return "device or resource busy";
+	default: return "failed";
+	}
+}
+
+/*
+ * The line of iscsiadm output that says why: its own "iscsiadm: ..." lines
+ * (not chatter of libraries it uses), preferring the initiator's error.
+ */
+static void iscsiadm_reason(const char *out, char *buf, size_t max)
+{
+	const char *p, *first = NULL, *err = NULL;
+	size_t first_n = 0, err_n = 0, len;
+
+	for (p = out ? out : ""; *p; p += len + (p[len] != '\0')) {
+		len = strcspn(p, "\n");
+		if (len <= 10 || strncmp(p, "iscsiadm: ", 10))
+			continue;
+		if (!first) {
+			first = p + 10;
+			first_n = len - 10;
+		}
+		if (!err && memmem(p, len, "reported error", 14)) {
+			err = p + 10;
+			err_n = len - 10;
+		}
+	}
+	if (err) {
+		first = err;
+		first_n = err_n;
+	}
+	if (!first) {
+		fv_trim_output(out, buf, max);
+		return;
+	}
+	if (first_n >= max)
+		first_n = max - 1;
+	for (size_t i = 0; i < first_n; i++)
+		buf[i] = (unsigned char)first[i] < 0x20 ? ' ' : first[i];
+	buf[first_n] = '\0';
+}
+
+uint64_t iscsi_login_deadline; /* see iscsi.h */
+
+int iscsi_adm(struct fv_ctx *cx, const char **argv, unsigned int redact, char *why,
+	      size_t whylen, char **out)
+{
+	unsigned int timeout = fv_ctx_config(cx)->helper_timeout;
+	uint64_t now = fv_now_ms();
+	struct fv_run run;
+	int r;
+
+	if (iscsi_login_deadline) {
+		uint64_t left = iscsi_login_deadline > now ? (iscsi_login_deadline - now + 999) / 1000 : 1;
+
+		if (left < timeout)
+			timeout = (unsigned int)left;
+	}
+	argv[0] = "iscsiadm";
+	r = fv_exec_status(cx, argv, redact, timeout, &run);
+	if (r == -FV_ERR_TIMEOUT)
+		snprintf(why, whylen, "iscsiadm did not finish within %u s", timeout);
+	else if (r == -ENOENT)
+		snprintf(why, whylen, "iscsiadm not found in %s (install open-iscsi)",
+			 fv_ctx_config(cx)->helper_path);
+	else if (r < 0)
+		snprintf(why, whylen, "cannot run iscsiadm: %s", strerror(-r));
+	else if (run.status != 0) {
+		char tail[300];
+
+		iscsiadm_reason(run.output, tail, sizeof(tail));
+		snprintf(why, whylen, "%s (iscsiadm status %d)%s%s", iscsi_err_text(run.status),
+			 run.status, tail[0] ? ": " : "", tail);
+	}
+	if (r == 0) {
+		r = run.status;
+		if (out) {
+			*out = run.output;
+			run.output = NULL;
+		}
+	}
+	fv_run_done(&run);
+	return r;
+}
+
+/* --- login ---------------------------------------------------------------------- */
+
+/*
+ * Append "-n NAME -v VALUE" for each non-empty CHAP field, flagging the
+ * secrets in @redact.  The mask has 32 bits: a secret past argv[31] could
+ * not be hidden, so that is refused (-E2BIG) rather than logged.
+ */
+static int add_chap(const char **argv, int *n, unsigned int *redact, const char *prefix,
+		    const struct chap *c, char names[4][96])
+{
+	const char *vals[] = { c->user, c->pass, c->user_in, c->pass_in };
+	static const char *const keys[] = { "username", "password", "username_in", "password_in" };
+
+	for (int i = 0; i < 4; i++) {
+		if (!vals[i][0])
+			continue;
+		snprintf(names[i], 96, "%s.%s", prefix, keys[i]);
+		argv[(*n)++] = "-n";
+		argv[(*n)++] = names[i];
+		argv[(*n)++] = "-v";
+		if (i == 1 || i == 3) { /* secrets: never logged */
+			if (*n >= 32)
+				return -E2BIG;
+			*redact |= 1U << *n;
+		}
+		argv[(*n)++] = vals[i];
+	}
+	return 0;
+}
+
+/*
+ * sendtargets discovery at @portal; on success the portal the target
+ * advertises for @iqn ("addr:port", preferring @portal itself) goes to @adv.
+ */
+static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *portal,
+		    const struct creds *c, char *adv, size_t advlen, char *why, size_t whylen)
+{
+	_cleanup_free_ char *out = NULL;
+	char names[4][96];
+	const char *argv[32];
+	unsigned int redact = 0;
+	bool chap = c && c->discovery.user[0];
+	char *line, *save = NULL;
+	int n, r;
+
+	if (chap) {
+		/* the discovery record carries the discovery CHAP settings */
+		const char *mk[] = { NULL, "-m", "discoverydb", "-t", "sendtargets", "-p", portal,
+				     "-I", v->iface, "-o", "new", NULL };
+
+		r = iscsi_adm(cx, mk, 0, why, whylen, NULL);
+		if (r != 0)
+			return r < 0 ? r : -FV_ERR_HELPER;
+		n = 0;
+		argv[n++] = NULL;
+		const char *head[] = { "-m", "discoverydb", "-t", "sendtargets", "-p", portal, "-I",
+				       v->iface, "-o", "update", "-n",
+				       "discovery.sendtargets.auth.authmethod", "-v", "CHAP" };
+		for (size_t i = 0; i < ARRAY_SIZE(head); i++)
+			argv[n++] = head[i];
+		if (add_chap(argv, &n, &redact, "discovery.sendtargets.auth", &c->discovery,
+			     names) < 0) {
+			snprintf(why, whylen, "too many iscsiadm arguments to redact");
+			return -E2BIG;
+		}
+		argv[n] = NULL;
+		r = iscsi_adm(cx, argv, redact, why, whylen, NULL);
+		if (r != 0)
+			return r < 0 ? r : -FV_ERR_HELPER;
+		const char *disc[] = { NULL, "-m", "discoverydb", "-t", "sendtargets", "-p", portal,
+				       "-I", v->iface, "--discover", NULL };
+		r = iscsi_adm(cx, disc, 0, why, whylen, &out);
+	} else {
+		const char *disc[] = { NULL, "-m", "discovery", "-t", "sendtargets", "-p", portal,
+				       "-I", v->iface, NULL };
+		r = iscsi_adm(cx, disc, 0, why, whylen, &out);
+	}
+	if (r == ISCSI_ERR_LOGIN_AUTH_FAILED)
+		snprintf(why, whylen, "discovery CHAP authentication failed (iscsiadm status 24)");
+	if (r != 0)
+		return r < 0 ? r : -FV_ERR_HELPER;
+	/* lines: "<addr>:<port>,<tpgt> <target name>" */
+	adv[0] = '\0';
+	for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *sp = strrchr(line, ' '), *comma;
+
+		if (!sp || strcasecmp(iscsi_trim(sp + 1), v->iqn))
+			continue;
+		*sp = '\0';
+		comma = strrchr(line, ',');
+		if (comma)
+			*comma = '\0';
+		if (!adv[0] || streq(iscsi_trim(line), portal))
+			snprintf(adv, advlen, "%s", iscsi_trim(line));
+	}
+	if (!adv[0]) {
+		snprintf(why, whylen, "the portal does not offer target '%s' (sendtargets discovery)",
+			 v->iqn);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+int iscsi_login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *portal,
+		   const struct creds *c, char *why, size_t whylen)
+{
+	char adv[PORTAL_MAX], names[4][96];
+	const char *argv[40];
+	unsigned int redact = 0;
+	bool chap = c && c->session.user[0];
+	int n = 0, r;
+
+	r = discover(cx, v, portal, c, adv, sizeof(adv), why, whylen);
+	if (r != 0)
+		return r;
+	/* our settings on the node record: session CHAP, manual startup (kubelet decides) */
+	argv[n++] = NULL;
+	const char *head[] = { "-m", "node", "-T", v->iqn, "-p", adv, "-I", v->iface, "-o",
+			       "update", "-n", "node.session.auth.authmethod", "-v",
+			       chap ? "CHAP" : "None" };
+	for (size_t i = 0; i < ARRAY_SIZE(head); i++)
+		argv[n++] = head[i];
+	if (chap && add_chap(argv, &n, &redact, "node.session.auth", &c->session, names) < 0) {
+		snprintf(why, whylen, "too many iscsiadm arguments to redact");
+		return -E2BIG;
+	}
+	argv[n++] = "-n";
+	argv[n++] = "node.startup";
+	argv[n++] = "-v";
+	argv[n++] = "manual";
+	argv[n] = NULL;
+	r = iscsi_adm(cx, argv, redact, why, whylen, NULL);
+	if (r != 0)
+		return r < 0 ? r : -FV_ERR_HELPER;
+
+	const char *login[] = { NULL, "-m", "node", "-T", v->iqn, "-p", adv, "-I", v->iface,
+				"--login", NULL };
+	r = iscsi_adm(cx, login, 0, why, whylen, NULL);
+	if (r == ISCSI_ERR_SESS_EXISTS)
+		r = 0; /* already logged in: what we wanted */
+	if (r != 0)
+		return r < 0 ? r : -FV_ERR_HELPER;
+	fv_log("logged in to %s at %s (discovered via %s, iface %s%s)", v->iqn, adv, portal,
+	       v->iface, chap ? ", CHAP" : "");
+	return 0;
+}
+

@@ -1,0 +1,417 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * iscsi: the backend steps of the block-volume class (fv/blkvol.h).
+ *
+ *   parse    every option validated lexically (options.c)
+ *   handle   udev's by-path name of the LUN
+ *   attach   sendtargets discovery + login (CHAP from a root-only file or, in
+ *            node mode, the PV's Secret), idempotent; the LUN's disk, waited
+ *            for event-driven
+ *   find     the LUN's disk on a logged-in session
+ *   release  the LUN's disk goes; the target is logged out when no LUN of it
+ *            is in use on this node
+ *   grow     rescan the LUN's capacity
+ *
+ * Sessions are shared by every LUN of a target (kubernetes#41041, #73181):
+ * whether a target may be logged out is decided from the kernel alone - is
+ * any disk of any session to it mounted or held (sysfs.c) - under a
+ * per-target lock that every login and logout decision takes.  The state
+ * record volume -> (portal, iqn, lun) is a cache for detach, which gets
+ * only the PV name; nothing depends on it existing.
+ */
+#include <ctype.h>
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fv/blkutil.h"
+#include "fv/blkvol.h"
+#include "fv/config.h"
+#include "fv/lock.h"
+#include "fv/mountutil.h"
+#include "iscsi.h"
+
+static int in_use(const struct iscsi_disk *dk, void *arg, char *why, size_t len)
+{
+	return iscsi_disk_in_use(dk, why, len);
+}
+
+/*
+ * Log every session to @iqn out - unless a disk of any of them is still in
+ * use on this node (mounted, held).  Then, when @lun >= 0, only that LUN's
+ * disks go, if unused (the in-tree plugin's deleteDevice).  Call with the
+ * target lock held.
+ */
+static int release_target(struct fv_ctx *cx, const char *iqn, int lun)
+{
+	struct iscsi_view v;
+	char why[512], busy[512];
+	uint64_t t0 = fv_now_ms();
+	int r = iscsi_view_load(&v, iqn);
+
+	if (r < 0) {
+		r = fv_fail(cx, r, "cannot read the iSCSI sessions: %s", strerror(-r));
+		goto out;
+	}
+	r = iscsi_release_decide(&v, lun, in_use, NULL, busy, sizeof(busy));
+	if (r < 0) {
+		r = fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
+		goto out;
+	}
+	if (r == ISCSI_KEEP) {
+		r = 0;
+		goto out;
+	}
+	if (r == ISCSI_DELETE_LUN) {
+		fv_log("keeping the session to %s: %s", iqn, busy);
+		for (size_t i = 0; i < v.ndisks; i++)
+			if ((int)v.disks[i].lun == lun)
+				iscsi_delete_disk(&v.disks[i]);
+		r = 0;
+		goto out;
+	}
+	r = 0;
+	for (size_t i = 0; i < v.nsessions; i++) {
+		char sid[16];
+		const char *argv[] = { NULL, "-m", "session", "-r", sid, "--logout", NULL };
+
+		snprintf(sid, sizeof(sid), "%d", v.sessions[i].sid);
+		r = iscsi_adm(cx, argv, 0, why, sizeof(why), NULL);
+		/* gone meanwhile: the goal is reached */
+		if (r == ISCSI_ERR_SESS_NOT_FOUND || r == ISCSI_ERR_NO_OBJS_FOUND ||
+		    r == ISCSI_ERR_SYSFS_LOOKUP)
+			r = 0;
+		if (r != 0) {
+			r = fv_fail(cx, r < 0 ? r : -FV_ERR_HELPER,
+				    "logout of session %d to '%s' failed: %s", v.sessions[i].sid, iqn,
+				    why);
+			goto out;
+		}
+	}
+	if (v.nsessions > 0) {
+		/* forget the node records: no stale CHAP secrets, no login at iscsid start */
+		const char *argv[] = { NULL, "-m", "node", "-T", iqn, "-o", "delete", NULL };
+		int k = iscsi_adm(cx, argv, 0, why, sizeof(why), NULL);
+
+		if (k != 0 && k != ISCSI_ERR_NO_OBJS_FOUND)
+			fv_log("could not delete the node records of %s: %s", iqn, why);
+		fv_log("logged out of %s (%zu session%s) in %llu ms", iqn, v.nsessions,
+		       v.nsessions == 1 ? "" : "s", (unsigned long long)(fv_now_ms() - t0));
+	}
+out:
+	iscsi_view_free(&v);
+	return r;
+}
+
+static int lock_target(struct fv_ctx *cx, const char *iqn)
+{
+	char name[IQN_MAX + 32], low[IQN_MAX + 1];
+	size_t i;
+
+	for (i = 0; iqn[i] && i < IQN_MAX; i++)
+		low[i] = (char)tolower((unsigned char)iqn[i]);
+	low[i] = '\0';
+	snprintf(name, sizeof(name), "iscsi-target-%s", low);
+	return fv_lock(cx, name);
+}
+
+/* Ask the target for its LUNs again (a LUN added after login). */
+static void rescan_target(struct fv_ctx *cx, const struct iscsi_view *v)
+{
+	char why[512];
+
+	for (size_t i = 0; i < v->nsessions; i++) {
+		char sid[16];
+		const char *argv[] = { NULL, "-m", "session", "-r", sid, "--rescan", NULL };
+
+		snprintf(sid, sizeof(sid), "%d", v->sessions[i].sid);
+		if (iscsi_adm(cx, argv, 0, why, sizeof(why), NULL) != 0)
+			fv_log("rescan of session %d failed: %s", v->sessions[i].sid, why);
+	}
+}
+
+/* After a device wait failed: which LUNs does the target have? */
+static void explain_missing_lun(struct fv_ctx *cx, const struct iscsivol *v)
+{
+	struct iscsi_view view;
+	char luns[256] = "", msg[512];
+	size_t n = 0;
+
+	if (iscsi_view_load(&view, v->iqn) == 0)
+		for (; n < view.ndisks; n++) {
+			size_t k = strlen(luns);
+
+			snprintf(luns + k, sizeof(luns) - k, "%s%u", n ? ", " : "",
+				 view.disks[n].lun);
+		}
+	iscsi_view_free(&view);
+	snprintf(msg, sizeof(msg), "LUN %u of '%s' has no disk on this node; "
+		 "the target's disks are LUN%s %s", v->lun, v->iqn, n == 1 ? "" : "s",
+		 n ? luns : "(none)");
+	fv_ctx_add_detail(cx, msg);
+}
+
+/* The LUN's disk on a logged-in session: 0 (its node in @dev), 1 none, <0. */
+static int find_disk(const struct iscsivol *v, struct iscsi_disk *ret, char *dev, size_t len)
+{
+	struct iscsi_view view;
+	const struct iscsi_disk *dk;
+	int r = iscsi_view_load(&view, v->iqn);
+
+	if (r < 0) {
+		iscsi_view_free(&view);
+		return r;
+	}
+	dk = iscsi_view_lun(&view, v->lun);
+	if (dk) {
+		if (ret)
+			*ret = *dk;
+		snprintf(dev, len, "/dev/%s", dk->name);
+	}
+	iscsi_view_free(&view);
+	return dk ? 0 : 1;
+}
+
+/*
+ * The node-local attach: a session to the target (reused when there is
+ * one), and the LUN's disk.  Call with the target lock held.
+ */
+static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *dev, size_t len)
+{
+	const struct fv_config *cfg = fv_ctx_config(cx);
+	struct iscsi_lunmatch m = { v->iqn, v->lun };
+	struct fv_devwait *w = NULL;
+	struct iscsi_view view = { 0 };
+	char errs[1536] = "", why[768];
+	struct creds c;
+	bool had_session, logged_in = false;
+	uint64_t t0, t_login = 0;
+	int r;
+
+	r = find_disk(v, NULL, dev, len);
+	if (r <= 0)
+		return r < 0 ? fv_fail(cx, r, "cannot read the iSCSI sessions: %s", strerror(-r)) : 0;
+	r = fv_devwait_open(cx, &w); /* before the login: no event can be missed */
+	if (r < 0)
+		return r;
+	t0 = fv_now_ms();
+	r = iscsi_view_load(&view, v->iqn);
+	if (r < 0) {
+		r = fv_fail(cx, r, "cannot read the iSCSI sessions: %s", strerror(-r));
+		goto out;
+	}
+	had_session = iscsi_view_logged_in(&view);
+	if (had_session) {
+		/* logged in for another LUN; this one may be new to the session */
+		rescan_target(cx, &view);
+	} else {
+		r = iscsi_get_creds(cx, v, &c);
+		if (r < 0)
+			goto out;
+		/*
+		 * All portals together get four helper deadlines (8 min by
+		 * default), then the device wait its own: below kubelet's 10 min.
+		 */
+		iscsi_login_deadline = t0 + 4ULL * cfg->helper_timeout * 1000;
+		for (int i = 0; i < v->nportals && !logged_in; i++) {
+			size_t k = strlen(errs);
+
+			if (fv_now_ms() >= iscsi_login_deadline) {
+				snprintf(errs + k, sizeof(errs) - k, "%sgave up after %u s before "
+					 "trying %s", k ? "; " : "", 4 * cfg->helper_timeout,
+					 v->portal[i]);
+				r = -FV_ERR_TIMEOUT;
+				break;
+			}
+			r = iscsi_login_at(cx, v, v->portal[i], &c, why, sizeof(why));
+			if (r == 0) {
+				logged_in = true;
+				break;
+			}
+			snprintf(errs + k, sizeof(errs) - k, "%s%s: %s", k ? "; " : "", v->portal[i],
+				 why);
+		}
+		iscsi_login_deadline = 0; /* logout and rescans get their full deadline */
+		explicit_bzero(&c, sizeof(c));
+		if (!logged_in) {
+			r = fv_fail(cx, r, "login to '%s' failed: %s", v->iqn, errs);
+			/* leave nothing behind: a half-made session of ours goes */
+			release_target(cx, v->iqn, -1);
+			goto out;
+		}
+		t_login = fv_now_ms();
+	}
+	r = fv_devwait_run(cx, w, iscsi_match_lun, &m, cfg->device_timeout * 1000, dev, len);
+	if (r < 0) {
+		explain_missing_lun(cx, v);
+		if (!had_session)
+			release_target(cx, v->iqn, -1);
+		goto out;
+	}
+	if (t_login)
+		fv_log("latency: login %llu ms, login to device node %llu ms (%s)",
+		       (unsigned long long)(t_login - t0), (unsigned long long)(fv_now_ms() - t_login),
+		       dev);
+out:
+	iscsi_view_free(&view);
+	fv_devwait_free(w);
+	return r;
+}
+
+/* --- the backend steps ------------------------------------------------------------ */
+
+static int iscsi_handle(struct fv_ctx *cx, const void *vol, char **ret_handle)
+{
+	const struct iscsivol *v = vol;
+	char lun[48];
+
+	iscsi_format_lun(v->lun, lun, sizeof(lun));
+	/* udev's by-path name for the LUN (the real device comes from waitforattach) */
+	if (asprintf(ret_handle, "/dev/disk/by-path/ip-%s-iscsi-%s-%s", v->portal[0], v->iqn,
+		     lun) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+/*
+ * Sessions are per target, LUNs carry no owner: the claim of a volume on
+ * its LUN is its mount (the class refuses a disk mounted for another
+ * volume), and the target lock, held until the mount is done, keeps a
+ * sibling's logout decision from racing it.
+ */
+static int iscsi_attach(struct fv_ctx *cx, const void *vol, const char *name, const char *hint,
+			char *dev, size_t len, int *ret_lock)
+{
+	const struct iscsivol *v = vol;
+	int lock = lock_target(cx, v->iqn), r;
+
+	if (lock < 0)
+		return lock;
+	r = ensure_attached(cx, v, dev, len);
+	if (r < 0) {
+		fv_unlock(lock);
+		return r;
+	}
+	*ret_lock = lock;
+	return 0;
+}
+
+static int iscsi_find(struct fv_ctx *cx, const void *vol, char *dev, size_t len)
+{
+	int r = find_disk(vol, NULL, dev, len);
+
+	return r < 0 ? fv_fail(cx, r, "cannot read the iSCSI sessions: %s", strerror(-r)) : r;
+}
+
+static int iscsi_record(struct fv_ctx *cx, const void *vol, json_object *rec)
+{
+	const struct iscsivol *v = vol;
+	json_object *ps = json_object_new_array();
+
+	if (!ps)
+		return -ENOMEM;
+	for (int i = 0; i < v->nportals; i++)
+		json_object_array_add(ps, json_object_new_string(v->portal[i]));
+	json_object_object_add(rec, "iqn", json_object_new_string(v->iqn));
+	json_object_object_add(rec, "lun", json_object_new_int((int)v->lun));
+	json_object_object_add(rec, "portals", ps);
+	json_object_object_add(rec, "iface", json_object_new_string(v->iface));
+	return 0;
+}
+
+/* The target of a state record: 0 found, 1 none. */
+static int record_target(json_object *rec, char *iqn, size_t len, unsigned int *lun)
+{
+	json_object *x;
+	int64_t n;
+
+	if (!rec || !json_object_object_get_ex(rec, "iqn", &x) ||
+	    !json_object_is_type(x, json_type_string) ||
+	    !iscsi_valid_target_name(json_object_get_string(x)))
+		return 1;
+	snprintf(iqn, len, "%s", json_object_get_string(x));
+	n = json_object_object_get_ex(rec, "lun", &x) ? json_object_get_int64(x) : 0;
+	*lun = n >= 0 && n <= LUN_MAX ? (unsigned int)n : 0;
+	return 0;
+}
+
+static int iscsi_release(struct fv_ctx *cx, const char *name, dev_t devno, json_object *rec)
+{
+	struct iscsivol v = { .lun = 0 };
+	char iqn[IQN_MAX + 32], dev[64];
+	struct iscsi_disk dk;
+	uint64_t t0 = fv_now_ms();
+	int lock, r;
+
+	/* the kernel knows which target the mount was on; the record is the fallback */
+	if (!(devno && iscsi_devt_target(devno, iqn, sizeof(iqn), &v.lun) == 0) &&
+	    record_target(rec, iqn, sizeof(iqn), &v.lun) != 0)
+		return 0; /* never attached here, or already released */
+	v.iqn = iqn;
+	if (find_disk(&v, &dk, dev, sizeof(dev)) == 0 && fv_mnt_count_devno(dk.devt) > 0)
+		return fv_fail(cx, -EBUSY, "LUN %u of '%s' (%s) is still mounted; not releasing it",
+			       v.lun, iqn, dev);
+	lock = lock_target(cx, iqn);
+	if (lock < 0)
+		return lock;
+	r = release_target(cx, iqn, (int)v.lun);
+	fv_unlock(lock);
+	fv_log("latency: release %llu ms", (unsigned long long)(fv_now_ms() - t0));
+	return r;
+}
+
+static int iscsi_grow(struct fv_ctx *cx, const void *vol, const char *dev, uint64_t new_size)
+{
+	const struct iscsivol *v = vol;
+	char path[PATH_MAX], buf[32];
+	const char *name = strrchr(dev, '/') ? strrchr(dev, '/') + 1 : dev;
+	uint64_t sectors;
+	int fd, r;
+
+	/* make the SCSI layer read the LUN's capacity again (sd_rescan) */
+	snprintf(path, sizeof(path), "/sys/block/%s/device/rescan", name);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, "1", 1) != 1) {
+		r = NEG_ERRNO();
+		if (fd >= 0)
+			close(fd);
+		return fv_fail(cx, r, "cannot rescan %s: %s", dev, strerror(-r));
+	}
+	close(fd);
+	snprintf(path, sizeof(path), "/sys/block/%s/size", name);
+	if (fv_read_line(path, buf, sizeof(buf)) < 0 || fv_parse_u64(buf, &sectors) < 0)
+		return fv_fail(cx, -EIO, "cannot read the size of %s", dev);
+	if (sectors * 512 < new_size)
+		return fv_fail(cx, -ENOSPC, "LUN %u of '%s' has %llu bytes after a rescan, less than "
+			       "the requested %llu: grow the LUN on the target first", v->lun,
+			       v->iqn, (unsigned long long)(sectors * 512),
+			       (unsigned long long)new_size);
+	fv_log("expandfs: %s is %llu bytes", dev, (unsigned long long)(sectors * 512));
+	return 0;
+}
+
+static const struct fv_blkvol_ops iscsi_ops = {
+	.vol_size = sizeof(struct iscsivol),
+	.default_fstype = DEFAULT_FSTYPE,
+	.parse = iscsi_parse,
+	.handle = iscsi_handle,
+	.attach = iscsi_attach,
+	.find = iscsi_find,
+	.release = iscsi_release,
+	.record = iscsi_record,
+	.grow = iscsi_grow,
+};
+
+const struct fv_driver fv_driver_iscsi = {
+	.name = "iscsi",
+	.caps = {
+		.attach = true,
+		.selinux_relabel = true,
+		.supports_metrics = true,
+		.fsgroup = true,
+		.requires_fs_resize = true,
+	},
+	FV_BLKVOL_OPS(&iscsi_ops),
+};

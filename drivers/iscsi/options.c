@@ -1,0 +1,489 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * iscsi options: lexical validation of every option (attach runs in the
+ * controller-manager: no node access), and CHAP credentials - from the
+ * node-local credentials file (controller and node mode) or, in node
+ * mode, from the PV's Secret (kubernetes.io/secret/<key>).
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include <json-c/json.h>
+
+#include "fv/blkutil.h"
+#include "iscsi.h"
+
+/* --- option validation (lexical only: attach runs in the controller-manager) --- */
+
+static bool all_chars(const char *s, const char *set)
+{
+	return s[strspn(s, set)] == '\0';
+}
+
+#define LOWER_DIGITS "abcdefghijklmnopqrstuvwxyz0123456789"
+#define HEX "0123456789abcdefABCDEF"
+
+/* iqn.yyyy-mm.reversed.domain[:anything], eui.<16 hex>, naa.<16|32 hex> (RFC 3720 3.2.6.3) */
+bool iscsi_valid_target_name(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n > IQN_MAX)
+		return false;
+	if (!strncmp(s, "eui.", 4))
+		return n == 4 + 16 && all_chars(s + 4, HEX);
+	if (!strncmp(s, "naa.", 4))
+		return (n == 4 + 16 || n == 4 + 32) && all_chars(s + 4, HEX);
+	if (strncmp(s, "iqn.", 4) || n < 4 + 7 + 2)
+		return false;
+	/* the date: yyyy-mm */
+	for (int i = 4; i < 11; i++)
+		if (i == 8 ? s[i] != '-' : !isdigit((unsigned char)s[i]))
+			return false;
+	if (s[11] != '.' || s[12] == '.' || s[12] == ':' || s[12] == '-' || !s[12])
+		return false;
+	/* names are lower case after stringprep: letters, digits, '-', '.', ':' */
+	return all_chars(s + 12, LOWER_DIGITS "-.:");
+}
+
+static bool valid_hostname(const char *h)
+{
+	size_t n = strlen(h), label = 0;
+
+	if (!n || n > 253 || !all_chars(h, LOWER_DIGITS "ABCDEFGHIJKLMNOPQRSTUVWXYZ-."))
+		return false;
+	for (size_t i = 0; i <= n; i++) {
+		if (i == n || h[i] == '.') {
+			if (!label || label > 63 || h[i - 1] == '-')
+				return false;
+			label = 0;
+		} else {
+			if (!label && h[i] == '-')
+				return false;
+			label++;
+		}
+	}
+	return true;
+}
+
+/*
+ * "host[:port]" with host an IPv4 address, "[IPv6]" or a DNS name; the
+ * normalised "host:port" (port defaulted to 3260) goes to @ret.
+ */
+static bool parse_portal(const char *s, char *ret, size_t len)
+{
+	char host[PORTAL_MAX];
+	const char *colon;
+	uint64_t port = DEFAULT_PORT;
+	unsigned char addr[16];
+
+	if (!*s || strlen(s) >= sizeof(host))
+		return false;
+	if (s[0] == '[') {
+		const char *end = strchr(s, ']');
+
+		if (!end || end - s - 1 >= (long)sizeof(host))
+			return false;
+		snprintf(host, sizeof(host), "%.*s", (int)(end - s - 1), s + 1);
+		if (inet_pton(AF_INET6, host, addr) != 1)
+			return false;
+		colon = end[1] == ':' ? end + 1 : NULL;
+		if (!colon && end[1])
+			return false;
+		snprintf(host, sizeof(host), "%.*s", (int)(end - s + 1), s);
+	} else {
+		colon = strchr(s, ':');
+		if (colon && strchr(colon + 1, ':'))
+			return false; /* a bare IPv6 address: must be bracketed */
+		snprintf(host, sizeof(host), "%.*s", (int)(colon ? colon - s : (long)strlen(s)), s);
+		if (inet_pton(AF_INET, host, addr) != 1) {
+			/* not dotted-quad IPv4: then a DNS name, but never all digits and dots */
+			if (all_chars(host, "0123456789.") || !valid_hostname(host))
+				return false;
+		}
+	}
+	if (colon && (fv_parse_u64(colon + 1, &port) < 0 || port < 1 || port > 65535))
+		return false;
+	return snprintf(ret, len, "%s:%u", host, (unsigned int)port) < (int)len;
+}
+
+/* --- the credentials file ------------------------------------------------------ */
+
+char *iscsi_trim(char *s)
+{
+	char *e;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	e = s + strlen(s);
+	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+		*--e = '\0';
+	return s;
+}
+
+static char *chap_field(struct creds *c, const char *key)
+{
+	static const char *const names[] = { "username", "password", "username_in", "password_in" };
+	struct chap *ch;
+	const char *dot = strchr(key, '.');
+
+	if (!dot)
+		return NULL;
+	if (!strncmp(key, "discovery.", 10))
+		ch = &c->discovery;
+	else if (!strncmp(key, "session.", 8))
+		ch = &c->session;
+	else
+		return NULL;
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+		if (streq(dot + 1, names[i]))
+			return i == 0 ? ch->user : i == 1 ? ch->pass : i == 2 ? ch->user_in : ch->pass_in;
+	return NULL;
+}
+
+/* @where: "credentials file '<path>'" or "the PV's Secret" */
+static int check_chap(struct fv_ctx *cx, const char *where, const char *what, const struct chap *c)
+{
+	if (!c->user[0] != !c->pass[0])
+		return fv_fail(cx, -FV_ERR_BADOPT, "%s: %s.username and %s.password go together",
+			       where, what, what);
+	if (!c->user_in[0] != !c->pass_in[0])
+		return fv_fail(cx, -FV_ERR_BADOPT, "%s: %s.username_in and %s.password_in go "
+			       "together", where, what, what);
+	if (c->user_in[0] && !c->user[0])
+		return fv_fail(cx, -FV_ERR_BADOPT, "%s: mutual CHAP (%s.*_in) needs %s.username and "
+			       "%s.password too", where, what, what, what);
+	return 0;
+}
+
+/* the file's text holds secrets: wipe it before freeing, on every path */
+static void erase_credbuf(char **p)
+{
+	if (*p)
+		explicit_bzero(*p, CRED_FILE_MAX + 2);
+	free(*p);
+}
+
+/*
+ * Read the credentials file: a regular file (not a symlink), owned by root,
+ * with no group or world permission bits.  Values are never logged or quoted
+ * in messages; line numbers are.
+ */
+static int read_creds(struct fv_ctx *cx, const char *path, struct creds *c)
+{
+	char where[PATH_MAX + 32];
+	_cleanup_close_ int fd = -1;
+	_cleanup_(erase_credbuf) char *buf = NULL;
+	struct stat st;
+	char *line, *next;
+	size_t len = 0;
+	int lineno = 0, r;
+
+	memset(c, 0, sizeof(*c));
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0 && errno == ELOOP)
+		return fv_fail(cx, -EPERM, "credentials file '%s' is a symlink; refusing it", path);
+	if (fd < 0)
+		return fv_fail(cx, NEG_ERRNO(), "cannot open credentials file '%s': %m", path);
+	if (fstat(fd, &st) < 0)
+		return fv_fail(cx, NEG_ERRNO(), "cannot stat credentials file '%s': %m", path);
+	if (!S_ISREG(st.st_mode))
+		return fv_fail(cx, -EPERM, "credentials file '%s' is not a regular file", path);
+	if (st.st_uid != 0)
+		return fv_fail(cx, -EPERM, "credentials file '%s' is owned by uid %u, not root; "
+			       "refusing it", path, (unsigned int)st.st_uid);
+	if (st.st_mode & 077)
+		return fv_fail(cx, -EPERM, "credentials file '%s' has mode %04o: group/world may "
+			       "access it; refusing it (chmod 600)", path,
+			       (unsigned int)(st.st_mode & 07777));
+	if (st.st_size > CRED_FILE_MAX)
+		return fv_fail(cx, -EFBIG, "credentials file '%s' is larger than %d bytes", path,
+			       CRED_FILE_MAX);
+	buf = calloc(1, CRED_FILE_MAX + 2);
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		ssize_t k = read(fd, buf + len, CRED_FILE_MAX + 1 - len);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return fv_fail(cx, NEG_ERRNO(), "cannot read credentials file '%s': %m", path);
+		if (k == 0)
+			break;
+		len += (size_t)k;
+		if (len > CRED_FILE_MAX)
+			return fv_fail(cx, -EFBIG, "credentials file '%s' is larger than %d bytes",
+				       path, CRED_FILE_MAX);
+	}
+	if (memchr(buf, '\0', len))
+		return fv_fail(cx, -EINVAL, "credentials file '%s' is not text", path);
+	for (line = buf; line && *line; line = next) {
+		char *eq, *key, *val, *field;
+
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		lineno++;
+		line = iscsi_trim(line);
+		if (!*line || *line == '#')
+			continue;
+		eq = strchr(line, '=');
+		if (!eq)
+			return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %d: not "
+				       "'key = value'", path, lineno);
+		*eq = '\0';
+		key = iscsi_trim(line);
+		val = iscsi_trim(eq + 1);
+		field = chap_field(c, key);
+		if (!field)
+			return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %d: unknown "
+				       "key '%.64s' (discovery.* or session.* username, password, "
+				       "username_in, password_in)", path, lineno, key);
+		if (*field)
+			return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %d: '%s' is "
+				       "set twice", path, lineno, key);
+		if (!*val || strlen(val) > CHAP_MAX)
+			return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %d: the value "
+				       "of '%s' must be 1 to %d characters", path, lineno, key,
+				       CHAP_MAX);
+		for (const char *p = val; *p; p++)
+			if ((unsigned char)*p < 0x20 || *p == 0x7f)
+				return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %d: "
+					       "control character in the value of '%s'", path,
+					       lineno, key);
+		strcpy(field, val);
+	}
+	snprintf(where, sizeof(where), "credentials file '%s'", path);
+	r = check_chap(cx, where, "discovery", &c->discovery);
+	if (r < 0)
+		return r;
+	return check_chap(cx, where, "session", &c->session);
+}
+
+
+/* --- CHAP from the PV's Secret (node mode: mount gets kubernetes.io/secret/<key>) --- */
+
+#define SECRET_PREFIX "kubernetes.io/secret/"
+
+static int b64_value(char c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/*
+ * Strict base64 (RFC 4648 §4, what Go's base64.StdEncoding writes): the
+ * standard alphabet, padding required, no whitespace, no bits left over.
+ * Returns the decoded length, or -EINVAL.
+ */
+static ssize_t b64_decode(const char *in, char *out, size_t max)
+{
+	size_t n = strlen(in), k = 0;
+
+	if (n % 4)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i += 4) {
+		int a = b64_value(in[i]), b = b64_value(in[i + 1]);
+		int c = in[i + 2] == '=' ? -2 : b64_value(in[i + 2]);
+		int d = in[i + 3] == '=' ? -2 : b64_value(in[i + 3]);
+		bool last = i + 4 == n;
+
+		if (a < 0 || b < 0 || c == -1 || d == -1 || (c == -2 && d != -2) ||
+		    ((c == -2 || d == -2) && !last))
+			return -EINVAL;
+		if (c == -2 && (b & 0x0f))
+			return -EINVAL; /* bits left over: not what an encoder writes */
+		if (c >= 0 && d == -2 && (c & 0x03))
+			return -EINVAL;
+		if (k + 3 > max)
+			return -ENOSPC;
+		out[k++] = (char)(a << 2 | b >> 4);
+		if (c >= 0)
+			out[k++] = (char)((b & 0x0f) << 4 | c >> 2);
+		if (d >= 0)
+			out[k++] = (char)((c & 0x03) << 6 | d);
+	}
+	return (ssize_t)k;
+}
+
+/*
+ * kubernetes.io/secret/<key> entries (base64, contract §2) -> v->secret.
+ * Keys are the credentials file's; the same rules hold, and messages name
+ * keys, never values.
+ */
+static int parse_secret(struct fv_ctx *cx, const struct fv_opts *o, struct iscsivol *v)
+{
+	char buf[CHAP_MAX + 4];
+	int r;
+
+	if (!o->obj)
+		return 0;
+	json_object_object_foreach(o->obj, key, val)
+	{
+		const char *k = key + strlen(SECRET_PREFIX);
+		char *field;
+		ssize_t n;
+
+		if (strncmp(key, SECRET_PREFIX, strlen(SECRET_PREFIX)))
+			continue;
+		field = chap_field(&v->secret, k);
+		if (!field)
+			return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%.64s' is not a CHAP setting "
+				       "(discovery.* or session.* username, password, username_in, "
+				       "password_in)", k);
+		if (!json_object_is_type(val, json_type_string))
+			return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%s' is not a string", k);
+		n = b64_decode(json_object_get_string(val), buf, sizeof(buf));
+		if (n < 0) {
+			explicit_bzero(buf, sizeof(buf));
+			return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%s' is not %s", k,
+				       n == -ENOSPC ? "at most 255 bytes" : "strict base64");
+		}
+		buf[n] = '\0';
+		if (n == 0 || n > CHAP_MAX || strlen(buf) != (size_t)n) {
+			explicit_bzero(buf, sizeof(buf));
+			return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%s' must hold 1 to %d "
+				       "characters", k, CHAP_MAX);
+		}
+		for (const char *p = buf; *p; p++)
+			if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+				explicit_bzero(buf, sizeof(buf));
+				return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%s' holds a control "
+					       "character", k);
+			}
+		strcpy(field, buf);
+		explicit_bzero(buf, sizeof(buf));
+		v->has_secret = true;
+	}
+	if (!v->has_secret)
+		return 0;
+	r = check_chap(cx, "the PV's Secret", "discovery", &v->secret.discovery);
+	if (r == 0)
+		r = check_chap(cx, "the PV's Secret", "session", &v->secret.session);
+	return r;
+}
+
+int iscsi_get_creds(struct fv_ctx *cx, const struct iscsivol *v, struct creds *c)
+{
+	if (v->has_secret) {
+		*c = v->secret;
+		return 0;
+	}
+	if (v->credfile)
+		return read_creds(cx, v->credfile, c);
+	memset(c, 0, sizeof(*c));
+	return 0;
+}
+
+int iscsi_parse(struct fv_ctx *cx, const struct fv_opts *o, void *vol)
+{
+	struct iscsivol *v = vol;
+	const char *s, *lun, *extra;
+	char tmp[PATH_MAX];
+	uint64_t n;
+	int r;
+
+	memset(v, 0, sizeof(*v));
+	r = fv_opt_required(cx, o, "targetPortal", &s);
+	if (r < 0)
+		return r;
+	if (!parse_portal(s, v->portal[0], sizeof(v->portal[0])))
+		return fv_fail(cx, -FV_ERR_BADOPT,
+			       "option 'targetPortal' must be host[:port] (IPv4, [IPv6] or a DNS "
+			       "name; port 1-65535, default 3260): '%s'",
+			       s);
+	v->nportals = 1;
+	r = fv_opt(cx, o, "portals", &extra);
+	if (r < 0)
+		return r;
+	if (r == 0) {
+		const char *p = extra;
+
+		while (*p) {
+			size_t k = strcspn(p, ",");
+			char one[PORTAL_MAX];
+
+			if (k == 0 || k >= sizeof(one))
+				return fv_fail(cx, -FV_ERR_BADOPT,
+					       "option 'portals' must be a comma-separated list of "
+					       "host[:port]: '%s'",
+					       extra);
+			snprintf(one, sizeof(one), "%.*s", (int)k, p);
+			if (v->nportals == MAX_PORTALS)
+				return fv_fail(cx, -FV_ERR_BADOPT,
+					       "option 'portals' lists more than %d portals",
+					       MAX_PORTALS - 1);
+			if (!parse_portal(one, v->portal[v->nportals], sizeof(v->portal[0])))
+				return fv_fail(cx, -FV_ERR_BADOPT,
+					       "option 'portals': '%s' is not host[:port]", one);
+			v->nportals++;
+			p += k;
+			if (*p && !*++p)
+				return fv_fail(cx, -FV_ERR_BADOPT,
+					       "option 'portals' ends with a comma: '%s'", extra);
+		}
+	}
+	r = fv_opt_required(cx, o, "iqn", &v->iqn);
+	if (r < 0)
+		return r;
+	if (!iscsi_valid_target_name(v->iqn))
+		return fv_fail(cx, -FV_ERR_BADOPT,
+			       "option 'iqn' is not an iSCSI name (iqn.yyyy-mm.domain[:name] in "
+			       "lower case, eui.<16 hex>, naa.<16 or 32 hex>): '%s'",
+			       v->iqn);
+	r = fv_opt_required(cx, o, "lun", &lun);
+	if (r < 0)
+		return r;
+	if (fv_parse_u64(lun, &n) < 0 || n > LUN_MAX)
+		return fv_fail(cx, -FV_ERR_BADOPT, "option 'lun' must be a number from 0 to %d: '%s'",
+			       LUN_MAX, lun);
+	v->lun = (unsigned int)n;
+	r = fv_opt(cx, o, "iface", &v->iface);
+	if (r < 0)
+		return r;
+	if (r > 0)
+		v->iface = DEFAULT_IFACE;
+	if (strlen(v->iface) > 64 || v->iface[0] == '.' || v->iface[0] == '-' ||
+	    !all_chars(v->iface, LOWER_DIGITS "ABCDEFGHIJKLMNOPQRSTUVWXYZ._-"))
+		return fv_fail(cx, -FV_ERR_BADOPT,
+			       "option 'iface' must be an open-iscsi iface name ([A-Za-z0-9._-], "
+			       "at most 64): '%s'",
+			       v->iface);
+	r = fv_opt(cx, o, "chapCredentialsFile", &v->credfile);
+	if (r < 0)
+		return r;
+	if (r == 0 && (v->credfile[0] != '/' ||
+		       fv_path_confine("/", v->credfile, tmp, sizeof(tmp)) < 0))
+		return fv_fail(cx, -FV_ERR_BADOPT,
+			       "option 'chapCredentialsFile' must be an absolute path without "
+			       "'..': '%s'",
+			       v->credfile);
+	r = parse_secret(cx, o, v);
+	if (r < 0)
+		return r;
+	if (v->has_secret && v->credfile)
+		return fv_fail(cx, -FV_ERR_BADOPT, "CHAP comes from option 'chapCredentialsFile' or "
+			       "from the PV's Secret, not both");
+	v->ro = o->readonly;
+	return 0;
+}
+
+/* udev's path_id: LUNs below 256 in decimal, larger ones in SAM-2 hex */
+void iscsi_format_lun(unsigned int lun, char *buf, size_t len)
+{
+	if (lun < 256)
+		snprintf(buf, len, "lun-%u", lun);
+	else
+		snprintf(buf, len, "lun-0x%04x%04x00000000", lun & 0xffff, (lun >> 16) & 0xffff);
+}
+
