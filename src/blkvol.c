@@ -362,6 +362,63 @@ static int node_gmp(struct fv_ctx *cx, const char *name, char *buf, size_t len)
 }
 
 /*
+ * The shared part of node mode going away: when no pod of volume @name
+ * uses its device mount @path any more, that mount and the node-side
+ * attach go.  @was_devno: the device the caller's pod mount was on (0:
+ * none).  Call with the volume lock held.
+ */
+static int node_teardown(struct fv_ctx *cx, const char *name, const char *path, dev_t was_devno)
+{
+	char gmp[PATH_MAX];
+	struct fv_mntinfo mi;
+	dev_t devno = 0;
+	int r = fv_canonical_dir(path, gmp, sizeof(gmp));
+
+	if (r < 0)
+		return fv_fail(cx, r, "cannot resolve '%s': %s", path, strerror(-r));
+	if (r == 0 && fv_mnt_find(gmp, &mi) == 0) {
+		if (fv_mnt_count_devno(mi.devno) > 1)
+			return 0; /* other pods on this node still use it */
+		r = fv_blkvol_unmount(cx, gmp, &mi);
+		if (r < 0)
+			return r;
+		devno = mi.devno;
+	} else if (was_devno && fv_mnt_count_devno(was_devno) == 0) {
+		devno = was_devno; /* the device mount went before (a killed earlier call) */
+	}
+	if (r == 0)
+		(void)rmdir(gmp);
+	return release_volume(cx, name, devno);
+}
+
+/*
+ * Node mode, unmount <poddir>: the pod's mount goes; the last pod of the
+ * volume on this node takes the device mount and the node-side attach with
+ * it.  Everything is found from the kernel (the pod's and the device
+ * mount's device numbers, the backend's own view), so a wiped state dir or
+ * a SIGKILL at any step leaves a state the retry finishes.
+ */
+static int node_unmount(struct fv_ctx *cx, const char *dir)
+{
+	const char *name = fv_path_last(dir);
+	char path[PATH_MAX];
+	struct fv_mntinfo was;
+	int lock, r;
+
+	r = node_gmp(cx, name, path, sizeof(path));
+	if (r < 0)
+		return r;
+	lock = lock_volume(cx, name);
+	if (lock < 0)
+		return lock;
+	r = fv_blkvol_unmount(cx, dir, &was);
+	if (r == 0)
+		r = node_teardown(cx, name, path, was.devno);
+	fv_unlock(lock);
+	return r;
+}
+
+/*
  * Node mode, mount <poddir> <json>: the whole node-side work, the first pod
  * attaching and mounting the device once per node, every pod binding it.
  * The volume lock makes parallel mounts and unmounts of one volume's pods
@@ -407,59 +464,23 @@ static int node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *
 	} else {
 		r = attach_and_mount(cx, v, o, name, gmp, NULL);
 		if (r < 0)
-			goto out;
+			goto undo;
 	}
 	r = fv_blkvol_bind(cx, dir, gmp, o->readonly);
-out:
-	fv_unlock(lock);
-	return r;
-}
-
-/*
- * Node mode, unmount <poddir>: the pod's mount goes; the last pod of the
- * volume on this node takes the device mount and the node-side attach with
- * it.  Everything is found from the kernel (the pod's and the device
- * mount's device numbers, the backend's own view), so a wiped state dir or
- * a SIGKILL at any step leaves a state the retry finishes.
- */
-static int node_unmount(struct fv_ctx *cx, const char *dir)
-{
-	const char *name = fv_path_last(dir);
-	char path[PATH_MAX], gmp[PATH_MAX];
-	struct fv_mntinfo was, mi;
-	dev_t devno = 0;
-	int lock, n, r;
-
-	r = node_gmp(cx, name, path, sizeof(path));
-	if (r < 0)
-		return r;
-	lock = lock_volume(cx, name);
-	if (lock < 0)
-		return lock;
-	r = fv_blkvol_unmount(cx, dir, &was);
-	if (r < 0)
-		goto out;
-	r = fv_canonical_dir(path, gmp, sizeof(gmp));
-	if (r < 0) {
-		r = fv_fail(cx, r, "cannot resolve '%s': %s", path, strerror(-r));
-		goto out;
-	}
-	if (r == 0 && fv_mnt_find(gmp, &mi) == 0) {
-		n = fv_mnt_count_devno(mi.devno);
-		if (n > 1) {
-			r = 0; /* other pods on this node still use it */
-			goto out;
-		}
-		r = fv_blkvol_unmount(cx, gmp, &mi);
-		if (r < 0)
-			goto out;
-		devno = mi.devno;
-	} else if (was.devno && fv_mnt_count_devno(was.devno) == 0) {
-		devno = was.devno;
-	}
 	if (r == 0)
-		(void)rmdir(gmp);
-	r = release_volume(cx, name, devno);
+		goto out;
+undo:
+	/*
+	 * kubelet removes the dir of a failed mount and never unmounts it: what
+	 * this call set up and no pod uses goes again (the message stays ours).
+	 */
+	{
+		char msg[FV_MESSAGE_MAX];
+
+		snprintf(msg, sizeof(msg), "%s", cx->message);
+		(void)node_teardown(cx, name, path, 0);
+		snprintf(cx->message, sizeof(cx->message), "%s", msg);
+	}
 out:
 	fv_unlock(lock);
 	return r;

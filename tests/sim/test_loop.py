@@ -452,6 +452,49 @@ def user_options_override_kubernetes_keys(e):
 
 
 @case
+def identity_options_cannot_steer_teardown(e):
+    """Issue 10: pv2's options claim to be pv1 (user options override pvOrVolumeName); pv1's
+    teardown must still release pv1 only, and pv2 keeps working."""
+    k = e.k
+    o1 = e.opts("pv1")
+    o2 = k.options("pv2", {"file": "vol2.img", "size": "64Mi", "kubernetes.io/pvOrVolumeName": "pv1"},
+                   fstype="ext4")
+    d1 = bring_up(e, "pv1", o1)
+    d2 = bring_up(e, "pv2", o2, uids=("pod-b",))
+    check(d1 != d2 and len(e.loops()) == 2, "two bindings: %r" % e.loops())
+    tear_down(e, "pv1")
+    check(list(e.loops()) == [d2], "pv1's teardown left pv2's binding alone: %r" % e.loops())
+    check(len(mounted_at(k.poddir("pod-b", "pv2"))) == 1, "pv2 still mounted")
+    tear_down(e, "pv2", uids=("pod-b",))
+    e.nothing_left("identity")
+
+
+@case
+def identity_options_cannot_reach_another_volume(e):
+    """Options naming another PV's image get neither its mount, its filesystem nor its growth."""
+    k = e.k
+    d1 = bring_up(e, "pv1", e.opts("pv1"))
+    with open(os.path.join(k.poddir("pod-a", "pv1"), "secret.txt"), "w") as f:
+        f.write("pv1's data")
+    # pv2's mountdevice with options naming pv1's image (and pretending to be pv1)
+    evil = k.options("pv2", {"file": "vol1.img", "kubernetes.io/pvOrVolumeName": "pv1"}, fstype="ext4")
+    r = k.mountdevice("pv2", d1, evil, expect="Failure")
+    check("another volume" in r["message"], r["message"])
+    check(not mounted_at(k.gmp("pv2")), "pv2's global path got pv1's filesystem")
+    # pv2's pod with options naming pv1's image: the pod dir names the volume
+    r = k.mount("pod-x", "pv2", evil, expect="Failure")
+    check(not mounted_at(k.poddir("pod-x", "pv2")), "pv2's pod got pv1's filesystem")
+    # expandfs through pv2's pod dir with options naming pv1's image
+    d2 = bring_up(e, "pv2", e.opts("pv2", file="vol2.img"), uids=("pod-b",))
+    size = os.path.getsize(e.image())
+    r = k.expandfs(evil, d2, "pod-b", "pv2", 128 << 20, 64 << 20, expect="Failure")
+    check(os.path.getsize(e.image()) == size, "pv1's image grew through pv2's pod")
+    tear_down(e, "pv2", uids=("pod-b",))
+    tear_down(e, "pv1")
+    e.nothing_left("identity reach")
+
+
+@case
 def existing_filesystem_and_fstype_mismatch(e):
     k = e.k
     with open(e.image(), "wb") as f:
