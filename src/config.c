@@ -2,10 +2,12 @@
 /* Node configuration: defaults < config file < environment (see fv/config.h). */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/utsname.h>
 
 #include "fv/config.h"
 #include "fv/driver.h"
+#include "fv/kv.h"
 #include "fv/util.h"
 
 #define DEFAULT_CONFIG "/etc/flexvol/flexvol.conf"
@@ -89,61 +91,49 @@ static const struct key *find_key(const char *name)
 	return NULL;
 }
 
-static char *strip(char *s)
-{
-	char *e;
-
-	while (*s == ' ' || *s == '\t')
-		s++;
-	e = s + strlen(s);
-	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
-		*--e = '\0';
-	return s;
-}
+#define CONFIG_MAX (64 * 1024)
 
 static int load_file(struct fv_config *cfg, const char *path, bool must_exist, char *err,
 		     size_t errlen)
 {
+	_cleanup_free_ char *text = NULL;
+	char where[PATH_MAX + 32], *name, *val;
+	struct fv_kv it;
+	size_t len = 0;
 	FILE *f = fopen(path, "re");
-	char line[PATH_MAX + 64], where[PATH_MAX + 32];
-	unsigned int lineno = 0;
-	int r = 0;
+	int r;
 
 	if (!f) {
 		if (errno == ENOENT && !must_exist)
 			return 0;
 		return seterr(err, errlen, "cannot read config '%s': %s", path, strerror(errno));
 	}
-	while (r == 0 && fgets(line, sizeof(line), f)) {
-		char *s, *eq, *name, *val;
-		const struct key *k;
-
-		lineno++;
-		snprintf(where, sizeof(where), "%s:%u", path, lineno);
-		if (!strchr(line, '\n') && !feof(f)) {
-			r = seterr(err, errlen, "%s: line too long", where);
-			break;
-		}
-		s = strip(line);
-		if (!*s || *s == '#')
-			continue;
-		eq = strchr(s, '=');
-		if (!eq) {
-			r = seterr(err, errlen, "%s: expected 'key = value'", where);
-			break;
-		}
-		*eq = '\0';
-		name = strip(s);
-		val = strip(eq + 1);
-		k = find_key(name);
-		if (!k) {
-			r = seterr(err, errlen, "%s: unknown key '%s'", where, name);
-			break;
-		}
-		r = set_key(cfg, k, val, where, err, errlen);
-	}
+	text = malloc(CONFIG_MAX + 2);
+	if (text)
+		len = fread(text, 1, CONFIG_MAX + 1, f);
+	r = !text ? -ENOMEM : ferror(f) ? -EIO : 0;
 	fclose(f);
-	return r;
+	if (r < 0)
+		return seterr(err, errlen, "cannot read config '%s': %s", path, strerror(-r));
+	if (len > CONFIG_MAX)
+		return seterr(err, errlen, "config '%s' is larger than %d bytes", path, CONFIG_MAX);
+	fv_kv_init(&it, text, len, PATH_MAX + 64);
+	while ((r = fv_kv_next(&it, &name, &val)) > 0) {
+		const struct key *k = find_key(name);
+
+		snprintf(where, sizeof(where), "%s:%u", path, it.line);
+		if (!k)
+			return seterr(err, errlen, "%s: unknown key '%s'", where, name);
+		r = set_key(cfg, k, val, where, err, errlen);
+		if (r < 0)
+			return r;
+	}
+	if (r < 0)
+		return seterr(err, errlen, "%s:%u: %s", path, it.line,
+			      r == -E2BIG    ? "line too long"
+			      : r == -EILSEQ ? "NUL byte in the line"
+					     : "expected 'key = value'");
+	return 0;
 }
 
 int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t errlen)

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Strict parsers, path confinement, small file helpers. */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -274,4 +275,49 @@ const char *fv_path_last(const char *path)
 	const char *b = strrchr(path, '/');
 
 	return b && b[1] ? b + 1 : path;
+}
+
+/* RFC 1123 host name: labels of 1-63 [A-Za-z0-9-], no '-' at either end, at most 253 in all. */
+static bool is_host_name(const char *s)
+{
+	size_t len = strlen(s), label = 0;
+
+	if (!len || len > 253)
+		return false;
+	for (const char *p = s;; p++) {
+		if (*p == '.' || !*p) {
+			if (!label || label > 63 || p[-1] == '-' || p[-(long)label] == '-')
+				return false;
+			if (!*p)
+				return true;
+			label = 0;
+			continue;
+		}
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (*p >= '0' && *p <= '9') || *p == '-'))
+			return false;
+		label++;
+	}
+}
+
+int fv_host_check(const char *s)
+{
+	size_t n = strlen(s);
+	unsigned char addr[16];
+
+	if (s[0] == '[') {
+		char inner[64];
+
+		/* no zone ids: "%" is not in an address inet_pton accepts */
+		if (n < 3 || s[n - 1] != ']' || n - 2 >= sizeof(inner))
+			return -EINVAL;
+		snprintf(inner, sizeof(inner), "%.*s", (int)(n - 2), s + 1);
+		return inet_pton(AF_INET6, inner, addr) == 1 ? FV_HOST_IPV6 : -EINVAL;
+	}
+	if (strspn(s, "0123456789.") == n)
+		/* all digits and dots must be a whole dotted quad, not a short form */
+		return inet_pton(AF_INET, s, addr) == 1 ? FV_HOST_IPV4 : -EINVAL;
+	if (strchr(s, ':'))
+		return -EAFNOSUPPORT; /* a bare IPv6 address: it must be bracketed */
+	return is_host_name(s) ? FV_HOST_NAME : -EINVAL;
 }

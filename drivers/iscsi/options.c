@@ -15,6 +15,7 @@
 #include <json-c/json.h>
 
 #include "fv/blkutil.h"
+#include "fv/kv.h"
 #include "iscsi.h"
 
 /* --- option validation (lexical only: attach runs in the controller-manager) --- */
@@ -50,26 +51,6 @@ bool iscsi_valid_target_name(const char *s)
 	return all_chars(s + 12, LOWER_DIGITS "-.:");
 }
 
-static bool valid_hostname(const char *h)
-{
-	size_t n = strlen(h), label = 0;
-
-	if (!n || n > 253 || !all_chars(h, LOWER_DIGITS "ABCDEFGHIJKLMNOPQRSTUVWXYZ-."))
-		return false;
-	for (size_t i = 0; i <= n; i++) {
-		if (i == n || h[i] == '.') {
-			if (!label || label > 63 || h[i - 1] == '-')
-				return false;
-			label = 0;
-		} else {
-			if (!label && h[i] == '-')
-				return false;
-			label++;
-		}
-	}
-	return true;
-}
-
 /*
  * "host[:port]" with host an IPv4 address, "[IPv6]" or a DNS name; the
  * normalised "host:port" (port defaulted to 3260) goes to @ret.
@@ -79,17 +60,13 @@ static bool parse_portal(const char *s, char *ret, size_t len)
 	char host[PORTAL_MAX];
 	const char *colon;
 	uint64_t port = DEFAULT_PORT;
-	unsigned char addr[16];
 
 	if (!*s || strlen(s) >= sizeof(host))
 		return false;
 	if (s[0] == '[') {
 		const char *end = strchr(s, ']');
 
-		if (!end || end - s - 1 >= (long)sizeof(host))
-			return false;
-		snprintf(host, sizeof(host), "%.*s", (int)(end - s - 1), s + 1);
-		if (inet_pton(AF_INET6, host, addr) != 1)
+		if (!end)
 			return false;
 		colon = end[1] == ':' ? end + 1 : NULL;
 		if (!colon && end[1])
@@ -100,12 +77,10 @@ static bool parse_portal(const char *s, char *ret, size_t len)
 		if (colon && strchr(colon + 1, ':'))
 			return false; /* a bare IPv6 address: must be bracketed */
 		snprintf(host, sizeof(host), "%.*s", (int)(colon ? colon - s : (long)strlen(s)), s);
-		if (inet_pton(AF_INET, host, addr) != 1) {
-			/* not dotted-quad IPv4: then a DNS name, but never all digits and dots */
-			if (all_chars(host, "0123456789.") || !valid_hostname(host))
-				return false;
-		}
 	}
+	/* one validator for hosts in options (nfs server, iSCSI portals) */
+	if (fv_host_check(host) < 0)
+		return false;
 	if (colon && (fv_parse_u64(colon + 1, &port) < 0 || port < 1 || port > 65535))
 		return false;
 	return snprintf(ret, len, "%s:%u", host, (unsigned int)port) < (int)len;
@@ -179,9 +154,10 @@ static int read_creds(struct fv_ctx *cx, const char *path, struct creds *c)
 	_cleanup_close_ int fd = -1;
 	_cleanup_(erase_credbuf) char *buf = NULL;
 	struct stat st;
-	char *line, *next;
+	struct fv_kv it;
+	char *key, *val;
 	size_t len = 0;
-	int lineno = 0, r;
+	int r;
 
 	memset(c, 0, sizeof(*c));
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -222,42 +198,31 @@ static int read_creds(struct fv_ctx *cx, const char *path, struct creds *c)
 	}
 	if (memchr(buf, '\0', len))
 		return fv_fail(cx, -EINVAL, "credentials file '%s' is not text", path);
-	for (line = buf; line && *line; line = next) {
-		char *eq, *key, *val, *field;
+	fv_kv_init(&it, buf, len, CRED_FILE_MAX);
+	while ((r = fv_kv_next(&it, &key, &val)) > 0) {
+		char *field = chap_field(c, key);
 
-		next = strchr(line, '\n');
-		if (next)
-			*next++ = '\0';
-		lineno++;
-		line = iscsi_trim(line);
-		if (!*line || *line == '#')
-			continue;
-		eq = strchr(line, '=');
-		if (!eq)
-			return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %d: not "
-				       "'key = value'", path, lineno);
-		*eq = '\0';
-		key = iscsi_trim(line);
-		val = iscsi_trim(eq + 1);
-		field = chap_field(c, key);
 		if (!field)
-			return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %d: unknown "
+			return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %u: unknown "
 				       "key '%.64s' (discovery.* or session.* username, password, "
-				       "username_in, password_in)", path, lineno, key);
+				       "username_in, password_in)", path, it.line, key);
 		if (*field)
-			return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %d: '%s' is "
-				       "set twice", path, lineno, key);
+			return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %u: '%s' is "
+				       "set twice", path, it.line, key);
 		if (!*val || strlen(val) > CHAP_MAX)
-			return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %d: the value "
-				       "of '%s' must be 1 to %d characters", path, lineno, key,
+			return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %u: the value "
+				       "of '%s' must be 1 to %d characters", path, it.line, key,
 				       CHAP_MAX);
 		for (const char *p = val; *p; p++)
 			if ((unsigned char)*p < 0x20 || *p == 0x7f)
-				return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %d: "
+				return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %u: "
 					       "control character in the value of '%s'", path,
-					       lineno, key);
+					       it.line, key);
 		strcpy(field, val);
 	}
+	if (r < 0)
+		return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %u: not "
+			       "'key = value'", path, it.line);
 	snprintf(where, sizeof(where), "credentials file '%s'", path);
 	r = check_chap(cx, where, "discovery", &c->discovery);
 	if (r < 0)
@@ -375,14 +340,16 @@ static int parse_secret(struct fv_ctx *cx, const struct fv_opts *o, struct iscsi
 
 int iscsi_get_creds(struct fv_ctx *cx, const struct iscsivol *v, struct creds *c)
 {
-	if (v->has_secret) {
-		*c = v->secret;
-		return 0;
-	}
-	if (v->credfile)
-		return read_creds(cx, v->credfile, c);
+	int r = 0;
+
 	memset(c, 0, sizeof(*c));
-	return 0;
+	if (v->has_secret)
+		*c = v->secret;
+	else if (v->credfile)
+		r = read_creds(cx, v->credfile, c);
+	if (r < 0)
+		explicit_bzero(c, sizeof(*c)); /* a half-read file's secrets */
+	return r;
 }
 
 int iscsi_parse(struct fv_ctx *cx, const struct fv_opts *o, void *vol)

@@ -57,61 +57,21 @@ struct nfsvol {
 
 /* --- validation ------------------------------------------------------------ */
 
-static bool is_hostname(const char *s)
-{
-	size_t len = strlen(s), label = 0;
-
-	if (!len || len > 253)
-		return false;
-	for (const char *p = s;; p++) {
-		if (*p == '.' || !*p) {
-			/* labels: 1..63 of [A-Za-z0-9-], no '-' at either end (RFC 1123) */
-			if (!label || label > 63 || p[-1] == '-' || p[-(long)label] == '-')
-				return false;
-			if (!*p)
-				return true;
-			label = 0;
-			continue;
-		}
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-		      (*p >= '0' && *p <= '9') || *p == '-'))
-			return false;
-		label++;
-	}
-}
-
 static int check_server(struct fv_ctx *cx, const char *s, struct nfsvol *v)
 {
-	struct in6_addr a6;
-	struct in_addr a4;
-	size_t n = strlen(s);
+	int r = fv_host_check(s);
 
-	if (s[0] == '[') {
-		char inner[64];
-
-		/* mount.nfs wants IPv6 in brackets ("[fd00::1]:/export"); no zone ids */
-		if (n < 3 || s[n - 1] != ']' || n - 2 >= sizeof(inner))
-			goto bad;
-		snprintf(inner, sizeof(inner), "%.*s", (int)(n - 2), s + 1);
-		if (inet_pton(AF_INET6, inner, &a6) != 1)
-			goto bad;
-	} else if (strspn(s, "0123456789.") == n) {
-		/* all digits and dots must be a whole dotted quad, not a short form */
-		if (inet_pton(AF_INET, s, &a4) != 1)
-			goto bad;
-	} else if (strchr(s, ':')) {
+	if (r == -EAFNOSUPPORT)
 		return fv_fail(cx, -FV_ERR_BADOPT,
 			       "option 'server': an IPv6 address must be in brackets, e.g. '[%s]'", s);
-	} else if (!is_hostname(s)) {
-		goto bad;
-	}
+	if (r < 0)
+		return fv_fail(cx, -FV_ERR_BADOPT,
+			       "option 'server' must be a hostname, an IPv4 address or a bracketed "
+			       "IPv6 address: '%s'",
+			       s);
+	/* mount.nfs wants IPv6 in brackets ("[fd00::1]:/export") */
 	snprintf(v->server, sizeof(v->server), "%s", s);
 	return 0;
-bad:
-	return fv_fail(cx, -FV_ERR_BADOPT,
-		       "option 'server' must be a hostname, an IPv4 address or a bracketed IPv6 "
-		       "address: '%s'",
-		       s);
 }
 
 /*

@@ -68,4 +68,13 @@ uint64_t fv_now_ms(void);
 /* Is @s a sane single-token string: printable ASCII, no spaces/commas/quotes? */
 bool fv_is_token(const char *s);
 
+/*
+ * fv_host_check() - a host as users write it in options (nfs server, iSCSI
+ * portal): an RFC 1123 host name, a whole dotted-quad IPv4 address, or an
+ * IPv6 address in brackets ("[fd00::1]", no zone).  Returns FV_HOST_* (>= 0),
+ * -EAFNOSUPPORT for an IPv6 address without brackets, -EINVAL otherwise.
+ */
+enum { FV_HOST_NAME, FV_HOST_IPV4, FV_HOST_IPV6 };
+int fv_host_check(const char *s);
+
 #endif
