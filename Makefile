@@ -82,7 +82,10 @@ CORE_OBJS  := $(patsubst %.c,$(O)/obj/%.o,$(filter-out src/main.c,$(CORE_SRCS)))
 $(O)/tests/%: tests/unit/%.c $(CORE_OBJS) tests/unit/unit.h
 	@mkdir -p $(dir $@)
 	@[ -n "$(Q)" ] && echo "  TEST-CC $<" || true
-	$(Q)$(CC) $(FV_CFLAGS) $(CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $< $(CORE_OBJS) $(FV_LIBS)
+	$(Q)$(CC) $(FV_CFLAGS) $(CFLAGS) -Itests/unit -MMD -MP -MF $@.d $(LDFLAGS) -o $@ $< $(CORE_OBJS) $(FV_LIBS)
+
+# a unit test may include a driver's source (test-iscsi-view.c): rebuilt when it changes
+-include $(UNIT_BINS:=.d)
 
 check-unit: $(UNIT_BINS)
 	$(Q)tests/unit/run $(UNIT_BINS)

@@ -12,6 +12,7 @@ stderr, exit code matching the status).  Latencies (waitforattach: login to
 device node, as the driver logs it, and the whole call; unmountdevice) are
 appended to $FV_BUILD/vm-iscsi-latency.txt.
 """
+import base64
 import glob
 import json
 import os
@@ -27,7 +28,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 WS = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(WS, "tests", "sim"))
-from flexsim import Driver, Kubelet, mounted_at, mounts_under  # noqa: E402
+from flexsim import Driver, Kubelet, in_parallel, mounted_at, mounts_under  # noqa: E402
 
 FACTS = "/run/flexvol-vm/fixtures.env"
 
@@ -533,8 +534,118 @@ def measure(c):
                 c.record("driver-unmountdevice", int(m.group(1)) / 1000.0)
 
 
+# --- node mode (attach_mode = node): kubelet calls only mount and unmount (issue 10) ----------
+
+def node_mode(c):
+    """Switch the case's driver to node mode: init says attach:false."""
+    c.env["FLEXVOL_ATTACH_MODE"] = "node"
+    r = c.ok(c.k.init())
+    check(r["capabilities"]["attach"] is False, "node mode: init attach %r" % r["capabilities"])
+    return c.k
+
+
+def devmount(c, vol):
+    return os.path.join(c.dir, "run", "iscsi", "mounts", vol)
+
+
+def node_lifecycle(c):
+    """Node mode: mount logs in, formats and mounts once per node; the last unmount logs out.
+    Twice, data kept; every call twice."""
+    k, vol = node_mode(c), "pv-node"
+    opts = c.opts(vol)
+    for rnd in (1, 2):
+        t = time.monotonic()
+        c.ok(k.mount("pod-a", vol, opts))
+        c.record("node-mount-first-pod", time.monotonic() - t)
+        c.ok(k.mount("pod-a", vol, opts))
+        check(len(sessions(c.iqn1)) == 1, "one session: %r" % sessions(c.iqn1))
+        dm = mounted_at(devmount(c, vol))
+        check(len(dm) == 1 and dm[0][2] == "ext4" and dm[0][1] in lun_disks(c.iqn1, 1),
+              "device mount %r" % dm)
+        c.ok(k.mount("pod-b", vol, opts))
+        pa = os.path.join(k.poddir("pod-a", vol), "data.txt")
+        if rnd == 1:
+            with open(pa, "w") as f:
+                f.write("round 1\n")
+                f.flush()
+                os.fsync(f.fileno())
+        else:
+            with open(pa) as f:
+                check(f.read() == "round 1\n", "data of round 1")
+        c.ok(k.unmount("pod-a", vol))
+        check(len(sessions(c.iqn1)) == 1, "pod-b still uses the session")
+        t = time.monotonic()
+        c.ok(k.unmount("pod-b", vol))
+        c.record("node-unmount-last-pod", time.monotonic() - t)
+        c.ok(k.unmount("pod-b", vol))
+        check(not mounted_at(devmount(c, vol)), "device mount left")
+        check(not sessions(c.iqn1), "session left after the last pod: %r" % sessions(c.iqn1))
+        log("node round %d ok" % rnd)
+
+
+def node_two_luns(c):
+    """Node mode: two LUNs of one target in two pods, mounted and unmounted in parallel: one
+    session; the logout comes only after both are gone."""
+    k = node_mode(c)
+    oa, ob = c.opts("pv-a", lun=1), c.opts("pv-b", lun=2)
+    _, errors = in_parallel([lambda: c.ok(k.mount("pod-a", "pv-a", oa)),
+                             lambda: c.ok(k.mount("pod-b", "pv-b", ob))])
+    check(not errors, "parallel mounts: %r" % errors)
+    check(len(sessions(c.iqn1)) == 1, "one session for both LUNs: %r" % sessions(c.iqn1))
+    c.ok(k.unmount("pod-a", "pv-a"))
+    check(len(sessions(c.iqn1)) == 1, "the session went with LUN 1 while LUN 2 is mounted")
+    check(lun_disks(c.iqn1, 1) == [], "LUN 1 disk left behind: %r" % lun_disks(c.iqn1, 1))
+    p = os.path.join(k.poddir("pod-b", "pv-b"), "still.txt")
+    with open(p, "w") as f:
+        f.write("x" * 4096)
+        f.flush()
+        os.fsync(f.fileno())
+    c.ok(k.unmount("pod-b", "pv-b"))
+    check(not sessions(c.iqn1), "session left after both: %r" % sessions(c.iqn1))
+    # and both unmounts at once
+    for u, v, o in (("pod-a", "pv-a", oa), ("pod-b", "pv-b", ob)):
+        c.ok(k.mount(u, v, o))
+    _, errors = in_parallel([lambda: c.ok(k.unmount("pod-a", "pv-a")),
+                             lambda: c.ok(k.unmount("pod-b", "pv-b"))])
+    check(not errors, "parallel unmounts: %r" % errors)
+    check(not sessions(c.iqn1), "session left after parallel unmounts: %r" % sessions(c.iqn1))
+
+
+def node_chap_secret(c):
+    """Node mode: CHAP from the PV's Secret (kubernetes.io/secret/<key>, base64); a wrong one is a
+    Failure with no session left; secrets never logged."""
+    k, vol = node_mode(c), "pv-secret"
+    user, secret = c.f["FV_ISCSI_CHAP_USER"], c.f["FV_ISCSI_CHAP_SECRET"]
+    bad = "not-the-secret-%d" % os.getpid()
+    u = {"targetPortal": c.portal, "iqn": c.iqn2, "lun": "1"}
+    wrong = k.options(vol, u, fstype="ext4", pod="pod-a",
+                      secrets={"session.username": user, "session.password": bad})
+    r = k.mount("pod-a", vol, wrong)
+    check(r.status == "Failure" and "CHAP authentication failed" in r["message"], "%r" % r)
+    check(bad not in r["message"], "the secret is in the message")
+    check(not sessions(c.iqn2), "session left after a wrong secret: %r" % sessions(c.iqn2))
+    check(not mounts_under(c.dir), "mounts left: %r" % mounts_under(c.dir))
+    broken = json.loads(wrong)
+    broken["kubernetes.io/secret/session.password"] = "%%%not base64"
+    r = k.mount("pod-a", vol, json.dumps(broken))
+    check(r.status == "Failure" and "base64" in r["message"], "%r" % r)
+    good = k.options(vol, u, fstype="ext4", pod="pod-a",
+                     secrets={"session.username": user, "session.password": secret})
+    t = time.monotonic()
+    c.ok(k.mount("pod-a", vol, good))
+    c.record("node-mount-chap-secret", time.monotonic() - t)
+    check(len(sessions(c.iqn2)) == 1, "CHAP session %r" % sessions(c.iqn2))
+    c.ok(k.unmount("pod-a", vol))
+    check(not sessions(c.iqn2), "session left: %r" % sessions(c.iqn2))
+    c.no_secret_logged(secret)
+    c.no_secret_logged(bad)
+    for s in (secret, bad):
+        c.no_secret_logged(base64.b64encode(s.encode()).decode())
+
+
 CASES = {f.__name__: f for f in (lifecycle, two_luns, chap, chap_failure, wrong_portal, expand,
-                                  sigkill_login, state_wiped, relogin, measure)}
+                                  sigkill_login, state_wiped, relogin, measure, node_lifecycle,
+                                  node_two_luns, node_chap_secret)}
 
 
 def main():
