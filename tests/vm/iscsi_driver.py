@@ -529,7 +529,7 @@ def measure(c):
             m = re.search(r"logged out of \S+ \(1 session\) in (\d+) ms", line)
             if m:
                 c.record("driver-logout", int(m.group(1)) / 1000.0)
-            m = re.search(r"latency: unmountdevice (\d+) ms", line)
+            m = re.search(r"latency: (?:unmountdevice|release) (\d+) ms", line)
             if m:
                 c.record("driver-unmountdevice", int(m.group(1)) / 1000.0)
 
