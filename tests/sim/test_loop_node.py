@@ -299,3 +299,50 @@ def node_lock_is_per_volume(e):
                              lambda: k.unmount("pod-b", "pv2", expect="Success")])
     check(not errors, errors)
     e.nothing_left("two volumes")
+
+
+@case
+def node_sigkill_during_mkfs(e):
+    """The first pod's mount killed while mkfs runs (a gate in front of the real mkfs), then the
+    retry: one binding, one device mount, one pod mount, a valid filesystem."""
+    k = e.k
+    wrap = os.path.join(e.dir, "helpers")
+    os.makedirs(wrap)
+    fifo = os.path.join(e.dir, "gate")
+    started = os.path.join(e.dir, "mkfs-started")
+    done = os.path.join(e.dir, "mkfs-done")
+    os.mkfifo(fifo)
+    with open(os.path.join(wrap, "mkfs.ext4"), "w") as f:
+        f.write("#!/bin/sh\n: > %s\nread x < %s\n/sbin/mkfs.ext4 \"$@\"\nrc=$?\n: > %s\nexit $rc\n"
+                % (started, fifo, done))
+    os.chmod(os.path.join(wrap, "mkfs.ext4"), 0o755)
+    o = e.opts()
+    pd = k.poddir("pod-a", "pv1")
+    os.makedirs(pd)
+    env = dict(e.env, FLEXVOL_HELPER_PATH=wrap + ":/usr/sbin:/usr/bin:/sbin:/bin")
+    p = subprocess.Popen([e.bin, "mount", pd, o], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(started) and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.01)
+    check(os.path.exists(started), "the mkfs wrapper never started")
+    p.send_signal(signal.SIGKILL)
+    p.communicate()
+    try:
+        g = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.write(g, b"go\n")
+        os.close(g)
+    except OSError:
+        pass
+    else:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(done) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    k.mount("pod-a", "pv1", o, expect="Success")
+    k.mount("pod-a", "pv1", o, expect="Success")
+    dev = one_binding(e, "after the retry")
+    m = mounted_at(e.devmount())
+    check(len(m) == 1 and m[0][1] == dev and m[0][2] == "ext4", "one ext4 device mount: %r" % m)
+    check(len(mounted_at(pd)) == 1, "one pod mount")
+    down(e, ["pod-a"])
+    e.nothing_left("kill during mkfs")
