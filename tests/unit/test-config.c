@@ -265,3 +265,27 @@ TEST(environment_errors)
 	CHECK_INT(cfg.lock_timeout, 2);
 	done_config();
 }
+
+TEST(attach_mode)
+{
+	REQUIRE(use_config(""));
+	CHECK_INT(load(), 0);
+	CHECK_STR(cfg.attach_mode, "controller"); /* the default */
+	done_config();
+	REQUIRE(use_config("attach_mode = node\n"));
+	CHECK_INT(load(), 0);
+	CHECK_STR(cfg.attach_mode, "node");
+	setenv("FLEXVOL_ATTACH_MODE", "controller", 1);
+	CHECK_INT(load(), 0);
+	CHECK_STR(cfg.attach_mode, "controller");
+	unsetenv("FLEXVOL_ATTACH_MODE");
+	done_config();
+	refused("attach_mode = Node\n", __LINE__, "attach_mode", "'Node'", NULL);
+	refused("attach_mode =\n", __LINE__, "attach_mode", NULL);
+	REQUIRE(use_config(""));
+	setenv("FLEXVOL_ATTACH_MODE", "nodes", 1);
+	CHECK_INT(load(), -FV_ERR_BADOPT);
+	CHECK_CONTAINS(err, "FLEXVOL_ATTACH_MODE");
+	unsetenv("FLEXVOL_ATTACH_MODE");
+	done_config();
+}
