@@ -163,6 +163,9 @@ struct iscsi_lunmatch {
 struct udev_device;
 bool iscsi_match_lun(struct udev_device *d, void *arg);
 
+/* Make the SCSI layer read the capacity of disk @devt again (sd_rescan); its size in bytes. */
+int iscsi_disk_rescan(dev_t devt, uint64_t *ret_bytes);
+
 /* Remove the SCSI device of an unused LUN disk (the session stays for its siblings). */
 void iscsi_delete_disk(const struct iscsi_disk *dk);
 

@@ -365,30 +365,17 @@ static int iscsi_release(struct fv_ctx *cx, const char *name, dev_t devno, json_
 static int iscsi_grow(struct fv_ctx *cx, const void *vol, const char *dev, uint64_t new_size)
 {
 	const struct iscsivol *v = vol;
-	char path[PATH_MAX], buf[32];
-	const char *name = strrchr(dev, '/') ? strrchr(dev, '/') + 1 : dev;
-	uint64_t sectors;
-	int fd, r;
+	uint64_t bytes;
+	struct stat st;
+	int r = stat(dev, &st) < 0 ? NEG_ERRNO() : iscsi_disk_rescan(st.st_rdev, &bytes);
 
-	/* make the SCSI layer read the LUN's capacity again (sd_rescan) */
-	snprintf(path, sizeof(path), "/sys/block/%s/device/rescan", name);
-	fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0 || write(fd, "1", 1) != 1) {
-		r = NEG_ERRNO();
-		if (fd >= 0)
-			close(fd);
+	if (r < 0)
 		return fv_fail(cx, r, "cannot rescan %s: %s", dev, strerror(-r));
-	}
-	close(fd);
-	snprintf(path, sizeof(path), "/sys/block/%s/size", name);
-	if (fv_read_line(path, buf, sizeof(buf)) < 0 || fv_parse_u64(buf, &sectors) < 0)
-		return fv_fail(cx, -EIO, "cannot read the size of %s", dev);
-	if (sectors * 512 < new_size)
+	if (bytes < new_size)
 		return fv_fail(cx, -ENOSPC, "LUN %u of '%s' has %llu bytes after a rescan, less than "
 			       "the requested %llu: grow the LUN on the target first", v->lun,
-			       v->iqn, (unsigned long long)(sectors * 512),
-			       (unsigned long long)new_size);
-	fv_log("expandfs: %s is %llu bytes", dev, (unsigned long long)(sectors * 512));
+			       v->iqn, (unsigned long long)bytes, (unsigned long long)new_size);
+	fv_log("expandfs: %s is %llu bytes", dev, (unsigned long long)bytes);
 	return 0;
 }
 

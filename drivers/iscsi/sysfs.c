@@ -359,3 +359,32 @@ void iscsi_delete_disk(const struct iscsi_disk *dk)
 	if (fd >= 0)
 		close(fd);
 }
+
+int iscsi_disk_rescan(dev_t devt, uint64_t *ret_bytes)
+{
+	_cleanup_(udev_unrefp) struct udev *udev = udev_new();
+	_cleanup_(udev_device_unrefp) struct udev_device *d = NULL, *again = NULL;
+	char path[PATH_MAX];
+	const char *size;
+	uint64_t sectors;
+	int fd, r = 0;
+
+	d = udev ? udev_device_new_from_devnum(udev, 'b', devt) : NULL;
+	if (!d)
+		return -ENODEV;
+	snprintf(path, sizeof(path), "%s/device/rescan", udev_device_get_syspath(d));
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, "1", 1) != 1)
+		r = NEG_ERRNO();
+	if (fd >= 0)
+		close(fd);
+	if (r < 0)
+		return r;
+	/* a fresh device object: libudev caches attribute values */
+	again = udev_device_new_from_syspath(udev, udev_device_get_syspath(d));
+	size = again ? udev_device_get_sysattr_value(again, "size") : NULL;
+	if (!size || fv_parse_u64(size, &sectors) < 0)
+		return -EIO;
+	*ret_bytes = sectors * 512;
+	return 0;
+}

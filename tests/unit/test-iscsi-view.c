@@ -140,6 +140,16 @@ static bool add_lun(int host, int sid, unsigned int lun, int minor)
 	snprintf(p, sizeof(p), "/sys/%s/holders", t);
 	if (fv_mkdir_p(p, 0755) < 0)
 		return false;
+	snprintf(p, sizeof(p), "/sys/%s/size", t);
+	snprintf(text, sizeof(text), "%d\n", 2048 * minor); /* minor MiB */
+	if (!put(p, text))
+		return false;
+	snprintf(p, sizeof(p), "/sys/%s/device", t);
+	if (!link_to(p, sd))
+		return false;
+	snprintf(p, sizeof(p), "/sys/%s/rescan", sd);
+	if (!put(p, ""))
+		return false;
 	snprintf(p, sizeof(p), "/sys/%s/subsystem", t);
 	if (!link_to(p, "class/block"))
 		return false;
@@ -352,4 +362,26 @@ static void disk_in_use_body(void)
 TEST(disk_in_use_holders)
 {
 	IN_CHILD(disk_in_use_body());
+}
+
+static void rescan_body(void)
+{
+	uint64_t bytes = 0;
+	char buf[8] = "";
+	int fd;
+
+	SETUP();
+	CHECK_INT(iscsi_disk_rescan(makedev(FAKE_MAJOR, 7), &bytes), 0);
+	CHECK_U64(bytes, 7ULL << 20);
+	fd = open("/sys/devices/platform/host2/session1/target2:0:0/2:0:0:7/rescan", O_RDONLY);
+	REQUIRE(fd >= 0);
+	CHECK_INT((int)read(fd, buf, sizeof(buf) - 1), 1);
+	CHECK_STR(buf, "1");
+	close(fd);
+	CHECK_INT(iscsi_disk_rescan(makedev(FAKE_MAJOR, 250), &bytes), -ENODEV);
+}
+
+TEST(disk_rescan)
+{
+	IN_CHILD(rescan_body());
 }
