@@ -201,21 +201,43 @@ static int save_record(struct fv_ctx *cx, const char *name, const void *v, const
 }
 
 /*
- * Undo the node-side attach of the volume @name (a trusted name), whose
- * device mount was on @devno (0: unknown), then forget its record.
+ * The record of what waitforattach attached, under the options' volume name
+ * (a hint, not an identity): kept apart from the records of trusted names,
+ * so that it can only ever widen what a detach of that name releases - a
+ * node-side attach nobody mounted - never redirect it.
  */
-static int release_volume(struct fv_ctx *cx, const char *name, dev_t devno)
+static void hinted_key(const char *hint, char *buf, size_t len)
+{
+	snprintf(buf, len, "?%s", hint);
+}
+
+static int release_record(struct fv_ctx *cx, const char *name, const char *key, dev_t devno)
 {
 	json_object *rec = NULL;
 	int r;
 
-	if (fv_state_read(cx, name, &rec) != 0)
+	if (fv_state_read(cx, key, &rec) != 0)
 		rec = NULL; /* a cache: the backend asks the kernel first */
 	r = ops_of(cx)->release(cx, name, devno, rec);
 	json_object_put(rec);
 	if (r == 0)
-		(void)fv_state_remove(cx, name);
+		(void)fv_state_remove(cx, key);
 	return r;
+}
+
+/*
+ * Undo the node-side attach of the volume @name (a trusted name), whose
+ * device mount was on @devno (0: unknown), then forget its records.
+ */
+static int release_volume(struct fv_ctx *cx, const char *name, dev_t devno)
+{
+	char key[PATH_MAX];
+	int r = release_record(cx, name, name, devno);
+
+	if (r < 0)
+		return r;
+	hinted_key(name, key, sizeof(key));
+	return release_record(cx, name, key, 0);
 }
 
 /*
@@ -245,9 +267,11 @@ static int attach_and_mount(struct fv_ctx *cx, const void *v, const struct fv_op
 			    "volume; refusing to mount it for '%s'", dev, other, name);
 		goto out;
 	}
-	r = fv_blkvol_mountdevice(cx, gmp, dev, o->fstype, ops->default_fstype, o->readonly);
+	/* before the mount: a refused mkfs still leaves what detach needs to release */
+	r = save_record(cx, name, v, dev, o);
 	if (r == 0)
-		r = save_record(cx, name, v, dev, o);
+		r = fv_blkvol_mountdevice(cx, gmp, dev, o->fstype, ops->default_fstype,
+					  o->readonly);
 out:
 	if (lock >= 0)
 		fv_unlock(lock);
@@ -307,6 +331,12 @@ int fv_blkvol_op_waitforattach(struct fv_ctx *cx, const char *device, const stru
 		return r;
 	/* no trusted name here (fv/blkvol.h): the backend object alone, the name a hint */
 	r = ops_of(cx)->attach(cx, v, NULL, o->volume, dev, sizeof(dev), &lock);
+	if (r == 0 && o->volume) {
+		char key[PATH_MAX];
+
+		hinted_key(o->volume, key, sizeof(key));
+		r = save_record(cx, key, v, dev, o);
+	}
 	if (lock >= 0)
 		fv_unlock(lock);
 	if (r < 0)

@@ -23,10 +23,12 @@
  * options.  What identifies the volume there is the backend object the
  * options name (the image file, the target and LUN): waitforattach only
  * creates or reuses the node-side attachment of that object and returns its
- * device.  It writes no state record and claims nothing; the options'
- * volume name is passed to the backend as a hint only (loop keeps it in an
- * unclaimed tag so a detach of that name still finds a binding nobody
- * mounted, and refuses an image already bound under another name).  The
+ * device.  It claims nothing and takes no volume lock; the options' volume
+ * name is a hint only: loop keeps it in an unclaimed tag, and the class a
+ * record under "?<hint>" (apart from the trusted names' records), so that a
+ * detach of that name still finds an attach nobody mounted - which can only
+ * widen what that detach releases to something unmounted, never redirect
+ * it; loop also refuses an image already bound under another name.  The
  * claim is made by mountdevice (or node-mode mount), under the trusted
  * name, before anything is mounted; a device claimed by or mounted for
  * another volume is refused there.

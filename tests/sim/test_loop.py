@@ -605,7 +605,7 @@ def teardown_with_state_wiped(e):
     e.nothing_left("state wiped after mount")
     # and when only waitforattach ran before the wipe, detach still finds the binding (tag)
     k.waitforattach("loop:vol1.img", e.opts(), expect="Success")
-    shutil.rmtree(e.state, ignore_errors=True)  # waitforattach writes no record (no trusted name)
+    shutil.rmtree(e.state)
     k.detach("pv1", expect="Success")
     e.nothing_left("state wiped after waitforattach")
 

@@ -534,6 +534,28 @@ def measure(c):
                 c.record("driver-unmountdevice", int(m.group(1)) / 1000.0)
 
 
+def detach_unmounted(c):
+    """detach releases a node-side attach nobody mounted: after waitforattach alone (found by the
+    options' volume name, a hint) and after a mountdevice that refused the device."""
+    k, vol = c.k, "pv-dt"
+    opts = c.opts(vol)
+    c.ok(k.waitforattach("", opts))
+    check(len(sessions(c.iqn1)) == 1, "logged in")
+    c.ok(k.detach(vol))
+    check(not sessions(c.iqn1), "session left after detach of a never-mounted volume: %r"
+          % sessions(c.iqn1))
+    # the LUN holds ext4 now? make sure it holds something else: mountdevice asks for xfs on ext4
+    dev = c.ok(k.waitforattach("", opts))["device"]
+    c.ok(k.mountdevice(vol, dev, opts))
+    c.ok(k.unmountdevice(vol))
+    dev = c.ok(k.waitforattach("", opts))["device"]
+    r = k.mountdevice(vol, dev, c.opts(vol, fstype="xfs"))
+    check(r.status == "Failure" and "refusing" in r["message"], "%r" % r)
+    c.ok(k.detach(vol))
+    check(not sessions(c.iqn1), "session left after detach of a refused volume: %r"
+          % sessions(c.iqn1))
+
+
 # --- node mode (attach_mode = node): kubelet calls only mount and unmount (issue 10) ----------
 
 def node_mode(c):
@@ -644,7 +666,8 @@ def node_chap_secret(c):
 
 
 CASES = {f.__name__: f for f in (lifecycle, two_luns, chap, chap_failure, wrong_portal, expand,
-                                  sigkill_login, state_wiped, relogin, measure, node_lifecycle,
+                                  sigkill_login, state_wiped, relogin, measure, detach_unmounted,
+                                  node_lifecycle,
                                   node_two_luns, node_chap_secret)}
 
 
