@@ -237,7 +237,14 @@ static int release_volume(struct fv_ctx *cx, const char *name, dev_t devno)
 	if (r < 0)
 		return r;
 	hinted_key(name, key, sizeof(key));
-	return release_record(cx, name, key, 0);
+	r = release_record(cx, name, key, 0);
+	if (r == -EBUSY) {
+		/* any PV's options can write this hint: what it names being in use is not our failure */
+		fv_log("leaving what '%s' names: %s", key, fv_ctx_message(cx));
+		fv_ctx_reset_message(cx);
+		r = 0;
+	}
+	return r;
 }
 
 /*
