@@ -554,6 +554,15 @@ def detach_unmounted(c):
     c.ok(k.detach(vol))
     check(not sessions(c.iqn1), "session left after detach of a refused volume: %r"
           % sessions(c.iqn1))
+    # pv-x's options claim to be pv-dt2 (user options win, contract §2), and pv-x is mounted:
+    # pv-dt2's detach neither fails on pv-x's LUN nor releases it
+    ox = c.opts("pv-x", lun=2, **{"kubernetes.io/pvOrVolumeName": "pv-dt2"})
+    c.bring_up("pv-x", ox)
+    c.ok(k.detach("pv-dt2"))
+    check(len(sessions(c.iqn1)) == 1 and lun_disks(c.iqn1, 2), "pv-x's LUN went with pv-dt2")
+    check(len(mounted_at(k.poddir("pod-a", "pv-x"))) == 1, "pv-x's pod lost its mount")
+    c.tear_down("pv-x")
+    check(not sessions(c.iqn1), "session left: %r" % sessions(c.iqn1))
 
 
 # --- node mode (attach_mode = node): kubelet calls only mount and unmount (issue 10) ----------
