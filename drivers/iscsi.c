@@ -744,7 +744,7 @@ static int disk_in_use(const struct lundisk *dk, char *why, size_t len)
 		return 1;
 	}
 	snprintf(dir, sizeof(dir), "/sys/block/%s/holders", dk->name);
-	if (fv_dir_is_empty(dir) == 0) {
+	if (fv_path_is_empty(dir) == 0) {
 		snprintf(why, len, "/dev/%s (LUN %u) is held by another device", dk->name, dk->lun);
 		return 1;
 	}
@@ -1331,7 +1331,8 @@ static int iscsi_waitforattach(struct fv_ctx *cx, const char *device, const stru
 static int iscsi_mountdevice(struct fv_ctx *cx, const char *dir, const char *device,
 			     const struct fv_opts *o)
 {
-	char gmp[PATH_MAX], dev[64];
+	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
+	char dev[64];
 	struct iscsivol v;
 	int lock, r = parse(cx, o, &v);
 
@@ -1340,7 +1341,7 @@ static int iscsi_mountdevice(struct fv_ctx *cx, const char *dir, const char *dev
 	if (!v.volume)
 		return fv_fail(cx, -FV_ERR_BADOPT,
 			       "option 'kubernetes.io/pvOrVolumeName' is required");
-	r = fv_prepare_dir(cx, dir, gmp, sizeof(gmp));
+	r = fv_dir_arg(cx, dir, FV_DIRARG_MUST_EXIST, &gd); /* kubelet made it: never created here */
 	if (r < 0)
 		return r;
 	/*
@@ -1356,7 +1357,7 @@ static int iscsi_mountdevice(struct fv_ctx *cx, const char *dir, const char *dev
 		fv_log("mountdevice: kubelet passed %s, LUN %u of %s is %s", device, v.lun, v.iqn,
 		       dev);
 	if (r == 0)
-		r = fv_blkvol_mountdevice(cx, gmp, dev, v.fstype, DEFAULT_FSTYPE, v.ro);
+		r = fv_blkvol_mountdevice(cx, &gd, dev, v.fstype, DEFAULT_FSTYPE, v.ro);
 	if (r == 0)
 		r = save_state(cx, &v, dev);
 	fv_unlock(lock);

@@ -477,14 +477,14 @@ static int loop_waitforattach(struct fv_ctx *cx, const char *device, const struc
 static int loop_mountdevice(struct fv_ctx *cx, const char *dir, const char *device,
 			    const struct fv_opts *o)
 {
-	char gmp[PATH_MAX];
+	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
 	struct binding b;
 	struct loopvol v;
 	int r = parse(cx, o, &v);
 
 	if (r < 0)
 		return r;
-	r = fv_prepare_dir(cx, dir, gmp, sizeof(gmp));
+	r = fv_dir_arg(cx, dir, FV_DIRARG_MUST_EXIST, &gd); /* kubelet made it: never created here */
 	if (r < 0)
 		return r;
 	/* kubelet's device is our own waitforattach answer; the kernel still decides */
@@ -493,7 +493,7 @@ static int loop_mountdevice(struct fv_ctx *cx, const char *dir, const char *devi
 		return r;
 	if (device[0] && !streq(device, b.dev))
 		fv_log("mountdevice: kubelet passed %s, the image is bound to %s", device, b.dev);
-	r = fv_blkvol_mountdevice(cx, gmp, b.dev, v.fstype, DEFAULT_FSTYPE, v.ro);
+	r = fv_blkvol_mountdevice(cx, &gd, b.dev, v.fstype, DEFAULT_FSTYPE, v.ro);
 	if (r < 0)
 		return r;
 	return save_state(cx, &v, &b);

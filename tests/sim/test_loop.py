@@ -943,7 +943,7 @@ def missing_dirs_are_not_created(e):
     k = e.k
     o = e.opts()
     dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
-    g = os.path.join(e.dir, "nonexistent", "plugins", "mounts", "pv1")
+    g = os.path.join(e.dir, "nonexistent", "plugins", "mounts", "ghost")
     r = k.drv.call("mountdevice", g, dev, o, expect="Failure")
     check("does not exist" in r["message"], r["message"])
     check(not os.path.exists(os.path.join(e.dir, "nonexistent")), "mountdevice created the dir")
