@@ -347,7 +347,12 @@ int fv_dir_mount(struct fv_ctx *cx, const struct fv_dir *d, const char *source,
 
 	if (fd < 0)
 		return dir_fail(cx, fd, d->path);
-	/* the verified directory itself, whatever happens to its path meanwhile */
+	/*
+	 * The verified directory itself, whatever happens to its path
+	 * meanwhile.  What remains: a mount that someone else puts on this
+	 * directory between the caller's fv_dir_mounted() and here is mounted
+	 * over (our own calls on one directory are serialised by the locks).
+	 */
 	snprintf(target, sizeof(target), "/proc/self/fd/%d", fd);
 	r = mnt_mount_as(cx, source, target, d->path, fstype, options, false);
 	close(fd);
