@@ -964,5 +964,30 @@ def missing_dirs_are_not_created(e):
     e.nothing_left("missing dirs")
 
 
+@case
+def dir_arguments_normalised_lexically(e):
+    """"//" and "/./" name the same directory (no symlink involved): accepted, normalised; ".." and
+    a relative path are refused before anything happens."""
+    k = e.k
+    o = e.opts()
+    dev = bring_up(e, uids=())
+    pd = k.poddir("pod-n", "pv1")
+    os.makedirs(pd)
+    odd = pd.replace("/pods/", "//pods/./")
+    k.drv.call("mount", odd, o, expect="Success")
+    check(len(mounted_at(pd)) == 1 and mounted_at(pd)[0][1] == dev, mounted_at(pd))
+    k.drv.call("mount", pd, o, expect="Success")  # the same directory: already mounted
+    check(len(mounted_at(pd)) == 1, "one mount: %r" % mounted_at(pd))
+    for bad in (pd + "/../pv1", "relative/dir"):
+        r = k.drv.call("unmount", bad, expect="Failure")
+        check("plain absolute path" in r["message"], r["message"])
+    check(len(mounted_at(pd)) == 1, "still mounted")
+    k.drv.call("unmount", odd, expect="Success")
+    check(not mounted_at(pd), "unmounted")
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("normalised")
+
+
 def make_env(build, name):
     return Env(build, name)
