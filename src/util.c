@@ -185,7 +185,7 @@ int fv_open_regular_beneath(int rootfd, const char *rel, int flags, struct stat 
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pfd);
 	fd = open(proc, (flags & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0)
-		return NEG_ERRNO();
+		return errno == ENOENT ? -ENXIO : NEG_ERRNO(); /* no /proc: not "the file is missing" */
 	if (fstat(fd, &st2) < 0 || st2.st_dev != st->st_dev || st2.st_ino != st->st_ino ||
 	    !S_ISREG(st2.st_mode) || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0) {
 		close(fd);
