@@ -480,5 +480,36 @@ def no_session_answers(e):
 
 
 
+# --- directory arguments taken literally (issue 9 item 4) ---------------------------
+
+@case
+def dirs_taken_literally(e):
+    """mountdevice into a missing or symlinked global path is refused before iscsiadm runs and
+    creates nothing; unmount/unmountdevice through a symlink leave the foreign mount behind it."""
+    import subprocess
+    from flexsim import mounted_at
+    o = e.opts()
+    g = e.k.gmp("pv1")
+    r = e.drv.call("mountdevice", g, "/dev/sdx", o, expect="Failure")
+    failure(r, "does not exist")
+    check(not os.path.exists(g), "mountdevice created the global path")
+    e.drv.call("unmountdevice", g, expect="Success")
+    foreign = os.path.join(e.dir, "foreign")
+    os.makedirs(foreign)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "foreign", foreign], check=True)
+    os.makedirs(os.path.dirname(g))
+    os.symlink(foreign, g)
+    pd = e.k.poddir("pod-a", "pv1")
+    os.makedirs(os.path.dirname(pd))
+    os.symlink(foreign, pd)
+    # (mount looks for the LUN first: without one it fails before the directory matters)
+    for op, args in (("mountdevice", (g, "/dev/sdx", o)), ("unmountdevice", (g,)), ("unmount", (pd,)),
+                     ("unmount", ("/proc/self/root" + foreign,))):
+        failure(e.drv.call(op, *args), "symlink or magic link")
+        check(len(mounted_at(foreign)) == 1, "%s: the foreign mount is gone" % op)
+    check(e.calls() == [], "iscsiadm ran: %r" % e.calls())
+    subprocess.run(["umount", foreign], check=True)
+
+
 def make_env(build, name):
     return Env(build, name)

@@ -379,3 +379,60 @@ def nfs_parallel_calls_stay_separate(e):
     _, errors = in_parallel([lambda i=i: run("pod-%d" % i) for i in range(8)])
     check(not errors, errors)
     check(len(e.helper_calls()) == 8, e.helper_calls())
+
+
+# --- directory arguments taken literally (issue 9 item 4) ---------------------------
+
+def tmpfs_with_file(path):
+    os.makedirs(path, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "foreign", path], check=True)
+    with open(os.path.join(path, "precious"), "w") as f:
+        f.write("x")
+
+
+def intact(path):
+    m = mounted_at(path)
+    check(len(m) == 1 and m[0][2] == "tmpfs", "the foreign mount at %s is gone: %r" % (path, m))
+    check(os.path.exists(os.path.join(path, "precious")), "its file is gone")
+
+
+@case
+def nfs_dir_taken_literally(e):
+    """mount into a missing dir, a symlinked dir, /proc/self/root/... or /proc/self/cwd/...: Failure
+    before mount.nfs runs, nothing created.  unmount of a symlinked dir (or one under a symlinked
+    parent) is refused and the foreign mount behind it survives; unmount of a missing dir is Success."""
+    e.fake_helper("record")
+    o = e.opts()
+    missing = os.path.join(e.dir, "nonexistent", "x")
+    r = e.drv.call("mount", missing, o, expect="Failure")
+    check("does not exist" in r["message"], r["message"])
+    check(not os.path.exists(os.path.join(e.dir, "nonexistent")), "mount created the directory")
+    e.drv.call("unmount", missing, expect="Success")
+
+    foreign = os.path.join(e.dir, "foreign")
+    tmpfs_with_file(foreign)
+    pd = e.k.poddir("pod-a", "vol")
+    os.makedirs(os.path.dirname(pd))
+    os.symlink(foreign, pd)
+    for op, args in (("mount", (pd, o)), ("unmount", (pd,))):
+        r = e.drv.call(op, *args, expect="Failure")
+        check("symlink or magic link" in r["message"], "%s: %s" % (op, r["message"]))
+        intact(foreign)
+    os.unlink(pd)
+    os.makedirs(pd)
+    for p in ("/proc/self/root" + pd, "/proc/self/cwd" + pd):
+        for op, args in (("mount", (p, o)), ("unmount", (p,))):
+            r = e.drv.call(op, *args, expect="Failure")
+            check("symlink or magic link" in r["message"], "%s %s: %s" % (op, p, r["message"]))
+    # a symlinked parent: the pod's volumes dir points at a directory holding a mount
+    real = os.path.join(e.dir, "elsewhere")
+    tmpfs_with_file(os.path.join(real, "vol"))
+    pd2 = e.k.poddir("pod-b", "vol")
+    os.makedirs(os.path.dirname(os.path.dirname(pd2)))
+    os.symlink(real, os.path.dirname(pd2))
+    r = e.drv.call("unmount", pd2, expect="Failure")
+    check("symlink or magic link" in r["message"], r["message"])
+    intact(os.path.join(real, "vol"))
+    check(e.helper_calls() == [], "mount.nfs ran: %r" % e.helper_calls())
+    subprocess.run(["umount", os.path.join(real, "vol")], check=True)
+    subprocess.run(["umount", foreign], check=True)
