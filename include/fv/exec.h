@@ -68,7 +68,10 @@ int fv_exec_status(struct fv_ctx *cx, const char *const *argv, unsigned int reda
 
 /*
  * fv_fork_call() - run @fn(@arg) in a forked child set up like a helper
- * (own process group, stdio on the capture pipe), with a deadline.  The
+ * (own process group, stdio on the capture pipe, every other descriptor
+ * closed, the reduced environment, SIGKILL when the driver dies), with a
+ * deadline.  The log is closed in the child: what @fn has to say goes to
+ * stdout (the capture pipe), which the parent logs.  The
  * child's return value is its exit status (0..255), also kept in @r->status;
  * a non-zero one is the function's answer, not a failure (no message set).
  * Returns: @fn's return value (>= 0), -FV_ERR_TIMEOUT, or -errno.
