@@ -185,6 +185,8 @@ BAD = [
     ({"iqn": "eui.0200"}, "'iqn'"),
     ({"iqn": "naa.52004567BA64678G"}, "'iqn'"),
     ({"iqn": "-T"}, "'iqn'"),
+    ({"iqn": IQN + "\u0000x"}, "NUL"),
+    ({"targetPortal": "127.0.0.1\u0000:3261"}, "NUL"),
     ({"lun": None}, "'lun' is required"),
     ({"lun": "-1"}, "'lun'"),
     ({"lun": "16384"}, "'lun'"),
