@@ -503,6 +503,27 @@ def existing_filesystem_and_fstype_mismatch(e):
 
 
 @case
+def mountdevice_again_other_fstype_or_mode(e):
+    """An already mounted global path answers Success only for the same filesystem and mode;
+    another fsType or readwrite is refused, as on a first mount (issue 9 item 8)."""
+    k = e.k
+    o = e.opts()
+    dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+    k.mountdevice("pv1", dev, o, expect="Success")
+    r = k.mountdevice("pv1", dev, e.opts(fstype="xfs"), expect="Failure")
+    check("mounted as ext4" in r["message"] and "xfs" in r["message"], r["message"])
+    # (the loop driver refuses ro earlier: it would rebind the image read-only)
+    k.mountdevice("pv1", dev, e.opts(ro=True), expect="Failure")
+    gm = mounted_at(k.gmp("pv1"))
+    check(len(gm) == 1 and gm[0][2] == "ext4" and "rw" in gm[0][3].split(","), "changed: %r" % gm)
+    k.mountdevice("pv1", dev, o, expect="Success")
+    k.mountdevice("pv1", dev, e.opts(fstype=""), expect="Success")
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("mountdevice again")
+
+
+@case
 def partitioned_image_is_not_formatted(e):
     k = e.k
     with open(e.image(), "wb") as f:

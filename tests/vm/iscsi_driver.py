@@ -280,6 +280,11 @@ def lifecycle(c):
         check(len(sessions(c.iqn1)) == 1, "one session: %r" % sessions(c.iqn1))
         c.ok(k.mountdevice(vol, dev, opts))
         c.ok(k.mountdevice(vol, dev, opts))
+        # mounted already: another mode or filesystem is refused, not answered Success
+        r = k.mountdevice(vol, dev, c.opts(vol, ro=True))
+        check(r.status == "Failure" and "mounted read-write, not read-only" in r["message"], "ro: %r" % r)
+        r = k.mountdevice(vol, dev, c.opts(vol, fstype="xfs"))
+        check(r.status == "Failure" and "mounted as ext4, not the requested xfs" in r["message"], "xfs: %r" % r)
         gm = mounted_at(k.gmp(vol))
         check(len(gm) == 1 and gm[0][2] == "ext4", "global mount %r" % gm)
         for uid in ("pod-a", "pod-b"):
