@@ -1017,7 +1017,10 @@ static int login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 	 * Exactly one node record, ours: "-o new" for this target, portal and
 	 * iface (discovery wrote none).  Its status is not checked: a record
 	 * left by an earlier, killed call may exist, and a real failure shows
-	 * in the update that follows ("no records found").
+	 * in the update that follows ("no records found").  Until that update
+	 * the record has iscsid.conf's node.startup; a SIGKILL in between
+	 * leaves this one record, which the retry updates and the logout
+	 * deletes.
 	 */
 	const char *mk[] = { NULL, "-m", "node", "-o", "new", "-T", v->iqn, "-p", adv, "-I",
 			     v->iface, NULL };
