@@ -24,6 +24,7 @@ int fv_blkvol_mountdevice(struct fv_ctx *cx, const struct fv_dir *gd, const char
 			  const char *fstype, const char *default_fstype, bool ro)
 {
 	const char *gmp = gd->path;
+	_cleanup_close_ int lock = -1;
 	struct fv_mntinfo mi;
 	char have[64];
 	const char *use;
@@ -37,15 +38,34 @@ int fv_blkvol_mountdevice(struct fv_ctx *cx, const struct fv_dir *gd, const char
 		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'", gmp,
 			       mi.source);
 	}
+	/*
+	 * The device lock from the probe to the mount: a retry after a killed
+	 * call waits here while the old mkfs still writes (it inherited the
+	 * lock), and never probes, formats or mounts a half-written device.
+	 */
+	lock = fv_blk_lock(cx, dev);
+	if (lock < 0)
+		return lock;
 	r = fv_blk_probe(cx, dev, have, sizeof(have));
 	if (r < 0)
 		return r;
-	if (r == 1) {
+	if (r == 1 || r == 2) {
 		use = fstype ? fstype : default_fstype;
 		if (ro)
 			return fv_fail(cx, -FV_ERR_NOTBLANK,
-				       "%s is blank and the volume is read-only: nothing to mount", dev);
-		r = fv_fs_make(cx, dev, use);
+				       "%s is %s and the volume is read-only: nothing to mount", dev,
+				       r == 1 ? "blank" : "an unfinished filesystem");
+		if (r == 2) {
+			if (fstype && !streq(fstype, have))
+				return fv_fail(cx, -FV_ERR_NOTBLANK,
+					       "%s holds an unfinished %s, not the requested %s; "
+					       "refusing to reformat",
+					       dev, have, fstype);
+			use = have;
+			fv_log("%s holds an unfinished %s (a killed mkfs); making it again", dev,
+			       have);
+		}
+		r = fv_fs_make(cx, dev, use, lock, r == 2);
 		if (r < 0)
 			return r;
 		fv_log("made %s on %s", use, dev);

@@ -576,53 +576,263 @@ def sigkill_during_waitforattach(e):
     e.nothing_left("kill waitforattach")
 
 
-@case
-def sigkill_during_mountdevice(e):
-    """SIGKILL while mkfs runs (a wrapper that pauses before the real mkfs), then a retry:
-    one binding, one mount, a valid filesystem."""
+# --- SIGKILL during mkfs: kubelet's real retry ----------------------------------
+
+class MkfsGate:
+    """A mkfs wrapper for timing only: every invocation records its pid, notes
+    whether an earlier one is still alive (two writers on one device), then
+    waits at a gate (a FIFO the test opens) before it becomes the real mkfs.
+    @fork: the wrapper runs that part in a background child and waits for it,
+    like a helper that forks: the child is what a parent-death signal misses,
+    so only the device lock it inherited can hold the retry back."""
+
+    def __init__(self, e, fstype="ext4", fork=False):
+        self.dir = os.path.join(e.dir, "mkfs-gate")
+        os.makedirs(self.dir)
+        self.gate = os.path.join(self.dir, "gate")
+        self.pids = os.path.join(self.dir, "pids")
+        self.overlaps = os.path.join(self.dir, "overlaps")
+        os.mkfifo(self.gate)
+        inner = os.path.join(self.dir, "mkfs-inner")
+        with open(inner, "w") as f:
+            f.write("#!/bin/sh\n"
+                    "for p in $(cat %(pids)s 2>/dev/null); do\n"
+                    "  s=$(cut -d')' -f2 /proc/$p/stat 2>/dev/null | cut -c2)\n"
+                    "  [ -n \"$s\" ] && [ \"$s\" != Z ] && echo \"$$ while $p\" >> %(ov)s\n"
+                    "done\n"
+                    "echo $$ >> %(pids)s\n"
+                    "read x < %(gate)s\n"
+                    "exec /sbin/mkfs.%(fs)s \"$@\"\n"
+                    % {"pids": self.pids, "ov": self.overlaps, "gate": self.gate, "fs": fstype})
+        os.chmod(inner, 0o755)
+        self.path = os.path.join(self.dir, "bin")
+        os.makedirs(self.path)
+        with open(os.path.join(self.path, "mkfs." + fstype), "w") as f:
+            if fork:
+                f.write("#!/bin/sh\n%s \"$@\" &\nwait $!\n" % inner)
+            else:
+                f.write("#!/bin/sh\nexec %s \"$@\"\n" % inner)
+        os.chmod(os.path.join(self.path, "mkfs." + fstype), 0o755)
+        self.env = dict(e.env, FLEXVOL_HELPER_PATH=self.path + ":/usr/sbin:/usr/bin:/sbin:/bin")
+
+    def started(self):
+        try:
+            with open(self.pids) as f:
+                return [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            return []
+
+    def overlapped(self):
+        try:
+            with open(self.overlaps) as f:
+                return f.read().split("\n")[:-1]
+        except FileNotFoundError:
+            return []
+
+    def wait_for(self, cond, what, limit=60):
+        deadline = time.monotonic() + limit  # a bound for a broken run, not a timing assert
+        while not cond():
+            if time.monotonic() > deadline:
+                raise Fail("waited %d s for %s" % (limit, what))
+            time.sleep(0.005)
+
+    def open_until(self, p):
+        """Let every wrapper at the gate go on, until call @p has ended."""
+        deadline = time.monotonic() + 120
+        while p.poll() is None and time.monotonic() < deadline:
+            try:
+                g = os.open(self.gate, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                time.sleep(0.005)  # no reader at the gate now
+                continue
+            os.write(g, b"go\n")
+            os.close(g)
+            time.sleep(0.005)
+
+
+def flock_waiter(pid):
+    """Is @pid blocked in flock() (a "->" line of /proc/locks)?"""
+    with open("/proc/locks") as f:
+        return any("->" in ln and " FLOCK " in ln and (" %d " % pid) in ln for ln in f)
+
+
+def live_mkfs_under(d):
+    """Processes still running a mkfs of ours (the gate's scripts or a real mkfs on our loops)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if d in cmd or ("mkfs" in cmd and "/dev/loop" in cmd):
+            out.append((int(pid), cmd))
+    return out
+
+
+def kill_during_mkfs_then_retry(e, fork):
+    """kubelet's retry: the driver is SIGKILLed while its mkfs runs, and the next
+    mountdevice comes at once, while the old mkfs (if it lives on) still runs."""
     k = e.k
-    wrap = os.path.join(e.dir, "helpers")
-    os.makedirs(wrap)
-    fifo = os.path.join(e.dir, "gate")
-    started = os.path.join(e.dir, "mkfs-started")
-    done = os.path.join(e.dir, "mkfs-done")
-    os.mkfifo(fifo)
-    with open(os.path.join(wrap, "mkfs.ext4"), "w") as f:
-        f.write("#!/bin/sh\n: > %s\nread x < %s\n/sbin/mkfs.ext4 \"$@\"\nrc=$?\n: > %s\nexit $rc\n"
-                % (started, fifo, done))
-    os.chmod(os.path.join(wrap, "mkfs.ext4"), 0o755)
+    g = MkfsGate(e, fork=fork)
     o = e.opts()
     dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
-    env = dict(e.env, FLEXVOL_HELPER_PATH=wrap + ":/usr/sbin:/usr/bin:/sbin:/bin")
     os.makedirs(k.gmp("pv1"), exist_ok=True)
-    p = subprocess.Popen([e.bin, "mountdevice", k.gmp("pv1"), dev, o], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    # kill the driver while mkfs is running: wait for the wrapper to start
-    deadline = time.monotonic() + 60
-    while not os.path.exists(started) and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.01)
-    check(os.path.exists(started), "the mkfs wrapper never started")
-    p.send_signal(signal.SIGKILL)
+    drv = Driver(e.bin, g.env)
+    p = drv.spawn("mountdevice", k.gmp("pv1"), dev, o)
+    g.wait_for(lambda: len(g.started()) == 1 or p.poll() is not None, "the first mkfs")
+    check(p.poll() is None, "the driver ended before its mkfs ran")
+    p.kill()
     p.communicate()
-    # the paused helper still waits at the gate (a killed driver cannot kill it): let it go on
-    try:
-        g = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-        os.write(g, b"go\n")
-        os.close(g)
-    except OSError:
-        pass  # no reader left: nothing to release
-    else:  # the orphaned mkfs finishes on its own; the retry comes after it
-        deadline = time.monotonic() + 60
-        while not os.path.exists(done) and time.monotonic() < deadline:
-            time.sleep(0.01)
-    k.mountdevice("pv1", dev, o, expect="Success")
-    k.mountdevice("pv1", dev, o, expect="Success")
+    # the retry, at once: it must not probe or format while the old mkfs may write
+    r = drv.spawn("mountdevice", k.gmp("pv1"), dev, o)
+    g.wait_for(lambda: len(g.started()) == 2 or flock_waiter(r.pid) or r.poll() is not None,
+               "the retry to run a mkfs, wait for the device lock or end")
+    g.open_until(r)
+    out, err = r.communicate()
+    check(err == b"", "stderr: %r" % err)
+    reply = json.loads(out)
+    check(reply["status"] == "Success", "the retry: %r" % reply)
+    check(not g.overlapped(), "a second mkfs started while the first still ran: %s"
+          % g.overlapped())
+    if fork:
+        check(len(g.started()) == 1, "the retry waited for the orphan's filesystem and made "
+              "none of its own: %d mkfs runs" % len(g.started()))
     m = mounted_at(k.gmp("pv1"))
-    check(len(m) == 1 and m[0][2] == "ext4", "one ext4 mount: %r" % m)
-    check(list(e.loops()) == [dev], "one binding")
+    check(len(m) == 1 and m[0][1] == dev and m[0][2] == "ext4", "one ext4 mount: %r" % m)
+    k.mountdevice("pv1", dev, o, expect="Success")
+    check(len(mounted_at(k.gmp("pv1"))) == 1, "still one mount")
+    check(list(e.loops()) == [dev], "one binding: %r" % e.loops())
     k.unmountdevice("pv1", expect="Success")
     k.detach("pv1", expect="Success")
-    e.nothing_left("kill mountdevice")
+    fsck = subprocess.run(["e2fsck", "-fn", e.image()], capture_output=True, text=True)
+    check(fsck.returncode == 0, "e2fsck: %s%s" % (fsck.stdout, fsck.stderr))
+    left = live_mkfs_under(e.dir)
+    for pid, _ in left:
+        os.kill(pid, signal.SIGKILL)
+    check(not left, "mkfs left running: %r" % left)
+    e.nothing_left("kill during mkfs")
+
+
+@case
+def sigkill_during_mkfs_immediate_retry(e):
+    """The killed driver's mkfs dies with it (parent-death signal); the immediate
+    retry formats once, after it: Success, one mount, a clean filesystem."""
+    kill_during_mkfs_then_retry(e, fork=False)
+
+
+@case
+def sigkill_during_mkfs_retry_waits_for_orphan(e):
+    """A mkfs that outlives the killed driver (a helper's own child) keeps the
+    device lock it inherited; the immediate retry waits for it, never probes or
+    formats under it, and mounts the filesystem it made."""
+    kill_during_mkfs_then_retry(e, fork=True)
+
+
+@case
+def sigkill_at_any_point_of_real_mkfs(e):
+    """The real mkfs (ext4 and xfs) killed with the driver at many points: what it
+    leaves (blank, an unfinished xfs with sb_inprogress, a finished filesystem)
+    always converges on the next call to one mount of a clean filesystem."""
+    k = e.k
+    for fs, size, check_cmd in (("ext4", "64Mi", ["e2fsck", "-fn"]),
+                                ("xfs", "320Mi", ["xfs_repair", "-n"])):
+        wrap = os.path.join(e.dir, "wrap-" + fs)
+        os.makedirs(wrap)
+        started = os.path.join(wrap, "started")
+        with open(os.path.join(wrap, "mkfs." + fs), "w") as f:
+            f.write("#!/bin/sh\n: > %s\nexec /sbin/mkfs.%s \"$@\"\n" % (started, fs))
+        os.chmod(os.path.join(wrap, "mkfs." + fs), 0o755)
+        drv = Driver(e.bin, dict(e.env, FLEXVOL_HELPER_PATH=wrap + ":/usr/sbin:/usr/bin:/sbin:/bin"))
+        img = "%s.img" % fs
+        o = e.opts(file=img, size=size, fstype=fs)
+        for delay_ms in (0, 2, 4, 6, 8, 10, 13, 16, 20, 30):
+            if os.path.exists(started):
+                os.unlink(started)
+            dev = k.waitforattach("loop:" + img, o, expect="Success")["device"]
+            os.makedirs(k.gmp("pv1"), exist_ok=True)
+            p = drv.spawn("mountdevice", k.gmp("pv1"), dev, o)
+            deadline = time.monotonic() + 30
+            while not os.path.exists(started) and p.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            time.sleep(delay_ms / 1000)
+            p.kill()
+            p.communicate()
+            k.mountdevice("pv1", dev, o, expect="Success")
+            m = mounted_at(k.gmp("pv1"))
+            check(len(m) == 1 and m[0][2] == fs, "%s, kill after %d ms: %r" % (fs, delay_ms, m))
+            k.unmountdevice("pv1", expect="Success")
+            k.detach("pv1", expect="Success")
+            r = subprocess.run(check_cmd + [e.image(img)], capture_output=True, text=True)
+            check(r.returncode == 0, "%s, kill after %d ms: %s %s" % (fs, delay_ms, r.stdout, r.stderr))
+            os.truncate(e.image(img), 0)  # blank again for the next kill point
+            os.unlink(e.image(img))
+    e.nothing_left("kill at any point of mkfs")
+
+
+@case
+def unfinished_xfs_is_made_again(e):
+    """An xfs whose mkfs was killed half-way (sb_inprogress set: blkid says xfs, the
+    kernel refuses to mount it) holds no data: mountdevice makes it again."""
+    k = e.k
+    img = e.image("vol1.img")
+    with open(img, "wb") as f:
+        f.truncate(320 << 20)
+    subprocess.run(["mkfs.xfs", "-q", img], check=True)
+    with open(img, "r+b") as f:
+        sb = bytearray(f.read(512))
+        check(sb[:4] == b"XFSB" and sb[126] == 0, "a finished xfs")
+        f.seek(126)
+        f.write(b"\x01")  # what a mkfs.xfs killed before its last write leaves
+    o = e.opts(size="320Mi", fstype="xfs")
+    dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+    k.mountdevice("pv1", dev, o, expect="Success")
+    m = mounted_at(k.gmp("pv1"))
+    check(len(m) == 1 and m[0][2] == "xfs", "one xfs mount: %r" % m)
+    k.unmountdevice("pv1", expect="Success")
+    # a finished xfs with data is never made again
+    k.mountdevice("pv1", dev, o, expect="Success")
+    with open(os.path.join(k.gmp("pv1"), "data"), "w") as f:
+        f.write("kept")
+    k.unmountdevice("pv1", expect="Success")
+    k.mountdevice("pv1", dev, o, expect="Success")
+    check(os.path.exists(os.path.join(k.gmp("pv1"), "data")), "data kept")
+    k.unmountdevice("pv1", expect="Success")
+    # read-only: never formats, a clear Failure
+    with open(img, "r+b") as f:
+        f.seek(126)
+        f.write(b"\x01")
+    k.detach("pv1", expect="Success")
+    ro = e.opts(size="320Mi", fstype="xfs", ro=True)
+    dev = k.waitforattach("loop:vol1.img", ro, expect="Success")["device"]
+    r = k.mountdevice("pv1", dev, ro, expect="Failure")
+    check("unfinished" in r["message"], r["message"])
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("unfinished xfs")
+
+
+@case
+def device_lock_deadline(e):
+    """A device locked by someone else (a mkfs of another tool) is waited for only up
+    to the lock timeout: a clear Failure, then Success once it is free."""
+    k = e.k
+    o = e.opts()
+    dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+    fd = os.open(dev, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.makedirs(k.gmp("pv1"), exist_ok=True)
+    r = k.drv.call("mountdevice", k.gmp("pv1"), dev, o, env=dict(e.env, FLEXVOL_LOCK_TIMEOUT="1"),
+                   expect="Failure")
+    check("locked" in r["message"] and dev in r["message"], r["message"])
+    check(not mounted_at(k.gmp("pv1")), "nothing mounted")
+    os.close(fd)
+    k.mountdevice("pv1", dev, o, expect="Success")
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("device lock")
 
 
 @case

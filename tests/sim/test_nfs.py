@@ -15,7 +15,9 @@ never sees it.
 """
 import base64
 import os
+import select
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -36,6 +38,7 @@ d=%(dir)s
 echo "$*" >>"$d/calls"
 case "$(cat "$d/mode" 2>/dev/null)" in
 hang)
+    cat /proc/$$/environ >"$d/environ"
     sleep 1000 &
     echo $! >"$d/grandchild"
     echo $$ >"$d/helper"
@@ -291,6 +294,91 @@ def nfs_helper_timeout_kills_the_group(e):
     # the deadline also holds for a parallel second pod
     e.fake_helper("deny")
     e.k.mount("pod-b", "vol", e.opts(), expect="Failure")
+
+
+def ppid(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def fds_of(pid):
+    """{fd: target} of a live process, pipes as "pipe"."""
+    d = "/proc/%d/fd" % pid
+    out = {}
+    for n in os.listdir(d):
+        try:
+            t = os.readlink(os.path.join(d, n))
+        except OSError:
+            continue
+        out[int(n)] = "pipe" if t.startswith("pipe:") else t
+    return out
+
+
+def read_until_eof(f, limit):
+    """kubelet's read of the combined output: until EOF.  False when none came within
+    @limit seconds (a bound so a broken driver fails the case instead of hanging it)."""
+    deadline = time.monotonic() + limit
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([f], [], [], left)[0]:
+            return False
+        if not os.read(f.fileno(), 65536):
+            return True
+
+
+@case
+def nfs_killed_driver_holds_nothing_of_kubelets(e):
+    """kubelet reads a call's output until EOF.  The driver is SIGKILLed while its forked
+    mount child waits on a mount.nfs that never returns (a dead server): no process left
+    behind may hold kubelet's reply pipe (kubelet would wait for EOF for ever) or the pod
+    dir's lock (the next call would wait for it).  While it runs, the forked child holds
+    only stdin /dev/null and its capture pipe, and mount.nfs gets PATH and LC_ALL=C only."""
+    e.fake_helper("hang")
+    pd = e.k.poddir("pod-a", "vol")
+    os.makedirs(pd)
+    env = dict(e.env, FLEXVOL_MOUNT_TIMEOUT="600", KUBELET_ONLY="must-not-reach-helpers")
+    p = subprocess.Popen([e.bin, "mount", pd, e.opts()], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd="/")
+    helper_file = os.path.join(e.fake_dir, "helper")
+    deadline = time.monotonic() + 30
+    while not os.path.exists(helper_file) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    check(os.path.exists(helper_file), "mount.nfs never started")
+    time.sleep(0.05)  # the fake writes its pid before it execs sleep
+    with open(helper_file) as f:
+        helper = int(f.read())
+    with open(os.path.join(e.fake_dir, "grandchild")) as f:
+        grandchild = int(f.read())
+    child = 0
+    try:
+        child = ppid(helper)
+        check(ppid(child) == p.pid, "mount.nfs runs under the driver's forked child")
+        fds = fds_of(child)
+        check(fds == {0: "/dev/null", 1: "pipe", 2: "pipe"},
+              "the forked child holds only /dev/null and its pipe: %r" % fds)
+        with open(os.path.join(e.fake_dir, "environ"), "rb") as f:  # as mount.nfs was started
+            envs = sorted(f.read().decode().split("\0")[:-1])
+        check(envs == ["LC_ALL=C", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"],
+              "mount.nfs' environment: %r" % envs)
+        p.kill()
+        check(read_until_eof(p.stdout, 20), "no EOF on the reply pipe after the driver died: "
+              "a process left behind holds it")
+        check(read_until_eof(p.stderr, 5), "no EOF on stderr")
+        p.wait()
+        # the next call on that pod dir finds no lock held by anything left behind
+        e.drv.call("unmount", pd, env=dict(e.env, FLEXVOL_LOCK_TIMEOUT="2"), expect="Success")
+        check(dead(child), "the forked child outlived the killed driver")
+    finally:
+        p.kill()
+        for pid in (child, helper, grandchild):  # whatever is left: ours to end, by pid
+            try:
+                if pid > 0:
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        p.wait()
+        p.stdout.close()
+        p.stderr.close()
 
 
 @case
