@@ -33,10 +33,23 @@ int fv_blkvol_mountdevice(struct fv_ctx *cx, const struct fv_dir *gd, const char
 	if (r < 0)
 		return fv_fail(cx, r, "cannot tell whether '%s' is mounted: %s", gmp, strerror(-r));
 	if (r == 0) {
-		if (mount_is_dev(&mi, dev) && streq(mi.root, "/"))
-			return 0;
-		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'", gmp,
-			       mi.source);
+		if (!mount_is_dev(&mi, dev) || !streq(mi.root, "/"))
+			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'",
+				       gmp, mi.source);
+		/*
+		 * Mounted already: Success only for what was asked (issue 9 item 8).
+		 * Another filesystem is refused as on a first mount; so is another
+		 * mode - rw where ro was asked would grant writes, ro where rw was
+		 * asked fails every write later.  Unmount the volume to change it.
+		 */
+		if (fstype && !streq(fstype, mi.fstype))
+			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is mounted as %s, not the "
+				       "requested %s", gmp, mi.fstype, fstype);
+		if (ro != mi.readonly)
+			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is mounted %s, not %s as "
+				       "requested", gmp, mi.readonly ? "read-only" : "read-write",
+				       ro ? "read-only" : "read-write");
+		return 0;
 	}
 	/*
 	 * The device lock from the probe to the mount: a retry after a killed

@@ -118,6 +118,33 @@ int fv_mnt_count_devno(dev_t devno)
 	return n;
 }
 
+_Static_assert(FV_ERR_BASE > 5999, "FV_ERR_* must not overlap libmount's MNT_ERR_* (5000..5999)");
+
+/*
+ * libmount returns its own codes (-MNT_ERR_*, 5000 and up) besides -errno:
+ * translate them to the nearest errno, so that no caller mistakes one for
+ * an FV_ERR_* or an errno.  The message (mnt_context_get_excode) says more.
+ */
+int fv_mnt_errno(int r)
+{
+	if (r >= 0 || r > -5000)
+		return r;
+	switch (-r) {
+	case MNT_ERR_NOFSTAB:
+	case MNT_ERR_NOSOURCE:
+		return -ENOENT;
+	case MNT_ERR_NOFSTYPE:
+		return -ENODEV; /* no filesystem type given or found */
+	case MNT_ERR_MOUNTOPT:
+	case MNT_ERR_AMBIFS:
+		return -EINVAL;
+	case MNT_ERR_LOCK:
+		return -EAGAIN;
+	default:
+		return -EIO; /* loop device, flags, namespaces, ...: an I/O-side failure */
+	}
+}
+
 /* fv_mnt_mount() on @target, named @shown in the log and messages. */
 static int mnt_mount_as(struct fv_ctx *cx, const char *source, const char *target, const char *shown,
 			const char *fstype, const char *options, bool helpers)
@@ -147,7 +174,7 @@ static int mnt_mount_as(struct fv_ctx *cx, const char *source, const char *targe
 	if (mnt_context_helper_executed(m))
 		return fv_fail(cx, -FV_ERR_HELPER, "mount of '%s' on '%s' failed (helper status %d)",
 			       source, target, mnt_context_get_helper_status(m));
-	return fv_fail(cx, r > 0 ? -r : (r < 0 ? r : -EIO), "mount of '%s' on '%s' failed: %s",
+	return fv_fail(cx, r > 0 ? -r : (r < 0 ? fv_mnt_errno(r) : -EIO), "mount of '%s' on '%s' failed: %s",
 		       source, target, buf[0] ? buf : strerror(r > 0 ? r : EIO));
 }
 

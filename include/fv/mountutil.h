@@ -45,13 +45,17 @@ int fv_mnt_find_source(const char *source, const char *exclude, char *ret, size_
  */
 int fv_mnt_count_devno(dev_t devno);
 
+/* fv_mnt_errno() - a libmount result as -errno: -MNT_ERR_* become the nearest -errno; others pass. */
+int fv_mnt_errno(int r);
+
 /*
  * fv_mnt_mount() - mount @source on @target with libmount.  @fstype may be
  * NULL for a bind mount; @options is a comma list (e.g. "ro", "bind,ro").
  * Mount helpers (/sbin/mount.<type>) are disabled unless @helpers; when a
  * helper may run, call this through fv_fork_call() so its output and
  * runtime are under our control.
- * Returns 0 or -errno / -FV_ERR_HELPER, with the message set.
+ * Returns 0 or -errno / -FV_ERR_HELPER, with the message set (libmount's
+ * own MNT_ERR_* codes are translated, see fv_mnt_errno()).
  */
 int fv_mnt_mount(struct fv_ctx *cx, const char *source, const char *target, const char *fstype,
 		 const char *options, bool helpers);

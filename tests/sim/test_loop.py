@@ -412,6 +412,38 @@ def bad_json(e):
 
 
 @case
+def bad_nul_in_values(e):
+    """A value is exactly what the JSON says: a NUL (\\u0000) is refused for every key, not
+    read as the text before it (issue 9 item 5)."""
+    with open(e.image("ok.img"), "wb") as f:
+        f.truncate(64 << 20)
+    bad(e, e.opts(file="ok.img\u0000../../etc/passwd", size=None), ["NUL"])
+    bad(e, e.opts(fstype="ext4\u0000x"), ["NUL"])
+    bad(e, e.opts(extra={"unknown-key": "x\u0000"}), ["NUL"])
+    bad(e, e.opts(extra={"x\u0000y": "1"}), ["NUL"])
+
+
+@case
+def replies_and_log_are_utf8(e):
+    """Arguments quoted in a message with invalid UTF-8 bytes or control characters: the reply
+    (checked by flexsim: decodes as UTF-8, one JSON document) and the log stay valid UTF-8."""
+    k = e.k
+    r = e.drv.call("unmount", "rel\udcff\x01dir", expect="Failure")
+    check("rel\ufffd" in r["message"], r["message"])
+    r = e.drv.call("mount", "/nonexistent-\udcfe\udcff/x", e.opts(), expect="Failure")
+    bad_rw = json.loads(e.opts())
+    bad_rw["kubernetes.io/readwrite"] = "\u00e9\u0001\n"
+    r = k.attach(json.dumps(bad_rw), expect="Failure")
+    check("\u00e9" in r["message"], r["message"])
+    with open(e.log, "rb") as f:
+        text = f.read()
+    text.decode("utf-8")  # raises on invalid UTF-8
+    for line in text.split(b"\n")[:-1]:
+        check(all(c >= 0x20 for c in line), "control character in a log line: %r" % line)
+    e.nothing_left("utf8")
+
+
+@case
 def json_go_style_and_unicode(e):
     """Go escapes & < > as \\u0026 \\u003c \\u003e; keys come sorted, but any order must work;
     unknown keys (of any type) are ignored."""
@@ -461,6 +493,27 @@ def existing_filesystem_and_fstype_mismatch(e):
     k.unmountdevice("pv1", expect="Success")
     k.detach("pv1", expect="Success")
     e.nothing_left("mismatch")
+
+
+@case
+def mountdevice_again_other_fstype_or_mode(e):
+    """An already mounted global path answers Success only for the same filesystem and mode;
+    another fsType or readwrite is refused, as on a first mount (issue 9 item 8)."""
+    k = e.k
+    o = e.opts()
+    dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+    k.mountdevice("pv1", dev, o, expect="Success")
+    r = k.mountdevice("pv1", dev, e.opts(fstype="xfs"), expect="Failure")
+    check("mounted as ext4" in r["message"] and "xfs" in r["message"], r["message"])
+    # (the loop driver refuses ro earlier: it would rebind the image read-only)
+    k.mountdevice("pv1", dev, e.opts(ro=True), expect="Failure")
+    gm = mounted_at(k.gmp("pv1"))
+    check(len(gm) == 1 and gm[0][2] == "ext4" and "rw" in gm[0][3].split(","), "changed: %r" % gm)
+    k.mountdevice("pv1", dev, o, expect="Success")
+    k.mountdevice("pv1", dev, e.opts(fstype=""), expect="Success")
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("mountdevice again")
 
 
 @case
