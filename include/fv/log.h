@@ -20,6 +20,8 @@
 /* Open the log for @driver at @path (may be NULL: syslog only).  Never fails. */
 void fv_log_open(const char *driver, const char *path);
 void fv_log_close(void);
+/* FLEXVOL_DEBUG is set: debug lines, and every call logged (init and Not supported too). */
+bool fv_log_debug_wanted(void);
 
 /* A detail line: log file only. */
 void fv_log(const char *fmt, ...) _printf_(1, 2);
