@@ -23,6 +23,7 @@ hard failure (exit 1).
 """
 
 import argparse
+import concurrent.futures
 import errno
 import fcntl
 import json
@@ -438,11 +439,9 @@ def scale_phase(args, loop, env, gmount, poddir):
         floors.append(tf)
         cycles.append(sum(times.values()))
         wfa.append(times["waitforattach"])
-    ready = ready_times(log, off)
-    return {"cycle": stats(cycles, []), "floor": stats(floors, []),
-            "waitforattach": stats(wfa, []),
-            "ready_ms": {"runs": len(ready), "median": statistics.median(ready) if ready else None,
-                         "max": max(ready) if ready else None}}
+    # raw seconds: the outer process pools the rounds
+    return {"cycle": cycles, "floor": floors, "waitforattach": wfa,
+            "ready": ready_times(log, off)}
 
 
 def run_inner(args, loop, floor, scratch, runs, phase=None, fail_after=None):
@@ -509,24 +508,35 @@ class ExtraLoops:
                     raise BenchError(f"LOOP_CTL_ADD {nr}: {e.strerror}")
             nr += 1
 
-    def remove_all(self, patience=5.0):
-        """Remove every device we added; one that someone bound meanwhile is retried."""
+    def remove_one(self, nr):
+        """None when gone, else the errno."""
+        try:
+            fcntl.ioctl(self.fd, LOOP_CTL_REMOVE, nr)
+        except OSError as e:
+            return None if e.errno == errno.ENODEV else e.errno
+        return None
+
+    def shrink_to(self, n, patience=5.0):
+        """Remove the devices we added beyond the first @n; one that someone
+        bound meanwhile is retried until @patience runs out.  Returns those left.
+
+        A removal waits for the block layer (RCU grace periods, about 50 ms
+        each here), so they run 16 at a time: 1,000 take 5 s, not 50 s.
+        """
         deadline = time.monotonic() + patience
-        left = list(self.added)
+        keep, left = self.added[:n], self.added[n:]
         while left:
-            busy = []
-            for nr in left:
-                try:
-                    fcntl.ioctl(self.fd, LOOP_CTL_REMOVE, nr)
-                except OSError as e:
-                    if e.errno != errno.ENODEV:
-                        busy.append(nr)
-            left = busy
+            with concurrent.futures.ThreadPoolExecutor(16) as pool:
+                errs = list(pool.map(self.remove_one, left))
+            left = [nr for nr, e in zip(left, errs) if e is not None]
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        self.added = left
+        self.added = keep + left
         return left
+
+    def remove_all(self):
+        return self.shrink_to(0)
 
     def close(self):
         os.close(self.fd)
@@ -547,12 +557,19 @@ def scale_series(args, loop, floor, scratch, extras):
     for s in old:
         signal.signal(s, on_signal)
     try:
-        for n in extras:
-            xl.grow_to(n)
-            r = run_inner(args, loop, floor, scratch, args.scale_runs, phase=f"+{n}")
-            r["extra"] = n
-            r["loops"] = sum(1 for x in os.listdir("/sys/block") if x.startswith("loop"))
-            out.append(r)
+        for rnd in range(args.scale_rounds):
+            # up, down, up, ...: a load that drifts during the series hits
+            # every point alike
+            for n in extras if rnd % 2 == 0 else extras[::-1]:
+                if n >= len(xl.added):
+                    xl.grow_to(n)
+                elif xl.shrink_to(n):
+                    raise BenchError(f"could not remove loop devices {xl.added[n:]} (in use "
+                                     f"by someone else?)")
+                r = run_inner(args, loop, floor, scratch, args.scale_runs,
+                              phase=f"round {rnd + 1}, +{n}")
+                r["loops"] = sum(1 for x in os.listdir("/sys/block") if x.startswith("loop"))
+                out.append((n, r))
     finally:
         left = xl.remove_all()
         xl.close()
@@ -561,8 +578,20 @@ def scale_series(args, loop, floor, scratch, extras):
         if left:
             print(f"bench: could not remove loop devices {left} (in use by someone else?)",
                   file=sys.stderr)
+    series = []
+    for n in extras:
+        rs = [r for k, r in out if k == n]
+        ready = sum((r["ready"] for r in rs), [])
+        series.append({
+            "extra": n, "loops": max(r["loops"] for r in rs),
+            "cycle": stats(sum((r["cycle"] for r in rs), []), []),
+            "floor": stats(sum((r["floor"] for r in rs), []), []),
+            "waitforattach": stats(sum((r["waitforattach"] for r in rs), []), []),
+            "ready_ms": {"runs": len(ready), "median": statistics.median(ready) if ready else None,
+                         "max": max(ready) if ready else None}})
     after = sum(1 for n in os.listdir("/sys/block") if n.startswith("loop"))
-    return {"series": out, "loops_before": before, "loops_after": after}, None
+    return {"series": series, "rounds": args.scale_rounds, "loops_before": before,
+            "loops_after": after}, None
 
 
 # --- output -----------------------------------------------------------------------
@@ -607,8 +636,9 @@ def print_scale(sc, which):
     base = series[0]
     print()
     print(f"scale ({which}): attach cycle of an existing 64Mi image (7 calls, private mount "
-          f"namespace), with extra free loop devices; loop devices before "
-          f"{sc['loops_before']}, after {sc['loops_after']}")
+          f"namespace) with extra free loop devices,\n{sc['rounds']} rounds of "
+          f"+{', +'.join(str(r['extra']) for r in series)} (up, then down, ...); "
+          f"loop devices before {sc['loops_before']}, after {sc['loops_after']}")
     print(f"{'extra loops':<12} {'loops':>6} {'runs':>5} {'cycle ms':>9} {'x +0':>6} "
           f"{'floor ms':>9} {'cycle/floor':>12} {'x +0':>6} {'wait ms':>8} {'ready ms':>9} "
           f"{'max':>5}")
@@ -636,8 +666,10 @@ def main():
     ap.add_argument("--runs", type=int, default=300, help="runs per fast call (default 300)")
     ap.add_argument("--lifecycle-runs", type=int, default=20,
                     help="lifecycle runs, after a first one that formats (default 20)")
-    ap.add_argument("--scale-runs", type=int, default=30,
-                    help="attach cycles per point of the scale series (default 30)")
+    ap.add_argument("--scale-runs", type=int, default=10,
+                    help="attach cycles per point and round of the scale series (default 10)")
+    ap.add_argument("--scale-rounds", type=int, default=3,
+                    help="rounds of the scale series, devices removed after each (default 3)")
     ap.add_argument("--scale", default="0,250,1000",
                     help="extra free loop devices per point (default 0,250,1000; '' skips)")
     ap.add_argument("--no-lifecycle", action="store_true",
@@ -657,7 +689,7 @@ def main():
 
     if args.lifecycle_inner:
         return lifecycle_inner(args)
-    if args.runs < 1 or args.lifecycle_runs < 0 or args.scale_runs < 1:
+    if args.runs < 1 or args.lifecycle_runs < 0 or args.scale_runs < 1 or args.scale_rounds < 1:
         ap.error("run counts must be positive")
     try:
         extras = [int(x) for x in args.scale.split(",") if x.strip()]

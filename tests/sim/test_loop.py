@@ -127,6 +127,43 @@ def unsupported_and_unknown(e):
 
 
 @case
+def fixed_answers_touch_nothing(e):
+    """init and Not supported read no config and open no log (issue 11); FLEXVOL_DEBUG logs them."""
+    conf = os.path.join(e.dir, "flexvol.conf")
+    with open(conf, "w") as f:
+        f.write("not a config line\n")  # would fail any op that reads it
+    env = dict(e.env, FLEXVOL_CONFIG=conf)
+    for env_ in (e.env, env):
+        e.drv.call("init", expect="Success", env=env_)
+        e.drv.call("getvolumename", e.opts(), expect="Not supported", env=env_)
+        e.drv.call("frobnicate", expect="Not supported", env=env_)
+    check(not os.path.exists(os.path.dirname(e.log)), "init/Not supported opened the log")
+    r = e.drv.call("attach", e.opts(), "othernode", expect="Failure", env=env)
+    check("expected 'key = value'" in r["message"], r["message"])
+    e.drv.call("init", expect="Success", env=dict(e.env, FLEXVOL_DEBUG="1"))
+    with open(e.log) as f:
+        log = f.read()
+    check(" op=init " in log, log)
+
+
+@case
+def detach_for_another_node_takes_no_lock(e):
+    """detach for another node touches nothing here: no lock to wait for (issue 11)."""
+    locks = os.path.join(e.run, "locks")
+    os.makedirs(locks)
+    fd = os.open(os.path.join(locks, "loop-vol-pv1.lock"), os.O_RDONLY | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        env = dict(e.env, FLEXVOL_LOCK_TIMEOUT="1")
+        e.drv.call("detach", "pv1", "othernode", expect="Success", env=env)
+        r = e.drv.call("detach", "pv1", e.node, expect="Failure", env=env)
+        check("lock" in r["message"], r["message"])
+    finally:
+        os.close(fd)
+    e.drv.call("detach", "pv1", e.node, expect="Success")
+
+
+@case
 def argument_counts(e):
     """§8: argument-count errors -> a JSON Failure (not usage text), for every op."""
     o = e.opts()
