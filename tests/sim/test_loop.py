@@ -147,6 +147,26 @@ def fixed_answers_touch_nothing(e):
 
 
 @case
+def empty_image_is_not_bound(e):
+    """An image under one sector is refused with a message and nothing bound (issue 11:
+    a device of no capacity is not in /proc/partitions, where bindings are looked up)."""
+    for size in (0, 511):
+        with open(e.image(), "wb") as f:
+            f.truncate(size)
+        r = e.k.waitforattach("loop:vol1.img", e.opts(size=None), expect="Failure")
+        check("smaller than one 512-byte sector" in r["message"], r["message"])
+        e.nothing_left("empty image")
+    with open(e.image(), "wb") as f:
+        f.truncate(512)
+    r = e.k.waitforattach("loop:vol1.img", e.opts(size=None), expect="Success")
+    check(r["device"] in e.loops(), "one sector is bound: %r" % r)
+    again = e.k.waitforattach("loop:vol1.img", e.opts(size=None), expect="Success")
+    check(again["device"] == r["device"], "found again, not bound twice: %r" % again)
+    e.k.detach("pv1", expect="Success")
+    e.nothing_left("one-sector image")
+
+
+@case
 def detach_for_another_node_takes_no_lock(e):
     """detach for another node touches nothing here: no lock to wait for (issue 11)."""
     locks = os.path.join(e.run, "locks")
