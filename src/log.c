@@ -33,7 +33,7 @@ void fv_log_open(const char *driver, const char *path)
 	if (path && *path) {
 		char dir[PATH_MAX];
 
-		/* the directory is there but the first time: make it only then */
+		/* the directory exists but on the very first call: make it only then */
 		log_fd = open(path, flags, 0640);
 		if (log_fd < 0 && errno == ENOENT) {
 			snprintf(dir, sizeof(dir), "%s", path);

@@ -351,7 +351,7 @@ out:
 	 * the calls that may change this node, and every failure; a call that
 	 * only looks, or is for another node, goes to the log file only.
 	 */
-	quiet = st != FV_FAILURE && op && (fixed >= 0 || (op->flags & OP_LOOK) || c.remote);
+	quiet = st != FV_FAILURE && (fixed >= 0 || (op->flags & OP_LOOK) || c.remote);
 	(quiet ? fv_log : fv_log_summary)("op=%s volume=%s status=%s duration_ms=%llu%s%s%s", argv[1],
 		       c.volume ? c.volume : "-", fv_status_word(st),
 		       (unsigned long long)(fv_now_ms() - t0), st == FV_FAILURE ? " message=\"" : "",
