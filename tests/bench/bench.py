@@ -490,15 +490,28 @@ LOOP_CTL_REMOVE = 0x4C81
 EXTRA_BASE = 200000
 
 
+def extra_base(n):
+    """EXTRA_BASE, or lower when loop's minors run out first (max_part: 20-bit
+    minors shared by each device's partitions)."""
+    try:
+        with open("/sys/module/loop/parameters/max_part") as f:
+            max_part = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        max_part = 0
+    shift = max_part.bit_length() if max_part > 0 else 0
+    return min(EXTRA_BASE, (((1 << 20) - 1) >> shift) - n - 16)
+
+
 class ExtraLoops:
     """Free loop devices made with LOOP_CTL_ADD, removed again by number."""
 
-    def __init__(self):
+    def __init__(self, most):
         self.fd = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
         self.added = []
+        self.base = extra_base(most)
 
     def grow_to(self, n):
-        nr = EXTRA_BASE + (self.added[-1] - EXTRA_BASE + 1 if self.added else 0)
+        nr = self.added[-1] + 1 if self.added else self.base
         while len(self.added) < n:
             try:
                 fcntl.ioctl(self.fd, LOOP_CTL_ADD, nr)
@@ -548,7 +561,7 @@ def scale_series(args, loop, floor, scratch, extras):
         return None, why
     before = sum(1 for n in os.listdir("/sys/block") if n.startswith("loop"))
     out = []
-    xl = ExtraLoops()
+    xl = ExtraLoops(max(extras))
     old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
 
     def on_signal(sig, frame):
