@@ -13,6 +13,8 @@
 #include "fv/util.h"
 
 static int log_fd = -1;
+static char log_path[PATH_MAX];
+static bool log_tried;
 static bool debug_on;
 static char ident[64] = "flexvol";
 static bool syslog_open;
@@ -26,20 +28,27 @@ bool fv_log_debug_wanted(void)
 
 void fv_log_open(const char *driver, const char *path)
 {
-	const int flags = O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY;
-
 	debug_on = fv_log_debug_wanted();
 	snprintf(ident, sizeof(ident), "flexvol-%s", driver);
-	if (path && *path) {
-		char dir[PATH_MAX];
+	/* opened by the first line: a call that logs nothing opens nothing */
+	snprintf(log_path, sizeof(log_path), "%s", path ? path : "");
+	log_tried = false;
+}
 
-		/* the directory exists but on the very first call: make it only then */
-		log_fd = open(path, flags, 0640);
-		if (log_fd < 0 && errno == ENOENT) {
-			snprintf(dir, sizeof(dir), "%s", path);
-			(void)fv_mkdir_p(dirname(dir), 0750);
-			log_fd = open(path, flags, 0640);
-		}
+static void open_log(void)
+{
+	const int flags = O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY;
+	char dir[PATH_MAX];
+
+	log_tried = true;
+	if (!log_path[0])
+		return;
+	/* the directory exists but on the very first call: make it only then */
+	log_fd = open(log_path, flags, 0640);
+	if (log_fd < 0 && errno == ENOENT) {
+		snprintf(dir, sizeof(dir), "%s", log_path);
+		(void)fv_mkdir_p(dirname(dir), 0750);
+		log_fd = open(log_path, flags, 0640);
 	}
 }
 
@@ -48,6 +57,8 @@ void fv_log_close(void)
 	if (log_fd >= 0)
 		close(log_fd);
 	log_fd = -1;
+	log_tried = false;
+	log_path[0] = '\0';
 	if (syslog_open)
 		closelog();
 	syslog_open = false;
@@ -100,6 +111,8 @@ static void vlog_line(bool to_syslog, const char *fmt, va_list ap)
 		vsyslog(LOG_INFO, fmt, aq);
 		va_end(aq);
 	}
+	if (!log_tried)
+		open_log();
 	if (log_fd < 0)
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);

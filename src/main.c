@@ -347,15 +347,22 @@ int main(int argc, char **argv)
 	st = r < 0 ? FV_FAILURE : FV_SUCCESS;
 out:
 	/*
-	 * Syslog (a socket, and glibc reads the time zone file for it) gets
-	 * the calls that may change this node, and every failure; a call that
-	 * only looks, or is for another node, goes to the log file only.
+	 * A call that changes nothing here and succeeded is not logged: the
+	 * controller-manager's attach, its isattached polls, a detach for
+	 * another node (README "Logging"; in its container there is no log
+	 * to write anyway).  Syslog (a socket, and glibc reads the time zone
+	 * file for it) gets the calls that may change this node and every
+	 * failure; FLEXVOL_DEBUG logs every call, to the file.
 	 */
 	quiet = st != FV_FAILURE && (fixed >= 0 || (op->flags & OP_LOOK) || c.remote);
-	(quiet ? fv_log : fv_log_summary)("op=%s volume=%s status=%s duration_ms=%llu%s%s%s", argv[1],
-		       c.volume ? c.volume : "-", fv_status_word(st),
-		       (unsigned long long)(fv_now_ms() - t0), st == FV_FAILURE ? " message=\"" : "",
-		       st == FV_FAILURE ? cx->message : "", st == FV_FAILURE ? "\"" : "");
+	if (!quiet || fv_log_debug_wanted())
+		(quiet ? fv_log : fv_log_summary)("op=%s volume=%s status=%s duration_ms=%llu%s%s%s",
+						  argv[1], c.volume ? c.volume : "-",
+						  fv_status_word(st),
+						  (unsigned long long)(fv_now_ms() - t0),
+						  st == FV_FAILURE ? " message=\"" : "",
+						  st == FV_FAILURE ? cx->message : "",
+						  st == FV_FAILURE ? "\"" : "");
 	r = reply(out, st, cx, &c, op && streq(op->name, "init"));
 	fv_opts_done(&c.opts);
 	free(c.device);
