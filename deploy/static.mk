@@ -94,6 +94,10 @@ static: static-deps
 # The unit tests, static for ARCH (a cross build's check-static runs them
 # under the emulator: the host lane's make check covers the native build).
 STATIC_UNIT_BINS := $(patsubst tests/unit/%.c,$(STATIC_O)/tests/%,$(UNIT_SRCS))
+# Tests that may skip under the emulator even in CI: bookworm's qemu-user
+# (7.2) answers openat2() with ENOSYS, so fv_open_beneath() cannot be
+# exercised there (the host lane and a real arm64 kernel do run it).
+STATIC_UNIT_SKIP_OK := open_beneath
 static-unit: static
 	$(Q)set -e; p=$$($(STATIC_DEPS) --print-prefix); \
 	libs=$$(env PKG_CONFIG_LIBDIR=$$p/lib/pkgconfig PKG_CONFIG_PATH= $(PKG_CONFIG) --static --libs $(PKGS)); \
@@ -108,7 +112,8 @@ check-static: static $(if $(STATIC_CROSS),static-unit)
 	$(Q)tests/static/chroot-test --build $(STATIC_O) \
 		$(if $(STATIC_CROSS),--arch $(ARCH) --emulator "$$(command -v $(STATIC_QEMU))") $(DRIVERS)
 ifneq ($(STATIC_CROSS),)
-	$(Q)UNIT_EXEC="$$(command -v $(STATIC_QEMU))" tests/unit/run $(STATIC_UNIT_BINS)
+	$(Q)UNIT_EXEC="$$(command -v $(STATIC_QEMU))" UNIT_SKIP_OK=$(STATIC_UNIT_SKIP_OK) \
+		tests/unit/run $(STATIC_UNIT_BINS)
 endif
 
 check-deploy:
