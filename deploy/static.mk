@@ -135,5 +135,9 @@ image-context: static
 	$(Q)ci/fetch-busybox $(ARCH) $(IMAGE_O)/busybox $(IMAGE_APPLETS) >> $(IMAGE_O)/BUILDINFO.static-deps
 	$(Q)echo "  IMAGE   $(IMAGE_O) ($(ARCH)): $$(ls $(IMAGE_O)/bin | tr '\n' ' ')+ $$(tail -1 $(IMAGE_O)/BUILDINFO.static-deps)"
 
+# a cross image runs through the kernel's binfmt_misc (busybox sh exec()s applets)
 check-image: image-context
-	$(Q)tests/static/image-test $(if $(STATIC_CROSS),--emulator "$$(command -v $(STATIC_QEMU))") $(IMAGE_O)
+ifneq ($(STATIC_CROSS),)
+	$(Q)tests/static/binfmt-qemu $(patsubst qemu-%-static,%,$(STATIC_QEMU))
+endif
+	$(Q)tests/static/image-test $(IMAGE_O)
