@@ -58,7 +58,7 @@ st_comma        := ,
 # "in function" lines: expected (deploy/README.md), filtered from the output.
 STATIC_NSS_NOISE := warning: Using '(getpw|getgr)[a-z_]*' in statically linked|in function .(fvsd_(get_user_creds|get_group_creds|gid_to_name|uid_to_name)|mnt_get_(uid|gid|username|groupname)).:$$
 
-.PHONY: static static-deps static-unit check-static check-deploy image-context check-image
+.PHONY: static static-deps static-unit check-static check-deploy image-context check-image check-multiarch
 
 static-deps:
 	$(Q)$(STATIC_DEPS)
@@ -141,3 +141,11 @@ ifneq ($(STATIC_CROSS),)
 	$(Q)tests/static/binfmt-qemu $(patsubst qemu-%-static,%,$(STATIC_QEMU))
 endif
 	$(Q)tests/static/image-test $(IMAGE_O)
+
+# The two-architecture image as deploy/README.md builds it (buildah bud
+# --platform --manifest, manifest push --all), into a local OCI layout: one
+# index over both, each image with its context's files (root; installs buildah).
+MULTIARCH_ARCHS := amd64 arm64
+check-multiarch:
+	$(Q)for a in $(MULTIARCH_ARCHS); do $(MAKE) --no-print-directory image-context ARCH=$$a || exit 1; done
+	$(Q)tests/static/multiarch-test $(foreach a,$(MULTIARCH_ARCHS),$(O)/image$(if $(filter $(a),$(STATIC_HOST_ARCH)),,-$(a)):$(a))
