@@ -187,8 +187,6 @@ int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t 
 	strcpy(cfg->run_dir, "/run/flexvol");
 	snprintf(cfg->log_file, sizeof(cfg->log_file), "/var/log/flexvol/%s.log", driver);
 	strcpy(cfg->helper_path, "/usr/sbin:/usr/bin:/sbin:/bin");
-	if (uname(&u) == 0)
-		snprintf(cfg->node_name, sizeof(cfg->node_name), "%s", u.nodename);
 	cfg->lock_timeout = 150;
 	cfg->helper_timeout = 120;
 	cfg->mount_timeout = 60;
@@ -207,5 +205,8 @@ int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t 
 				return r;
 		}
 	}
+	/* kubelet's default node name, when neither the file nor the environment gives one */
+	if (!cfg->node_name[0] && uname(&u) == 0)
+		snprintf(cfg->node_name, sizeof(cfg->node_name), "%s", u.nodename);
 	return 0;
 }
