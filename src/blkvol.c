@@ -28,31 +28,65 @@ static bool mount_is_dev(const struct fv_mntinfo *mi, const char *dev)
 	return stat(dev, &st) == 0 && S_ISBLK(st.st_mode) && mi->devno == st.st_rdev;
 }
 
-int fv_blkvol_mountdevice(struct fv_ctx *cx, const char *gmp, const char *dev,
+int fv_blkvol_mountdevice(struct fv_ctx *cx, const struct fv_dir *gd, const char *dev,
 			  const char *fstype, const char *default_fstype, bool ro)
 {
+	const char *gmp = gd->path;
+	_cleanup_close_ int lock = -1;
 	struct fv_mntinfo mi;
 	char have[64];
 	const char *use;
-	int r = fv_mnt_find(gmp, &mi);
+	int r = fv_dir_mounted(gd, &mi);
 
 	if (r < 0)
-		return fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
+		return fv_fail(cx, r, "cannot tell whether '%s' is mounted: %s", gmp, strerror(-r));
 	if (r == 0) {
-		if (mount_is_dev(&mi, dev) && streq(mi.root, "/"))
-			return 0;
-		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'", gmp,
-			       mi.source);
+		if (!mount_is_dev(&mi, dev) || !streq(mi.root, "/"))
+			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'",
+				       gmp, mi.source);
+		/*
+		 * Mounted already: Success only for what was asked (issue 9 item 8).
+		 * Another filesystem is refused as on a first mount; so is another
+		 * mode - rw where ro was asked would grant writes, ro where rw was
+		 * asked fails every write later.  Unmount the volume to change it.
+		 */
+		if (fstype && !streq(fstype, mi.fstype))
+			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is mounted as %s, not the "
+				       "requested %s", gmp, mi.fstype, fstype);
+		if (ro != mi.readonly)
+			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is mounted %s, not %s as "
+				       "requested", gmp, mi.readonly ? "read-only" : "read-write",
+				       ro ? "read-only" : "read-write");
+		return 0;
 	}
+	/*
+	 * The device lock from the probe to the mount: a retry after a killed
+	 * call waits here while the old mkfs still writes (it inherited the
+	 * lock), and never probes, formats or mounts a half-written device.
+	 */
+	lock = fv_blk_lock(cx, dev);
+	if (lock < 0)
+		return lock;
 	r = fv_blk_probe(cx, dev, have, sizeof(have));
 	if (r < 0)
 		return r;
-	if (r == 1) {
+	if (r == 1 || r == 2) {
 		use = fstype ? fstype : default_fstype;
 		if (ro)
 			return fv_fail(cx, -FV_ERR_NOTBLANK,
-				       "%s is blank and the volume is read-only: nothing to mount", dev);
-		r = fv_fs_make(cx, dev, use);
+				       "%s is %s and the volume is read-only: nothing to mount", dev,
+				       r == 1 ? "blank" : "an unfinished filesystem");
+		if (r == 2) {
+			if (fstype && !streq(fstype, have))
+				return fv_fail(cx, -FV_ERR_NOTBLANK,
+					       "%s holds an unfinished %s, not the requested %s; "
+					       "refusing to reformat",
+					       dev, have, fstype);
+			use = have;
+			fv_log("%s holds an unfinished %s (a killed mkfs); making it again", dev,
+			       have);
+		}
+		r = fv_fs_make(cx, dev, use, lock, r == 2);
 		if (r < 0)
 			return r;
 		fv_log("made %s on %s", use, dev);
@@ -63,7 +97,7 @@ int fv_blkvol_mountdevice(struct fv_ctx *cx, const char *gmp, const char *dev,
 				       have, fstype);
 		use = have;
 	}
-	return fv_mnt_mount(cx, dev, gmp, use, ro ? "ro" : "rw", false);
+	return fv_dir_mount(cx, gd, dev, use, ro ? "ro" : "rw");
 }
 
 bool fv_kubelet_global_path(const char *poddir, char *ret, size_t len)
@@ -86,47 +120,53 @@ bool fv_kubelet_global_path(const char *poddir, char *ret, size_t len)
 
 int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro)
 {
-	char poddir[PATH_MAX];
+	_cleanup_(fv_dir_closep) struct fv_dir pd = { .parent = -1 }, sd = { .parent = -1 };
 	struct fv_mntinfo mi, smi;
-	int r = fv_mnt_find(src, &smi);
+	int r = fv_dir_arg(cx, dir, FV_DIRARG_MUST_EXIST, &pd);
 
 	if (r < 0)
-		return fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
-	if (r > 0 || !streq(smi.root, "/"))
+		return r;
+	r = fv_dir_open_quiet(src, &sd);
+	if (r == 0)
+		r = fv_dir_mounted(&sd, &smi);
+	if (r < 0 && r != -ENOENT)
+		return fv_fail(cx, r, "cannot tell whether '%s' is mounted: %s", src, strerror(-r));
+	if (r != 0 || !streq(smi.root, "/"))
 		return fv_fail(cx, -ENXIO, "the volume is not mounted on this node ('%s'; "
 			       "mountdevice first)", src);
-	r = fv_prepare_dir(cx, dir, poddir, sizeof(poddir));
+	r = fv_dir_mounted(&pd, &mi);
 	if (r < 0)
-		return r;
-	if (fv_mnt_find(poddir, &mi) == 0) {
+		return fv_fail(cx, r, "cannot tell whether '%s' is mounted: %s", pd.path,
+			       strerror(-r));
+	if (r == 0) {
 		if (mi.devno == smi.devno)
 			return 0;
-		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'", poddir,
+		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'", pd.path,
 			       mi.source);
 	}
-	return fv_mnt_mount(cx, src, poddir, NULL, ro ? "bind,ro" : "bind", false);
+	return fv_dir_bind(cx, &sd, &pd, ro);
 }
 
 int fv_blkvol_unmount(struct fv_ctx *cx, const char *dir, struct fv_mntinfo *ret)
 {
-	char path[PATH_MAX];
-	int r = fv_canonical_dir(dir, path, sizeof(path));
+	_cleanup_(fv_dir_closep) struct fv_dir d = { .parent = -1 };
+	int r = fv_dir_arg(cx, dir, 0, &d);
 
 	if (ret)
 		memset(ret, 0, sizeof(*ret));
 	if (r == 1)
 		return 0; /* nothing there: nothing mounted */
 	if (r < 0)
-		return fv_fail(cx, r, "cannot resolve '%s': %s", dir, strerror(-r));
-	if (ret && fv_mnt_find(path, ret) != 0)
+		return r;
+	if (ret && fv_dir_mounted(&d, ret) != 0)
 		memset(ret, 0, sizeof(*ret));
-	r = fv_mnt_umount_all(cx, path, false);
+	r = fv_dir_umount_all(cx, &d, false);
 	if (r < 0)
 		return r;
-	r = fv_dir_is_empty(path);
+	r = fv_dir_is_empty(&d);
 	if (r == 0)
-		return fv_fail(cx, -ENOTEMPTY, "'%s' is not empty after unmount", path);
-	return r < 0 ? fv_fail(cx, r, "cannot read '%s': %s", path, strerror(-r)) : 0;
+		return fv_fail(cx, -ENOTEMPTY, "'%s' is not empty after unmount", d.path);
+	return r < 0 ? fv_fail(cx, r, "cannot read '%s': %s", d.path, strerror(-r)) : 0;
 }
 
 /* --- the class ------------------------------------------------------------------- */
@@ -249,12 +289,12 @@ static int release_volume(struct fv_ctx *cx, const char *name, dev_t devno)
 
 /*
  * The node-side attach claimed for @name, the device formatted if blank and
- * mounted at @gmp (canonical), the record written.  A device mounted for
+ * mounted at @gd (the directory as opened), the record written.  A device mounted for
  * another volume is refused: options naming another PV's image or LUN never
  * reach its data.
  */
 static int attach_and_mount(struct fv_ctx *cx, const void *v, const struct fv_opts *o,
-			    const char *name, const char *gmp, const char *kubelet_dev)
+			    const char *name, const struct fv_dir *gd, const char *kubelet_dev)
 {
 	const struct fv_blkvol_ops *ops = ops_of(cx);
 	char dev[PATH_MAX], other[PATH_MAX];
@@ -268,8 +308,8 @@ static int attach_and_mount(struct fv_ctx *cx, const void *v, const struct fv_op
 	/* kubelet's device is our own waitforattach answer; the kernel still decides */
 	if (kubelet_dev && kubelet_dev[0] && !streq(kubelet_dev, dev))
 		fv_log("mountdevice: kubelet passed %s, the volume's device is %s", kubelet_dev, dev);
-	if (!(fv_mnt_find(gmp, &mi) == 0 && stat(dev, &st) == 0 && mi.devno == st.st_rdev) &&
-	    fv_mnt_find_source(dev, gmp, other, sizeof(other)) == 0) {
+	if (!(fv_dir_mounted(gd, &mi) == 0 && stat(dev, &st) == 0 && mi.devno == st.st_rdev) &&
+	    fv_mnt_find_source(dev, gd->path, other, sizeof(other)) == 0) {
 		r = fv_fail(cx, -FV_ERR_CONFLICT, "%s is already mounted at '%s' for another "
 			    "volume; refusing to mount it for '%s'", dev, other, name);
 		goto out;
@@ -277,7 +317,7 @@ static int attach_and_mount(struct fv_ctx *cx, const void *v, const struct fv_op
 	/* before the mount: a refused mkfs still leaves what detach needs to release */
 	r = save_record(cx, name, v, dev, o);
 	if (r == 0)
-		r = fv_blkvol_mountdevice(cx, gmp, dev, o->fstype, ops->default_fstype,
+		r = fv_blkvol_mountdevice(cx, gd, dev, o->fstype, ops->default_fstype,
 					  o->readonly);
 out:
 	if (lock >= 0)
@@ -356,16 +396,16 @@ int fv_blkvol_op_mountdevice(struct fv_ctx *cx, const char *dir, const char *dev
 			     const struct fv_opts *o)
 {
 	_cleanup_(vol_freep) void *v = NULL;
-	char gmp[PATH_MAX];
+	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
 	int r = parse(cx, o, &v);
 
 	if (r < 0)
 		return r;
-	r = fv_prepare_dir(cx, dir, gmp, sizeof(gmp));
+	r = fv_dir_arg(cx, dir, FV_DIRARG_MUST_EXIST, &gd); /* kubelet made it: never created here */
 	if (r < 0)
 		return r;
 	/* the global mount path ends in the volume name (contract §2); locked by the dispatcher */
-	return attach_and_mount(cx, v, o, fv_path_last(dir), gmp, device);
+	return attach_and_mount(cx, v, o, fv_path_last(dir), &gd, device);
 }
 
 int fv_blkvol_op_unmountdevice(struct fv_ctx *cx, const char *dir)
@@ -406,25 +446,26 @@ static int node_gmp(struct fv_ctx *cx, const char *name, char *buf, size_t len)
  */
 static int node_teardown(struct fv_ctx *cx, const char *name, const char *path, dev_t was_devno)
 {
-	char gmp[PATH_MAX];
+	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
 	struct fv_mntinfo mi;
 	dev_t devno = 0;
-	int r = fv_canonical_dir(path, gmp, sizeof(gmp));
+	int r = fv_dir_open_quiet(path, &gd); /* our own path: the run dir is ours */
+	bool exists = r == 0;
 
-	if (r < 0)
-		return fv_fail(cx, r, "cannot resolve '%s': %s", path, strerror(-r));
-	if (r == 0 && fv_mnt_find(gmp, &mi) == 0) {
+	if (r < 0 && r != -ENOENT)
+		return fv_fail(cx, r, "cannot open '%s': %s", path, strerror(-r));
+	if (exists && fv_dir_mounted(&gd, &mi) == 0) {
 		if (fv_mnt_count_devno(mi.devno) > 1)
 			return 0; /* other pods on this node still use it */
-		r = fv_blkvol_unmount(cx, gmp, &mi);
+		r = fv_blkvol_unmount(cx, path, &mi);
 		if (r < 0)
 			return r;
 		devno = mi.devno;
 	} else if (was_devno && fv_mnt_count_devno(was_devno) == 0) {
 		devno = was_devno; /* the device mount went before (a killed earlier call) */
 	}
-	if (r == 0)
-		(void)rmdir(gmp);
+	if (exists)
+		(void)rmdir(path);
 	return release_volume(cx, name, devno);
 }
 
@@ -464,8 +505,9 @@ static int node_unmount(struct fv_ctx *cx, const char *dir)
 static int node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o)
 {
 	_cleanup_(vol_freep) void *v = NULL;
+	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
 	const char *name = fv_path_last(dir);
-	char path[PATH_MAX], gmp[PATH_MAX], dev[PATH_MAX];
+	char path[PATH_MAX], dev[PATH_MAX];
 	struct fv_mntinfo mi;
 	struct stat st;
 	int lock, r = parse(cx, o, &v);
@@ -478,10 +520,14 @@ static int node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *
 	lock = lock_volume(cx, name);
 	if (lock < 0)
 		return lock;
-	r = fv_prepare_dir(cx, path, gmp, sizeof(gmp));
-	if (r < 0)
+	r = fv_mkdir_p(path, 0750);
+	if (r == 0)
+		r = fv_dir_open_quiet(path, &gd); /* under our run dir: created here, ours */
+	if (r < 0) {
+		r = fv_fail(cx, r, "cannot create directory '%s': %s", path, strerror(-r));
 		goto out;
-	if (fv_mnt_find(gmp, &mi) == 0) {
+	}
+	if (fv_dir_mounted(&gd, &mi) == 0) {
 		/* mounted for an earlier pod: these options must name that very device */
 		r = ops_of(cx)->find(cx, v, dev, sizeof(dev));
 		if (r < 0)
@@ -499,11 +545,11 @@ static int node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *
 			goto out;
 		}
 	} else {
-		r = attach_and_mount(cx, v, o, name, gmp, NULL);
+		r = attach_and_mount(cx, v, o, name, &gd, NULL);
 		if (r < 0)
 			goto undo;
 	}
-	r = fv_blkvol_bind(cx, dir, gmp, o->readonly);
+	r = fv_blkvol_bind(cx, dir, path, o->readonly);
 	if (r == 0)
 		goto out;
 undo:
@@ -526,26 +572,45 @@ out:
 int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o)
 {
 	_cleanup_(vol_freep) void *v = NULL;
-	char path[PATH_MAX], gmp[PATH_MAX];
-	int r;
+	char path[PATH_MAX], dev[PATH_MAX];
+	int found, r;
 
 	if (fv_blkvol_node_mode(cx))
 		return node_mount(cx, dir, o);
-	r = parse(cx, o, &v); /* the same validation as every op, though only ro is used */
+	r = parse(cx, o, &v); /* the same validation as every op */
 	if (r < 0)
 		return r;
+	/* the backend object the options name, looked at (a hostile image file is refused here) */
+	found = ops_of(cx)->find(cx, v, dev, sizeof(dev));
+	if (found < 0)
+		return found;
 	/*
 	 * The pod dir names the volume; its global path holds the device that
 	 * mountdevice claimed for it.  The options name no device here.
 	 */
-	if (!fv_kubelet_global_path(dir, path, sizeof(path)))
+	if (!fv_kubelet_global_path(dir, path, sizeof(path))) {
+		_cleanup_(fv_dir_closep) struct fv_dir pd = { .parent = -1 };
+
+		/* a missing or non-directory pod dir says so first */
+		r = fv_dir_arg(cx, dir, FV_DIRARG_MUST_EXIST, &pd);
+		if (r < 0)
+			return r;
 		return fv_fail(cx, -EINVAL, "'%s' is not a kubelet pod volume directory "
 			       "(<root>/pods/<uid>/volumes/<vendor>~<driver>/<name>)", dir);
-	r = fv_canonical_dir(path, gmp, sizeof(gmp));
-	if (r != 0)
-		return fv_fail(cx, r < 0 ? r : -ENXIO, "volume '%s' is not mounted on this node "
-			       "(mountdevice first)", fv_path_last(dir));
-	return fv_blkvol_bind(cx, dir, gmp, o->readonly);
+	}
+	{
+		_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
+		struct fv_mntinfo mi;
+		struct stat st;
+
+		/* the global path is this volume's; the options must name the device mounted there */
+		if (fv_dir_open_quiet(path, &gd) == 0 && fv_dir_mounted(&gd, &mi) == 0 &&
+		    (found > 0 || stat(dev, &st) < 0 || st.st_rdev != mi.devno))
+			return fv_fail(cx, -FV_ERR_CONFLICT, "volume '%s' is mounted on this node from "
+				       "'%s', which is not the device these options name",
+				       fv_path_last(dir), mi.source);
+	}
+	return fv_blkvol_bind(cx, dir, path, o->readonly);
 }
 
 int fv_blkvol_op_unmount(struct fv_ctx *cx, const char *dir)
@@ -565,7 +630,8 @@ int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char
 {
 	const struct fv_blkvol_ops *ops = ops_of(cx);
 	_cleanup_(vol_freep) void *v = NULL;
-	char pd[PATH_MAX], dev[PATH_MAX], type[64], mnt[PATH_MAX];
+	_cleanup_(fv_dir_closep) struct fv_dir pd = { .parent = -1 };
+	char dev[PATH_MAX], type[64], mnt[PATH_MAX];
 	struct fv_mntinfo mi;
 	struct stat st;
 	int r = parse(cx, o, &v);
@@ -582,9 +648,11 @@ int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char
 		return r;
 	if (r > 0)
 		return fv_fail(cx, -ENXIO, "the volume is not attached on this node");
-	r = fv_canonical_dir(dir, pd, sizeof(pd));
+	r = fv_dir_arg(cx, dir, 0, &pd);
+	if (r < 0)
+		return r;
 	if (r == 0)
-		r = fv_mnt_find(pd, &mi);
+		r = fv_dir_mounted(&pd, &mi);
 	if (r != 0)
 		return fv_fail(cx, r < 0 ? r : -ENXIO, "'%s' is not mounted: cannot grow online",
 			       dir);
@@ -599,6 +667,6 @@ int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char
 		return r < 0 ? r : fv_fail(cx, -ENXIO, "%s holds no filesystem", dev);
 	r = fv_mnt_find_source(dev, NULL, mnt, sizeof(mnt));
 	if (r != 0)
-		snprintf(mnt, sizeof(mnt), "%s", pd);
+		snprintf(mnt, sizeof(mnt), "%s", pd.path);
 	return fv_fs_grow(cx, dev, mnt, type);
 }

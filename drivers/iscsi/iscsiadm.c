@@ -159,7 +159,31 @@ static int add_chap(const char **argv, int *n, unsigned int *redact, const char 
 /*
  * sendtargets discovery at @portal; on success the portal the target
  * advertises for @iqn ("addr:port", preferring @portal itself) goes to @adv.
+ *
+ * It leaves nothing in open-iscsi's database (issue 9 item 7).  Persistent
+ * discovery ("-m discovery -t st") would write a discovery record and a
+ * node record for EVERY target the portal advertises, with node.startup
+ * as iscsid.conf says ("automatic" on some distributions: iscsid would log
+ * in to all of them at its next start).  "-m discoverydb --discover -o
+ * nonpersistent" only prints what the portal offers: no node record, and
+ * no discovery record unless one exists already (then its settings are
+ * used and it is left alone).  Discovery CHAP can reach iscsiadm only
+ * through a discovery record: that one is ours, created for this discovery
+ * and deleted right after it on every path, so its secret (0600 under the
+ * iSCSI database directory) lives on disk for the seconds of the discovery.
  */
+static void delete_discovery_record(struct fv_ctx *cx, const struct iscsivol *v,
+				    const char *portal)
+{
+	const char *argv[] = { NULL, "-m", "discoverydb", "-t", "sendtargets", "-p", portal,
+			       "-I", v->iface, "-o", "delete", NULL };
+	char why[512];
+	int r = iscsi_adm(cx, argv, 0, why, sizeof(why), NULL);
+
+	if (r != 0 && r != ISCSI_ERR_NO_OBJS_FOUND)
+		fv_log("could not delete the discovery record of %s: %s", portal, why);
+}
+
 static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *portal,
 		    const struct creds *c, char *adv, size_t advlen, char *why, size_t whylen)
 {
@@ -169,6 +193,8 @@ static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 	unsigned int redact = 0;
 	bool chap = c && c->discovery.user[0];
 	char *line, *save = NULL;
+	const char *disc[] = { NULL, "-m", "discoverydb", "-t", "sendtargets", "-p", portal,
+			       "-I", v->iface, "--discover", "-o", "nonpersistent", NULL };
 	int n, r;
 
 	if (chap) {
@@ -177,8 +203,10 @@ static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 				     "-I", v->iface, "-o", "new", NULL };
 
 		r = iscsi_adm(cx, mk, 0, why, whylen, NULL);
-		if (r != 0)
+		if (r != 0) {
+			delete_discovery_record(cx, v, portal);
 			return r < 0 ? r : -FV_ERR_HELPER;
+		}
 		n = 0;
 		argv[n++] = NULL;
 		const char *head[] = { "-m", "discoverydb", "-t", "sendtargets", "-p", portal, "-I",
@@ -188,19 +216,17 @@ static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 			argv[n++] = head[i];
 		if (add_chap(argv, &n, &redact, "discovery.sendtargets.auth", &c->discovery,
 			     names) < 0) {
+			delete_discovery_record(cx, v, portal);
 			snprintf(why, whylen, "too many iscsiadm arguments to redact");
 			return -E2BIG;
 		}
 		argv[n] = NULL;
 		r = iscsi_adm(cx, argv, redact, why, whylen, NULL);
-		if (r != 0)
-			return r < 0 ? r : -FV_ERR_HELPER;
-		const char *disc[] = { NULL, "-m", "discoverydb", "-t", "sendtargets", "-p", portal,
-				       "-I", v->iface, "--discover", NULL };
-		r = iscsi_adm(cx, disc, 0, why, whylen, &out);
+		if (r == 0)
+			r = iscsi_adm(cx, disc, 0, why, whylen, &out);
+		/* ours, with its secret: gone whatever happened */
+		delete_discovery_record(cx, v, portal);
 	} else {
-		const char *disc[] = { NULL, "-m", "discovery", "-t", "sendtargets", "-p", portal,
-				       "-I", v->iface, NULL };
 		r = iscsi_adm(cx, disc, 0, why, whylen, &out);
 	}
 	if (r == ISCSI_ERR_LOGIN_AUTH_FAILED)
@@ -229,6 +255,16 @@ static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 	return 0;
 }
 
+/* Is any session to @iqn logged in?  (The kernel's view, sysfs.c.) */
+static bool target_logged_in(const char *iqn)
+{
+	struct iscsi_view v;
+	bool in = iscsi_view_load(&v, iqn) == 0 && iscsi_view_logged_in(&v);
+
+	iscsi_view_free(&v);
+	return in;
+}
+
 int iscsi_login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *portal,
 		   const struct creds *c, char *why, size_t whylen)
 {
@@ -241,6 +277,18 @@ int iscsi_login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *port
 	r = discover(cx, v, portal, c, adv, sizeof(adv), why, whylen);
 	if (r != 0)
 		return r;
+	/*
+	 * Exactly one node record, ours: "-o new" for this target, portal and
+	 * iface (discovery wrote none).  Its status is not checked: a record
+	 * left by an earlier, killed call may exist, and a real failure shows
+	 * in the update that follows ("no records found").  Until that update
+	 * the record has iscsid.conf's node.startup; a SIGKILL in between
+	 * leaves this one record, which the retry updates and the logout
+	 * deletes.
+	 */
+	const char *mk[] = { NULL, "-m", "node", "-o", "new", "-T", v->iqn, "-p", adv, "-I",
+			     v->iface, NULL };
+	(void)iscsi_adm(cx, mk, 0, why, whylen, NULL);
 	/* our settings on the node record: session CHAP, manual startup (kubelet decides) */
 	argv[n++] = NULL;
 	const char *head[] = { "-m", "node", "-T", v->iqn, "-p", adv, "-I", v->iface, "-o",
@@ -250,7 +298,8 @@ int iscsi_login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *port
 		argv[n++] = head[i];
 	if (chap && add_chap(argv, &n, &redact, "node.session.auth", &c->session, names) < 0) {
 		snprintf(why, whylen, "too many iscsiadm arguments to redact");
-		return -E2BIG;
+		r = -E2BIG;
+		goto fail;
 	}
 	argv[n++] = "-n";
 	argv[n++] = "node.startup";
@@ -259,7 +308,7 @@ int iscsi_login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *port
 	argv[n] = NULL;
 	r = iscsi_adm(cx, argv, redact, why, whylen, NULL);
 	if (r != 0)
-		return r < 0 ? r : -FV_ERR_HELPER;
+		goto fail;
 
 	const char *login[] = { NULL, "-m", "node", "-T", v->iqn, "-p", adv, "-I", v->iface,
 				"--login", NULL };
@@ -267,9 +316,20 @@ int iscsi_login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *port
 	if (r == ISCSI_ERR_SESS_EXISTS)
 		r = 0; /* already logged in: what we wanted */
 	if (r != 0)
-		return r < 0 ? r : -FV_ERR_HELPER;
+		goto fail;
 	fv_log("logged in to %s at %s (discovered via %s, iface %s%s)", v->iqn, adv, portal,
 	       v->iface, chap ? ", CHAP" : "");
 	return 0;
-}
+fail:
+	/* no session came of it: the record (with a CHAP secret) goes, unless a session uses it */
+	if (!target_logged_in(v->iqn)) {
+		const char *del[] = { NULL, "-m", "node", "-o", "delete", "-T", v->iqn, "-p", adv,
+				      "-I", v->iface, NULL };
+		char why2[512];
+		int k = iscsi_adm(cx, del, 0, why2, sizeof(why2), NULL);
 
+		if (k != 0 && k != ISCSI_ERR_NO_OBJS_FOUND)
+			fv_log("could not delete the node record of %s at %s: %s", v->iqn, adv, why2);
+	}
+	return r < 0 ? r : -FV_ERR_HELPER;
+}

@@ -184,6 +184,7 @@ static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *de
 	struct iscsi_lunmatch m = { v->iqn, v->lun };
 	struct fv_devwait *w = NULL;
 	struct iscsi_view view = { 0 };
+	struct iscsi_disk dk;
 	char errs[1536] = "", why[768];
 	struct creds c;
 	bool had_session, logged_in = false;
@@ -243,7 +244,9 @@ static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *de
 		}
 		t_login = fv_now_ms();
 	}
-	r = fv_devwait_run(cx, w, iscsi_match_lun, &m, cfg->device_timeout * 1000, dev, len);
+	/* the LUN's disk may have come between our first look and the monitor */
+	r = fv_devwait_run(cx, w, find_disk(v, &dk, dev, len) == 0 ? dk.name : NULL,
+			   iscsi_match_lun, &m, cfg->device_timeout * 1000, dev, len);
 	if (r < 0) {
 		explain_missing_lun(cx, v);
 		if (!had_session)

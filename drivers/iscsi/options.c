@@ -145,8 +145,12 @@ static void erase_credbuf(char **p)
 
 /*
  * Read the credentials file: a regular file (not a symlink), owned by root,
- * with no group or world permission bits.  Values are never logged or quoted
- * in messages; line numbers are.
+ * with no group or world permission bits.  It is opened like a hostile
+ * file: O_NOFOLLOW, and O_NONBLOCK so that a FIFO cannot block the open
+ * (fstat then refuses anything but a regular file, before any read).
+ * No text of the file is ever logged or quoted in a message, not even a
+ * key we do not know: messages name the line number, and a known key's
+ * name.
  */
 static int read_creds(struct fv_ctx *cx, const char *path, struct creds *c)
 {
@@ -202,10 +206,11 @@ static int read_creds(struct fv_ctx *cx, const char *path, struct creds *c)
 	while ((r = fv_kv_next(&it, &key, &val)) > 0) {
 		char *field = chap_field(c, key);
 
+		/* the key is not quoted: a typo'd key or a ':' for '=' may carry a secret */
 		if (!field)
 			return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %u: unknown "
-				       "key '%.64s' (discovery.* or session.* username, password, "
-				       "username_in, password_in)", path, it.line, key);
+				       "key (discovery.* or session.* username, password, "
+				       "username_in, password_in)", path, it.line);
 		if (*field)
 			return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %u: '%s' is "
 				       "set twice", path, it.line, key);

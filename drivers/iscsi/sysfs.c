@@ -225,7 +225,7 @@ int iscsi_disk_in_use(const struct iscsi_disk *dk, char *why, size_t len)
 	if (!d)
 		return 0; /* gone: not in use */
 	snprintf(holders, sizeof(holders), "%s/holders", udev_device_get_syspath(d));
-	if (fv_dir_is_empty(holders) == 0) {
+	if (fv_path_is_empty(holders) == 0) {
 		snprintf(why, len, "/dev/%s (LUN %u) is held by another device", dk->name, dk->lun);
 		return 1;
 	}

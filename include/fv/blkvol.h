@@ -45,6 +45,7 @@
 
 struct fv_ctx;
 struct fv_mntinfo;
+struct fv_dir;
 struct fv_opts;
 struct json_object;
 
@@ -138,28 +139,30 @@ int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char
 bool fv_blkvol_node_mode(const struct fv_ctx *cx);
 
 /*
- * fv_blkvol_mountdevice() - mount block device @dev at @gmp (canonical,
- * existing dir), read-only when @ro.  Already mounted there from @dev is
+ * fv_blkvol_mountdevice() - mount block device @dev at the global path @gd
+ * (fv_dir_arg(), must exist), read-only when @ro; the mount is made on the
+ * verified directory itself (fv_dir_mount()).  Already mounted there from @dev is
  * success; mounted from anything else is -FV_ERR_CONFLICT.  The device is
  * probed with libblkid: a blank device gets @fstype (or @default_fstype)
  * unless @ro; a filesystem other than a requested @fstype is refused,
  * never reformatted.
  */
-int fv_blkvol_mountdevice(struct fv_ctx *cx, const char *gmp, const char *dev,
+int fv_blkvol_mountdevice(struct fv_ctx *cx, const struct fv_dir *gd, const char *dev,
 			  const char *fstype, const char *default_fstype, bool ro);
 
 /*
  * fv_blkvol_bind() - bind the device mount at @src (a whole-filesystem
- * mount of a block device) into the pod dir @dir (created if missing),
- * read-only when @ro.  Already bound from the same filesystem is success;
- * anything else mounted there is -FV_ERR_CONFLICT.
+ * mount of a block device; a path we know, opened literally) into the pod
+ * dir @dir (taken literally, must exist: kubelet creates it), read-only
+ * when @ro.  Already bound from the same filesystem is success; anything
+ * else mounted there is -FV_ERR_CONFLICT.
  */
 int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro);
 
 /*
- * fv_blkvol_unmount() - unmount @dir completely and check it is left
- * empty (kubelet removes it with rmdir).  A missing or unmounted dir is
- * success.  @ret (may be NULL) gets the topmost mount that was there, or
+ * fv_blkvol_unmount() - unmount @dir (taken literally: a symlink or magic
+ * link in it is refused) completely and check it is left empty (kubelet
+ * removes it with rmdir).  A missing or unmounted dir is success.  @ret (may be NULL) gets the topmost mount that was there, or
  * an empty source and devno 0 when nothing was mounted.
  */
 int fv_blkvol_unmount(struct fv_ctx *cx, const char *dir, struct fv_mntinfo *ret);
