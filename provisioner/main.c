@@ -419,7 +419,11 @@ static void provision(struct prov *p, json_object *pvc, json_object *sc, const c
 	if (r < 0) {
 		json_object_put(options);
 		event(p, pvc, true, "ProvisioningFailed", "cannot create directory '%s' on the share: %s",
-		      sub, strerror(-r));
+		      sub,
+		      r == -ENOTDIR || r == -ELOOP ?
+			      "a symlink or a file is in the way (symlinks are never followed)" :
+		      r == -EXDEV ? "another mount is in the way" :
+				    strerror(-r));
 		return;
 	}
 	log_info("claim %s/%s: directory %s %s (mode %04o%s)", ns, name, sub,

@@ -126,6 +126,11 @@ static const char *lookup(const char *var, size_t n, json_object *pvc, const cha
 	return v;
 }
 
+static bool bad_component(const char *c, size_t n)
+{
+	return !n || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.');
+}
+
 /*
  * Expand @pattern into @out.  With @pvc NULL, only the syntax is checked
  * (variables expand to "", so empty components are not checked).
@@ -134,6 +139,7 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 		  char *err, size_t errlen)
 {
 	size_t o = 0, comp = 0; /* comp: bytes in the current component */
+	bool comp_var = false;	/* the current component holds a variable */
 
 	if (!*pattern)
 		return fail(err, errlen, -EINVAL, "pathPattern is empty");
@@ -163,9 +169,10 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 						    "letters, digits, '.', '_' and '-': '%s'",
 						    (int)(end - p - 2), p + 2, v);
 			p = end + 1;
+			comp_var = true;
 		} else if (p[0] == '/') {
-			if (pvc && (!comp || (comp == 1 && out[o - 1] == '.') ||
-				    (comp == 2 && out[o - 1] == '.' && out[o - 2] == '.')))
+			/* without a claim (the class check), literal components only */
+			if ((pvc || !comp_var) && bad_component(out + o - comp, comp))
 				return fail(err, errlen, -EINVAL,
 					    "pathPattern: empty, '.' or '..' directory in '%s'",
 					    pattern);
@@ -175,6 +182,7 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 			v = "/";
 			vn = 1;
 			comp = 0;
+			comp_var = false;
 			p++;
 		} else if (name_char(p[0])) {
 			v = p;
@@ -199,6 +207,9 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 				    "pathPattern: a directory name is longer than %d bytes",
 				    COMPONENT_MAX);
 	}
+	if (!pvc && !comp_var && bad_component(out + o - comp, comp))
+		return fail(err, errlen, -EINVAL, "pathPattern: empty, '.' or '..' directory in '%s'",
+			    pattern);
 	if (pvc && !fvp_check_subpath(out))
 		return fail(err, errlen, -EINVAL, "pathPattern: '%s' gives an empty, '.' or '..' "
 			    "directory: '%s'", pattern, out);
