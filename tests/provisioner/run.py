@@ -28,6 +28,7 @@ from fakeapi import FakeAPI  # noqa: E402
 
 PROV = "flexvol/nfs"
 CASES = []
+CHROOT = False
 
 
 def case(fn):
@@ -77,6 +78,13 @@ class Env:
         log = os.path.join(self.tmp, "prov-%d.log" % len(self.procs))
         args = [os.path.join(self.build, "flexvol-provisioner"), "--server", server or self.api.url,
                 "--root", self.root, "--resync", str(self.resync)] + list(extra)
+        if CHROOT:
+            # alone in an empty root: the binary, the share, the CA and token files; no
+            # libc, no /etc, no /proc (the static binary for the distroless image)
+            shutil.copy(args[0], os.path.join(self.tmp, "flexvol-provisioner"))
+            args = ["chroot", self.tmp, "/flexvol-provisioner"] + [
+                "/" + os.path.relpath(a, self.tmp) if a.startswith(self.tmp + "/") else a
+                for a in args[1:]]
         p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT)
         self.procs.append(p)
         self.logs.append(log)
@@ -490,7 +498,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("-k", action="append", default=[])
+    ap.add_argument("--chroot", action="store_true",
+                    help="run the (static) provisioner alone in an empty chroot")
     a = ap.parse_args()
+    global CHROOT
+    CHROOT = a.chroot
     build = os.path.abspath(a.build)
     passed = failed = 0
     for fn in CASES:
