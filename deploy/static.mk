@@ -73,6 +73,7 @@ image-context: static
 	$(Q)cp deploy/Containerfile deploy/install.sh $(IMAGE_O)/
 	$(Q)for d in $(DRIVERS); do cp $(STATIC_O)/$$d $(IMAGE_O)/bin/$$d; done
 	$(Q)cp "$$($(STATIC_DEPS) --print-prefix)/BUILDINFO" $(IMAGE_O)/BUILDINFO.static-deps
+	$(Q)$(image-context-provisioner)
 	$(Q)echo "  IMAGE   $(IMAGE_O): $$(ls $(IMAGE_O)/bin | tr '\n' ' ')"
 
 check-image: image-context

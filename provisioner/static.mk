@@ -46,3 +46,11 @@ static-provisioner: static
 check-static-provisioner: static-provisioner
 	$(Q)python3 tests/provisioner/run.py --build $(STATIC_O) --chroot \
 		-k provision_basic -k https -k delete_ -k restart_between -k watch_expired
+
+# deploy/static.mk's image-context calls this after its own copies: the
+# provisioner and its curl/OpenSSL build record go into the image context.
+image-context: static-provisioner
+define image-context-provisioner
+mkdir -p $(IMAGE_O)/provisioner && cp $(STATIC_O)/flexvol-provisioner $(IMAGE_O)/provisioner/ && \
+	cp "$$($(STATIC_CURL) --print-prefix)/BUILDINFO" $(IMAGE_O)/provisioner/BUILDINFO.static-curl
+endef
