@@ -38,6 +38,7 @@
 #define ANN_SP "volume.kubernetes.io/storage-provisioner"
 #define ANN_SP_BETA "volume.beta.kubernetes.io/storage-provisioner"
 #define ANN_CLASS_BETA "volume.beta.kubernetes.io/storage-class"
+#define ANN_SELECTED_NODE "volume.kubernetes.io/selected-node"
 #define EVENT_REPEAT_S 600 /* the same event for the same claim at most every 10 min */
 #define EVENT_CACHE 256
 #define QUEUE_MAX 4096
@@ -496,6 +497,12 @@ static void claim_changed(struct prov *p, json_object *pvc)
 		return;
 	if (claim_is_ours(p, pvc, &sc) <= 0)
 		return;
+	/* WaitForFirstConsumer: the scheduler picks the node first (the annotation says so) */
+	if (jstr(sc, "volumeBindingMode") && streq(jstr(sc, "volumeBindingMode"), "WaitForFirstConsumer") &&
+	    !jstr(jget(meta, "annotations"), ANN_SELECTED_NODE)) {
+		json_object_put(sc);
+		return;
+	}
 	snprintf(pv_name, sizeof(pv_name), "pvc-%s", uid);
 	r = pv_exists(p, pv_name);
 	if (r == 0)

@@ -268,6 +268,22 @@ def foreign_claims_ignored(e):
 
 
 @case
+def wait_for_first_consumer(e):
+    """volumeBindingMode WaitForFirstConsumer: nothing until the scheduler's selected-node"""
+    o = e.sc()
+    o["volumeBindingMode"] = "WaitForFirstConsumer"
+    e.st.put("storageclasses", o)
+    e.start()
+    c = e.pvc("late")
+    time.sleep(1.5)
+    check(e.pv_of(c) is None and e.tree() == [], "nothing before a node is selected")
+    c = e.st.get("persistentvolumeclaims", "late", "default")
+    c["metadata"]["annotations"]["volume.kubernetes.io/selected-node"] = "node-1"
+    e.st.put("persistentvolumeclaims", c)
+    wait_for(lambda: e.bound(c), "bound after selected-node")
+
+
+@case
 def watch_expired_410(e):
     """a watch answered with ERROR 410 Expired (compaction between list and watch, and in the
     middle of a stream) and an expired continue token: re-list, nothing missed"""
