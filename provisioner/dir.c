@@ -202,12 +202,38 @@ int fvp_dir_delete(int rootfd, const char *rel)
 	return 0;
 }
 
+/*
+ * rename without replacing.  renameat2(RENAME_NOREPLACE) where the filesystem
+ * has it; NFS does not (EINVAL), so there the new name is reserved first with
+ * mkdirat(), which fails with EEXIST if it is taken (by anyone, atomically on
+ * the server), and the directory is then renamed over the empty reservation.
+ */
+static int rename_noreplace(int dfd, const char *from, const char *to, bool is_dir)
+{
+	if (renameat2(dfd, from, dfd, to, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL && errno != ENOSYS)
+		return NEG_ERRNO();
+	if (!is_dir)
+		return -EINVAL;
+	if (mkdirat(dfd, to, 0700) < 0)
+		return NEG_ERRNO();
+	if (renameat(dfd, from, dfd, to) < 0) {
+		int r = NEG_ERRNO();
+
+		(void)unlinkat(dfd, to, AT_REMOVEDIR);
+		return r;
+	}
+	return 0;
+}
+
 int fvp_dir_archive(int rootfd, const char *rel, char *ret, size_t len)
 {
 	_cleanup_close_ int pfd = -1;
 	char last[256], to[300];
 	struct stat st;
 	size_t plen;
+	int r;
 
 	pfd = open_parent(rootfd, rel, false, last, sizeof(last));
 	if (pfd == -ENOENT)
@@ -217,21 +243,21 @@ int fvp_dir_archive(int rootfd, const char *rel, char *ret, size_t len)
 	if (fstatat(pfd, last, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : NEG_ERRNO();
 	snprintf(to, sizeof(to), "archived-%s", last);
-	if (renameat2(pfd, last, pfd, to, RENAME_NOREPLACE) < 0) {
+	r = rename_noreplace(pfd, last, to, S_ISDIR(st.st_mode));
+	if (r == -EEXIST) {
 		char stamp[32];
 		time_t now = time(NULL);
 		struct tm tm;
 
-		if (errno == ENOENT)
-			return 0; /* a concurrent archive (another replica) */
-		if (errno != EEXIST)
-			return NEG_ERRNO();
 		gmtime_r(&now, &tm);
 		strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
 		snprintf(to, sizeof(to), "archived-%s-%s", last, stamp);
-		if (renameat2(pfd, last, pfd, to, RENAME_NOREPLACE) < 0)
-			return errno == ENOENT ? 0 : NEG_ERRNO();
+		r = rename_noreplace(pfd, last, to, S_ISDIR(st.st_mode));
 	}
+	if (r == -ENOENT)
+		return 0; /* a concurrent archive (another replica) */
+	if (r < 0)
+		return r;
 	plen = (size_t)(strrchr(rel, '/') ? strrchr(rel, '/') - rel + 1 : 0);
 	if (ret)
 		snprintf(ret, len, "%.*s%s", (int)plen, rel, to);

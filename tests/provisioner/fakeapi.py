@@ -171,6 +171,9 @@ class Store:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fake-kube-apiserver"
+    # headers and body are two writes: without TCP_NODELAY every response
+    # waits for the client's delayed ACK (40 ms)
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt, *args):
         pass
