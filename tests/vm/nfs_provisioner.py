@@ -104,6 +104,35 @@ try:
     if open(os.path.join(arch, "written-by-pod")).read() != "hello" or os.path.exists(os.path.join(export, sub)):
         fail("not archived: %s" % os.listdir(os.path.join(export, "e2e")))
     print("claim deleted: archived as %s, PV deleted" % os.path.relpath(arch, export))
+
+    # onDelete=delete on NFS: a tree with files of other owners, a symlink out of it
+    st.put("storageclasses", {
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "nfs-del"},
+        "provisioner": "flexvol/nfs", "parameters": {"server": server, "share": export,
+                                                     "onDelete": "delete"}})
+    uid2 = str(uuid.uuid4())
+    st.put("persistentvolumeclaims", {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "tmp", "namespace": "e2e", "uid": uid2, "annotations": {}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "nfs-del",
+                 "resources": {"requests": {"storage": "1Gi"}}},
+        "status": {"phase": "Pending"}})
+    pv2 = "pvc-" + uid2
+    wait_for(lambda: st.get("persistentvolumes", pv2), "second PV")
+    d2 = os.path.join(root, st.get("persistentvolumes", pv2)["spec"]["flexVolume"]["options"]["subPath"])
+    os.makedirs(d2 + "/a/b")
+    for i, owner in enumerate((0, 1001, 65534)):
+        with open("%s/a/b/f%d" % (d2, i), "w") as f:
+            f.write("x" * 1000)
+        os.chown("%s/a/b/f%d" % (d2, i), owner, owner)
+    os.chmod(d2 + "/a/b", 0o700)
+    os.chown(d2 + "/a/b", 1001, 1001)
+    os.symlink(export, d2 + "/a/out")
+    st.remove("persistentvolumeclaims", "e2e", "tmp")
+    wait_for(lambda: st.get("persistentvolumes", pv2) is None, "second PV deleted")
+    if os.path.exists(os.path.join(export, os.path.relpath(d2, root))) or not os.path.isdir(arch):
+        fail("onDelete=delete on NFS: %s" % os.listdir(export))
+    print("onDelete=delete on NFS: tree of three owners removed, nothing else touched")
 finally:
     if prov:
         prov.terminate()
