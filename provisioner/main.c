@@ -39,6 +39,12 @@
 #define ANN_SP_BETA "volume.beta.kubernetes.io/storage-provisioner"
 #define ANN_CLASS_BETA "volume.beta.kubernetes.io/storage-class"
 #define ANN_SELECTED_NODE "volume.kubernetes.io/selected-node"
+/*
+ * On a claim from just before its directory is made until its PV exists: a
+ * claim deleted meanwhile (even while this process is down) stays visible,
+ * with a deletionTimestamp, until its directory is cleaned up.
+ */
+#define FINALIZER "flexvol/provisioning"
 #define EVENT_REPEAT_S 600 /* the same event for the same claim at most every 10 min */
 #define EVENT_CACHE 256
 #define QUEUE_MAX 4096
@@ -315,6 +321,85 @@ static const char *claim_class(json_object *pvc)
 	return c && *c ? c : jstr(jget(jget(pvc, "metadata"), "annotations"), ANN_CLASS_BETA);
 }
 
+/* --- the claim's finalizer ------------------------------------------------------------------- */
+
+static bool has_finalizer(json_object *pvc)
+{
+	json_object *f = jget(jget(pvc, "metadata"), "finalizers");
+
+	for (size_t i = 0; f && json_object_is_type(f, json_type_array) &&
+			   i < json_object_array_length(f);
+	     i++) {
+		json_object *v = json_object_array_get_idx(f, i);
+
+		if (json_object_is_type(v, json_type_string) &&
+		    streq(json_object_get_string(v), FINALIZER))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Add (@on) or remove our finalizer with an update of the whole claim: the
+ * resourceVersion in it makes a concurrent change a 409, after which the
+ * newer claim arrives by the watch and this is tried again.  Returns 0 with
+ * the updated claim in *ret (may be NULL), 1 when the claim is gone, <0.
+ */
+static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object **ret)
+{
+	json_object *copy = NULL, *meta, *f, *nf, *reply = NULL;
+	const char *ns = jstr2(pvc, "metadata", "namespace"), *name = jstr2(pvc, "metadata", "name");
+	char path[600], err[512];
+	int st;
+
+	if (ret)
+		*ret = NULL;
+	if (!safe_name(ns) || !safe_name(name))
+		return -EINVAL;
+	if (json_object_deep_copy(pvc, &copy, NULL) < 0 || !copy)
+		return -ENOMEM;
+	meta = jget(copy, "metadata");
+	f = jget(meta, "finalizers");
+	nf = json_object_new_array();
+	if (!nf) {
+		json_object_put(copy);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; f && json_object_is_type(f, json_type_array) &&
+			   i < json_object_array_length(f);
+	     i++) {
+		json_object *v = json_object_array_get_idx(f, i);
+
+		if (!json_object_is_type(v, json_type_string) ||
+		    !streq(json_object_get_string(v), FINALIZER))
+			json_object_array_add(nf, json_object_get(v));
+	}
+	if (on)
+		json_object_array_add(nf, json_object_new_string(FINALIZER));
+	json_object_object_add(meta, "finalizers", nf);
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
+	st = kube_request(p->k, "PUT", path, copy, &reply, err, sizeof(err));
+	json_object_put(copy);
+	if (st == 200) {
+		if (ret)
+			*ret = reply;
+		else
+			json_object_put(reply);
+		return 0;
+	}
+	if (st == 404) {
+		json_object_put(reply);
+		return 1;
+	}
+	if (st < 0)
+		log_info("claim %s/%s: %s finalizer: %s", ns, name, on ? "adding the" : "removing the", err);
+	else if (st != 409)
+		log_info("claim %s/%s: %s finalizer: HTTP %d %s", ns, name,
+			 on ? "adding the" : "removing the", st, kube_status_message(reply));
+	json_object_put(reply);
+	return st == 409 ? -EAGAIN : -EIO;
+}
+
 /* --- provisioning ------------------------------------------------------------------------- */
 
 static json_object *build_pv(const char *pv_name, json_object *pvc, const struct fvp_class *c,
@@ -370,7 +455,7 @@ static json_object *build_pv(const char *pv_name, json_object *pvc, const struct
 static void provision(struct prov *p, json_object *pvc, json_object *sc, const char *pv_name)
 {
 	json_object *spec = jget(pvc, "spec"), *meta = jget(pvc, "metadata"), *options = NULL,
-		    *pv = NULL, *reply = NULL, *modes;
+		    *pv = NULL, *reply = NULL, *modes, *updated = NULL;
 	const char *ns = jstr(meta, "namespace"), *name = jstr(meta, "name"), *size, *vm;
 	char err[FVP_ERR_MAX], sub[FVP_PATH_MAX + 1];
 	struct fvp_class c;
@@ -415,6 +500,14 @@ static void provision(struct prov *p, json_object *pvc, json_object *sc, const c
 		event(p, pvc, true, "ProvisioningFailed", "StorageClass '%s': %s", c.name, err);
 		return;
 	}
+	if (!has_finalizer(pvc)) {
+		r = set_finalizer(p, pvc, true, &updated);
+		if (r != 0) {
+			json_object_put(options);
+			return; /* 409: the newer claim comes by the watch; 404: gone */
+		}
+		pvc = updated;
+	}
 	r = fvp_dir_make(p->rootfd, sub, c.mode, c.has_uid ? c.uid : (uid_t)-1,
 			 c.has_gid ? c.gid : (gid_t)-1, &created);
 	if (r < 0) {
@@ -433,6 +526,7 @@ static void provision(struct prov *p, json_object *pvc, json_object *sc, const c
 	pv = build_pv(pv_name, pvc, &c, options);
 	if (!pv) {
 		log_info("claim %s/%s: out of memory", ns, name);
+		json_object_put(updated);
 		return;
 	}
 	st = kube_request(p->k, "POST", "/api/v1/persistentvolumes", pv, &reply, err, sizeof(err));
@@ -450,8 +544,12 @@ static void provision(struct prov *p, json_object *pvc, json_object *sc, const c
 		event(p, pvc, true, "ProvisioningFailed", "creating PV %s failed: HTTP %d %s",
 		      pv_name, st, kube_status_message(reply));
 	}
+	/* the PV carries the claim's lifecycle from here (the binder also clears it, below) */
+	if (st == 201 || st == 200 || st == 409)
+		(void)set_finalizer(p, pvc, false, NULL);
 	json_object_put(reply);
 	json_object_put(pv);
+	json_object_put(updated);
 }
 
 /* 1 when PV @name exists, 0 when not, <0 on an API error. */
@@ -484,6 +582,21 @@ static int claim_is_ours(struct prov *p, json_object *pvc, json_object **ret_sc)
 	return get_class(p, cls, ret_sc);
 }
 
+static void remove_unused_dir(struct prov *p, json_object *pvc);
+
+/*
+ * A claim being deleted that still has our finalizer: it was deleted between
+ * its mkdir and its PV (a crash, or a PV create that kept failing).  Its
+ * directory goes if it is empty, then the finalizer, so the API can finish.
+ */
+static void claim_finish_deleted(struct prov *p, json_object *pvc)
+{
+	remove_unused_dir(p, pvc);
+	if (set_finalizer(p, pvc, false, NULL) == 0)
+		log_info("claim %s/%s deleted before its PV: finalizer removed",
+			 jstr2(pvc, "metadata", "namespace"), jstr2(pvc, "metadata", "name"));
+}
+
 static void claim_changed(struct prov *p, json_object *pvc)
 {
 	json_object *meta = jget(pvc, "metadata"), *sc = NULL;
@@ -492,11 +605,26 @@ static void claim_changed(struct prov *p, json_object *pvc)
 	char pv_name[128];
 	int r;
 
-	if (jget(meta, "deletionTimestamp") || (phase && !streq(phase, "Pending")) ||
-	    (vol && *vol) || !uid || strlen(uid) > 64 || !safe_name(uid))
+	if (!uid || strlen(uid) > 64 || !safe_name(uid))
 		return;
-	if (claim_is_ours(p, pvc, &sc) <= 0)
+	if (jget(meta, "deletionTimestamp")) {
+		if (has_finalizer(pvc))
+			claim_finish_deleted(p, pvc);
 		return;
+	}
+	if ((phase && !streq(phase, "Pending")) || (vol && *vol)) {
+		if (has_finalizer(pvc) && set_finalizer(p, pvc, false, NULL) == 0)
+			log_info("claim %s/%s is bound: finalizer removed", jstr(meta, "namespace"),
+				 jstr(meta, "name"));
+		return;
+	}
+	r = claim_is_ours(p, pvc, &sc);
+	if (r <= 0) {
+		/* no longer ours (its class is gone or changed): do not hold it */
+		if (r == 0 && has_finalizer(pvc))
+			(void)set_finalizer(p, pvc, false, NULL);
+		return;
+	}
 	/* WaitForFirstConsumer: the scheduler picks the node first (the annotation says so) */
 	if (jstr(sc, "volumeBindingMode") && streq(jstr(sc, "volumeBindingMode"), "WaitForFirstConsumer") &&
 	    !jstr(jget(meta, "annotations"), ANN_SELECTED_NODE)) {
@@ -507,6 +635,8 @@ static void claim_changed(struct prov *p, json_object *pvc)
 	r = pv_exists(p, pv_name);
 	if (r == 0)
 		provision(p, pvc, sc, pv_name);
+	else if (r == 1 && has_finalizer(pvc))
+		(void)set_finalizer(p, pvc, false, NULL);
 	json_object_put(sc);
 }
 
@@ -515,7 +645,7 @@ static void claim_changed(struct prov *p, json_object *pvc)
  * failed, or between mkdir and the PV create), its directory is removed when
  * empty: nothing is left behind, and nothing with data is touched.
  */
-static void claim_deleted(struct prov *p, json_object *pvc)
+static void remove_unused_dir(struct prov *p, json_object *pvc)
 {
 	json_object *meta = jget(pvc, "metadata"), *sc = NULL;
 	const char *uid = jstr(meta, "uid");
@@ -539,6 +669,11 @@ static void claim_deleted(struct prov *p, json_object *pvc)
 				 jstr(meta, "namespace"), jstr(meta, "name"), sub, strerror(-r));
 	}
 	json_object_put(sc);
+}
+
+static void claim_deleted(struct prov *p, json_object *pvc)
+{
+	remove_unused_dir(p, pvc);
 }
 
 /* --- reclaiming ----------------------------------------------------------------------------- */

@@ -71,6 +71,7 @@ class Store:
         self.race_next_pv_create = False    # the next PV POST finds the PV made meanwhile: 409
         self.stall_pv_create = False        # PV POSTs hang until released
         self.expire_next_continue = False   # the next continue token is too old (410)
+        self.conflict_next_put = False      # the next update is a 409 Conflict
         self.stalled = threading.Event()    # set when a PV POST is hanging
         self.release = threading.Event()
         self.token = None
@@ -113,6 +114,20 @@ class Store:
                         pv["status"] = {"phase": "Released"}
                         self.put("persistentvolumes", pv)
             return obj
+
+    def api_delete(self, res, ns, name):
+        """DELETE as the API does it: with finalizers, only a deletionTimestamp (MODIFIED)."""
+        with self.lock:
+            o = self.objs[res].get((ns, name))
+            if o is None:
+                return None
+            if o["metadata"].get("finalizers"):
+                if not o["metadata"].get("deletionTimestamp"):
+                    o["metadata"]["deletionTimestamp"] = now()
+                    o["metadata"]["resourceVersion"] = self._next_rv()
+                    self._record(res, "MODIFIED", o)
+                return o
+            return self.remove(res, ns, name)
 
     def _controller(self, res, obj):
         """Bind a new PV to the pending claim its claimRef names (uid must match)."""
@@ -365,6 +380,43 @@ class Handler(BaseHTTPRequestHandler):
             o = st.put(res, body)
             out = json.loads(json.dumps(o))
         self.send_json(201, out)
+
+    def do_PUT(self):
+        """Update (claims): optimistic concurrency on metadata.resourceVersion; status and
+        deletionTimestamp are the server's; no finalizers left on a deleted object removes it."""
+        if not self.authorized():
+            return
+        r = self.route()
+        body = self.read_body()
+        if not r or not r[2] or not isinstance(body, dict):
+            return self.send_json(400, status(400, "BadRequest", "bad request"))
+        res, ns, name, _ = r
+        st = self.store
+        with st.lock:
+            o = st.objs[res].get((ns, name))
+            if o is None:
+                return self.send_json(404, status(404, "NotFound", '%s "%s" not found' % (res, name)))
+            m = body.get("metadata") or {}
+            if m.get("resourceVersion") != o["metadata"]["resourceVersion"] or st.conflict_next_put:
+                st.conflict_next_put = False
+                return self.send_json(409, status(
+                    409, "Conflict", 'Operation cannot be fulfilled on %s "%s": the object has been '
+                    "modified; please apply your changes to the latest version and try again"
+                    % (res, name)))
+            for k in ("uid", "creationTimestamp", "deletionTimestamp", "namespace", "name"):
+                if k in o["metadata"]:
+                    m[k] = o["metadata"][k]
+                else:
+                    m.pop(k, None)
+            body["metadata"] = m
+            body["status"] = o.get("status", {})
+            if m.get("deletionTimestamp") and not m.get("finalizers"):
+                st.objs[res][(ns, name)] = body
+                st.remove(res, ns, name)
+                out = json.loads(json.dumps(body))
+            else:
+                out = json.loads(json.dumps(st.put(res, body)))
+        self.send_json(200, out)
 
     def do_DELETE(self):
         if not self.authorized():

@@ -189,6 +189,9 @@ def provision_basic(e):
     check(s["flexVolume"] == {"driver": PROV, "options": {
         "server": "nfs.example.com", "share": "/export/k8s", "subPath": d, "nfsVersion": "4.1",
         "mountOptions": "hard,timeo=600"}}, "flexVolume %s" % s["flexVolume"])
+    wait_for(lambda: "flexvol/provisioning" not in (e.st.get("persistentvolumeclaims", "data", "team-a")
+                                                    ["metadata"].get("finalizers") or []),
+             "the provisioning finalizer removed once the PV exists")
     ev = wait_for(lambda: e.events(c, "ProvisioningSucceeded"), "ProvisioningSucceeded event")
     check(len(ev) == 1 and ev[0]["type"] == "Normal" and ev[0]["involvedObject"]["kind"] ==
           "PersistentVolumeClaim" and ev[0]["metadata"]["namespace"] == "team-a", "event %s" % ev)
@@ -388,6 +391,47 @@ def restart_between_mkdir_and_pv_create(e):
     check(stat.S_IMODE(os.stat(os.path.join(e.root, dirname_of(c))).st_mode) == 0o750, "mode")
 
 
+@case
+def claim_deleted_while_down(e):
+    """kill -9 between mkdir and PV create, the claim deleted while the provisioner is down:
+    the claim waits (finalizer) until the restarted provisioner removes the empty directory"""
+    e.sc()
+    e.st.stall_pv_create = True
+    p = e.start()
+    c = e.pvc("short-lived")
+    wait_for(lambda: e.st.stalled.is_set(), "PV create in flight")
+    e.kill(p)
+    check(e.tree() == [dirname_of(c)], "directory made")
+    check("flexvol/provisioning" in e.st.get("persistentvolumeclaims", "short-lived", "default")
+          ["metadata"]["finalizers"], "finalizer on the claim before mkdir")
+    e.st.api_delete("persistentvolumeclaims", "default", "short-lived")
+    check(e.st.get("persistentvolumeclaims", "short-lived", "default") is not None, "claim held")
+    e.st.stall_pv_create = False
+    e.st.release.set()
+    e.start()
+    wait_for(lambda: e.st.get("persistentvolumeclaims", "short-lived", "default") is None,
+             "claim gone after the restart")
+    check(e.tree() == [], "no orphan directory: %s" % e.tree())
+    check(not e.st.items("persistentvolumes"), "no PV")
+
+
+@case
+def finalizer_conflict(e):
+    """a 409 Conflict on the claim update (someone changed it): retried with the newer claim"""
+    e.sc()
+    e.st.conflict_next_put = True
+    e.start()
+    c = e.pvc("busy")
+    wait_for(lambda: e.st.count("PUT", "/api/v1/namespaces/default/persistentvolumeclaims/busy", 409),
+             "a 409 on the update")
+    # someone else's change: a MODIFIED event with the newer claim
+    cur = e.st.get("persistentvolumeclaims", "busy", "default")
+    cur["metadata"]["labels"]["touched"] = "yes"
+    e.st.put("persistentvolumeclaims", cur)
+    wait_for(lambda: e.bound(c), "bound after the conflict")
+    check(len(e.tree()) == 1 and len(e.st.items("persistentvolumes")) == 1, "one dir, one PV")
+
+
 def delete_case(e, on_delete, reclaim=None):
     params = {"server": "s", "share": "/x"}
     if on_delete:
@@ -402,7 +446,10 @@ def delete_case(e, on_delete, reclaim=None):
     os.mkdir(os.path.join(e.root, d, "sub"))
     os.symlink("/etc", os.path.join(e.root, d, "sub", "etc-link"))
     pv_uid = e.pv_of(c)["metadata"]["uid"]
-    e.st.remove("persistentvolumeclaims", "default", "gone")
+    wait_for(lambda: not e.st.get("persistentvolumeclaims", "gone", "default")["metadata"].get("finalizers"),
+             "no finalizer left on a bound claim")
+    e.st.api_delete("persistentvolumeclaims", "default", "gone")
+    check(e.st.get("persistentvolumeclaims", "gone", "default") is None, "claim deleted at once")
     return c, d, pv_uid
 
 
@@ -451,7 +498,7 @@ def delete_on_restart(e):
     c = e.pvc("later")
     wait_for(lambda: e.bound(c), "claim bound")
     e.kill(p)
-    e.st.remove("persistentvolumeclaims", "default", "later")
+    e.st.api_delete("persistentvolumeclaims", "default", "later")
     e.start()
     wait_for(lambda: e.pv_of(c) is None, "PV deleted after restart")
     check(e.tree() == [], "dir removed")

@@ -98,7 +98,7 @@ try:
     if r.get("status") != "Success":
         fail("unmount: %s" % r)
 
-    st.remove("persistentvolumeclaims", "e2e", "data")
+    st.api_delete("persistentvolumeclaims", "e2e", "data")
     wait_for(lambda: st.get("persistentvolumes", pvname) is None, "PV deleted")
     arch = os.path.join(export, "e2e", "archived-data-" + pvname)
     if open(os.path.join(arch, "written-by-pod")).read() != "hello" or os.path.exists(os.path.join(export, sub)):
@@ -128,7 +128,7 @@ try:
     os.chmod(d2 + "/a/b", 0o700)
     os.chown(d2 + "/a/b", 1001, 1001)
     os.symlink(export, d2 + "/a/out")
-    st.remove("persistentvolumeclaims", "e2e", "tmp")
+    st.api_delete("persistentvolumeclaims", "e2e", "tmp")
     wait_for(lambda: st.get("persistentvolumes", pv2) is None, "second PV deleted")
     if os.path.exists(os.path.join(export, os.path.relpath(d2, root))) or not os.path.isdir(arch):
         fail("onDelete=delete on NFS: %s" % os.listdir(export))
