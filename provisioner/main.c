@@ -518,6 +518,7 @@ static void provision(struct prov *p, json_object *pvc, json_object *sc, const c
 			      "a symlink or a file is in the way (symlinks are never followed)" :
 		      r == -EXDEV ? "another mount is in the way" :
 				    strerror(-r));
+		json_object_put(updated);
 		return;
 	}
 	log_info("claim %s/%s: directory %s %s (mode %04o%s)", ns, name, sub,
