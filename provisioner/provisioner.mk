@@ -7,14 +7,17 @@
 #                               (tests/provisioner/run.py) run with the rest
 #   make check-provisioner      the integration test alone
 #
-# It links the op layer's objects and drivers/nfs.c for one reason: the PV's
+# It links the op layer's objects and the nfs driver for one reason: the PV's
 # nfs options go through the nfs driver's own checks (fv_nfs_check_options).
 
 PROV_PKGS  := libcurl
 PROV_SRCS  := $(sort $(wildcard provisioner/*.c))
 PROV_OBJS  := $(patsubst %.c,$(O)/obj/%.o,$(PROV_SRCS))
+# the nfs driver's sources, wherever the tree keeps them (drivers/nfs.c or drivers/nfs/*.c)
+PROV_NFS_SRCS := $(or $(wildcard drivers/nfs/*.c),$(wildcard drivers/nfs.c))
+PROV_NFS_OBJS := $(patsubst %.c,$(O)/obj/%.o,$(PROV_NFS_SRCS))
 # params.o and what it needs: shared with the unit test
-PROV_LIB_OBJS := $(O)/obj/provisioner/params.o $(O)/obj/provisioner/dir.o $(O)/obj/drivers/nfs.o \
+PROV_LIB_OBJS := $(O)/obj/provisioner/params.o $(O)/obj/provisioner/dir.o $(PROV_NFS_OBJS) \
 	$(CORE_OBJS)
 PROV_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PROV_PKGS) 2>/dev/null)
 PROV_LIBS  ?= $(shell $(PKG_CONFIG) --libs $(PROV_PKGS) 2>/dev/null)
@@ -25,9 +28,9 @@ all: $(O)/flexvol-provisioner
 
 $(PROV_OBJS): FV_CFLAGS += $(PROV_CFLAGS)
 
-$(O)/flexvol-provisioner: $(PROV_OBJS) $(O)/obj/drivers/nfs.o $(CORE_OBJS)
+$(O)/flexvol-provisioner: $(PROV_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS)
 	@[ -n "$(Q)" ] && echo "  LD      $@" || true
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(PROV_OBJS) $(O)/obj/drivers/nfs.o $(CORE_OBJS) \
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(PROV_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS) \
 		$(PROV_LIBS) $(FV_LIBS)
 
 $(O)/tests/test-provisioner: tests/unit/test-provisioner.c $(PROV_LIB_OBJS) tests/unit/unit.h
