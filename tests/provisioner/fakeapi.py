@@ -72,6 +72,8 @@ class Store:
         self.stall_pv_create = False        # PV POSTs hang until released
         self.expire_next_continue = False   # the next continue token is too old (410)
         self.conflict_next_put = False      # the next update is a 409 Conflict
+        self.split_events = False           # watch events cut into 7-byte chunks
+        self.coalesce_events = False        # pending watch events sent as one chunk
         self.stalled = threading.Event()    # set when a PV POST is hanging
         self.release = threading.Event()
         self.token = None
@@ -287,8 +289,26 @@ class Handler(BaseHTTPRequestHandler):
 
     def chunk(self, obj):
         data = (json.dumps(obj) + "\n").encode()
+        if self.store.split_events:
+            # one event over many HTTP chunks and TCP writes, cut anywhere (inside strings too)
+            for i in range(0, len(data), 7):
+                piece = data[i:i + 7]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.flush()
+                time.sleep(0.001)
+            return
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
+
+    def chunks(self, events):
+        if self.store.coalesce_events and len(events) > 1:
+            # several events in one chunk (and one write), as a busy server flushes them
+            data = b"".join((json.dumps(e) + "\n").encode() for e in events)
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+            return
+        for e in events:
+            self.chunk(e)
 
     def watch(self, res, ns, q):
         st = self.store
@@ -331,8 +351,7 @@ class Handler(BaseHTTPRequestHandler):
                         st.lock.wait(0.2)
                     if ev and ev[0]["type"] != "ERROR":
                         sent = max(int(e["object"]["metadata"]["resourceVersion"]) for e in ev)
-                for e in ev:
-                    self.chunk(e)
+                self.chunks(ev)
                 if (ev and ev[0]["type"] == "ERROR") or time.time() >= deadline:
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()

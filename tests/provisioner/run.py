@@ -327,6 +327,24 @@ def paged_list_and_expired_continue(e):
 
 
 @case
+def watch_stream_framing(e):
+    """watch events cut into 7-byte chunks, and many events in one chunk: all parsed"""
+    e.sc()
+    e.start()
+    wait_for(lambda: e.st.count("WATCH", "/api/v1/persistentvolumeclaims") >= 1, "watching")
+    e.st.split_events = True
+    a = e.pvc("split", labels={"k": "v" * 200}, annotations={"note": "a \\\" quoted, {braced} \\u00e9"})
+    wait_for(lambda: e.bound(a), "claim seen through split chunks")
+    e.st.split_events = False
+    e.st.coalesce_events = True
+    with e.st.lock:  # make all ten at once, so the watch sends them together
+        many = [e.pvc("many%d" % i) for i in range(10)]
+    for c in many:
+        wait_for(lambda c=c: e.bound(c), "claim seen in a coalesced chunk")
+    check(e.st.count("WATCH", "/api/v1/persistentvolumeclaims") == 1, "one watch, never re-listed")
+
+
+@case
 def dropped_connection(e):
     """the watch connections drop without a last chunk: re-list, then claims made meanwhile work"""
     e.sc()
