@@ -26,7 +26,8 @@ PROV_LIBS  ?= $(shell $(PKG_CONFIG) --libs $(PROV_PKGS) 2>/dev/null)
 
 all: $(O)/flexvol-provisioner
 
-$(PROV_OBJS): FV_CFLAGS += $(PROV_CFLAGS)
+# only kube.c includes curl (its -I may name the host's multiarch include dir)
+$(O)/obj/provisioner/kube.o: FV_CFLAGS += $(PROV_CFLAGS)
 
 $(O)/flexvol-provisioner: $(PROV_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS)
 	@[ -n "$(Q)" ] && echo "  LD      $@" || true

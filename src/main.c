@@ -28,6 +28,8 @@ struct call {
 	bool has_attached;     /* reply "attached" */
 	bool attached;
 	const char *volume;    /* for the log line */
+	char dir[PATH_MAX];    /* args[0] normalised, for OP_DIR ops */
+	bool remote;	       /* OP_NODE: the call is for another node */
 };
 
 /* What the dispatcher does around an op, besides counting its arguments. */
@@ -35,6 +37,9 @@ enum {
 	OP_DIR = 1 << 0,       /* args[0] is a mount directory: must be a plain absolute path */
 	OP_LOCK_DIR = 1 << 1,  /* lock args[0] itself, not the volume (pod mounts run in parallel) */
 	OP_LOCK_SOFT = 1 << 2, /* go on unlocked when the run dir cannot be written */
+	OP_DIR_MADE = 1 << 3,  /* kubelet created args[0] before the call: missing is a Failure */
+	OP_NODE = 1 << 4,      /* args[1] names a node: another node's call touches nothing here */
+	OP_LOOK = 1 << 5,      /* never changes the node */
 };
 
 struct op {
@@ -112,23 +117,23 @@ static int run_expandfs(struct call *c)
 static const struct op ops[] = {
 	{ "init", 0, -1, -1, 0, 0, NULL },
 	{ "getvolumename", 1, -1, -1, 0, 0, NULL },
-	{ "attach", 2, 0, -1, 0, SLOT(attach), run_attach },
-	{ "isattached", 2, 0, -1, 0, SLOT(isattached), run_isattached },
+	{ "attach", 2, 0, -1, OP_NODE | OP_LOOK, SLOT(attach), run_attach },
+	{ "isattached", 2, 0, -1, OP_NODE | OP_LOOK, SLOT(isattached), run_isattached },
 	/*
 	 * detach also runs in the controller-manager's container, often with a
 	 * read-only root or as non-root: there is no node state to guard there,
 	 * and no other driver process could share a lock on that filesystem.
 	 */
-	{ "detach", 2, -1, 0, OP_LOCK_SOFT, SLOT(detach), run_detach },
+	{ "detach", 2, -1, 0, OP_LOCK_SOFT | OP_NODE, SLOT(detach), run_detach },
 	{ "waitforattach", 2, 1, -2, 0, SLOT(waitforattach), run_waitforattach },
-	{ "mountdevice", 3, 2, 0, OP_DIR, SLOT(mountdevice), run_mountdevice },
+	{ "mountdevice", 3, 2, 0, OP_DIR | OP_DIR_MADE, SLOT(mountdevice), run_mountdevice },
 	{ "unmountdevice", 1, -1, 0, OP_DIR, SLOT(unmountdevice), run_unmountdevice },
 	/*
 	 * Pod mounts lock their own directory: kubelet runs mount and unmount
 	 * of one volume for different pods in parallel (contract §1.1), and
 	 * one slow pod must not hold up the others.
 	 */
-	{ "mount", 2, 1, 0, OP_DIR | OP_LOCK_DIR, SLOT(mount), run_mount },
+	{ "mount", 2, 1, 0, OP_DIR | OP_DIR_MADE | OP_LOCK_DIR, SLOT(mount), run_mount },
 	{ "unmount", 1, -1, 0, OP_DIR | OP_LOCK_DIR, SLOT(unmount), run_unmount },
 	{ "expandvolume", 4, -1, -1, 0, 0, NULL },
 	{ "expandfs", 5, 0, 2, 0, SLOT(expandfs), run_expandfs },
@@ -215,14 +220,41 @@ static const char *volume_of(const struct op *op, struct call *c)
 	return c->opts.volume;
 }
 
-/* Directory arguments come from kubelet; still refuse anything that is not a plain absolute path. */
-static int check_dir_arg(struct fv_ctx *cx, const char *what, const char *p)
+/*
+ * Directory arguments come from kubelet and are taken literally: a plain
+ * absolute path ("//" and "/./" normalised into @norm, ".." refused) whose
+ * parents hold no symlink or magic link (fv_dir_open()).  The last component
+ * is left to the driver (fv_dir_arg()): it may be a dead NFS mount that no
+ * lookup may enter.  @must_exist: kubelet created the directory first
+ * (mount, mountdevice), so a missing parent is a Failure, and nothing creates
+ * it; for the undo ops it means nothing to undo.
+ */
+static int check_dir_arg(struct fv_ctx *cx, const char *p, bool must_exist, char *norm, size_t len)
 {
-	char tmp[PATH_MAX];
+	int fd = fv_dir_open(p, FV_DIR_PARENT, norm, len);
 
-	if (p[0] != '/' || fv_path_confine("/", p, tmp, sizeof(tmp)) < 0)
-		return fv_fail(cx, -EINVAL, "%s is not an absolute path: '%s'", what, p);
-	return 0;
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	switch (fd) {
+	case -EINVAL:
+	case -ENAMETOOLONG:
+		return fv_fail(cx, -EINVAL, "mount directory is not a plain absolute path: '%s'", p);
+	case -ELOOP:
+		return fv_fail(cx, fd,
+			       "'%s' has a symlink or magic link in its path: refused (directory "
+			       "arguments are taken literally)",
+			       p);
+	case -ENOENT:
+		if (!must_exist)
+			return 0;
+		return fv_fail(cx, fd, "directory '%s' does not exist (kubelet creates it first)", p);
+	case -ENOTDIR:
+		return fv_fail(cx, fd, "'%s' is not a directory", p);
+	default:
+		return fv_fail(cx, fd, "cannot open the parent of '%s': %s", p, strerror(-fd));
+	}
 }
 
 static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
@@ -236,13 +268,15 @@ static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 			return r;
 	}
 	if (op->flags & OP_DIR) {
-		r = check_dir_arg(cx, "mount directory", c->args[0]);
+		r = check_dir_arg(cx, c->args[0], op->flags & OP_DIR_MADE, c->dir, sizeof(c->dir));
 		if (r < 0)
 			return r;
+		c->args[0] = c->dir; /* the normalised form from here on */
 	}
 	c->volume = volume_of(op, c);
 	v = c->volume;
-	if (op->lock_arg != -1 && v) {
+	/* the lock guards this node's state; a call for another node has none to guard */
+	if (op->lock_arg != -1 && v && !((op->flags & OP_NODE) && c->remote)) {
 		char name[PATH_MAX + 64];
 
 		snprintf(name, sizeof(name), "%s-%s-%s", cx->drv->name,
@@ -272,7 +306,8 @@ int main(int argc, char **argv)
 	char err[512];
 	enum fv_status st;
 	uint64_t t0 = fv_now_ms();
-	int out, r = 0;
+	int out, r = 0, fixed = -1;
+	bool quiet;
 	char base[256];
 	struct sigaction sa = { .sa_handler = on_term };
 
@@ -304,19 +339,23 @@ int main(int argc, char **argv)
 			op = &ops[i];
 
 	/*
-	 * init needs nothing from the node: it must answer with no config, no
-	 * /dev, no /proc (the controller-manager's container).  Not supported
-	 * is sticky in kubelet, so it depends on nothing either.  Both are
-	 * still logged when the log can be opened.
+	 * init's answer and Not supported are compiled in: they need nothing
+	 * from the node and must answer with no config, no /dev, no /proc (the
+	 * controller-manager's container).  So they read no config and open no
+	 * log (kubelet runs init at every plugin probe; README "Cost per
+	 * call"), unless FLEXVOL_DEBUG asks for every call to be logged.
 	 */
+	if (op && streq(op->name, "init"))
+		fixed = FV_SUCCESS;
+	else if (!op || !op->slot ||
+		 !*(void *const *)(const void *)((const char *)cx->drv + op->slot))
+		fixed = FV_NOT_SUPPORTED;
+	if (fixed >= 0 && !fv_log_debug_wanted())
+		return reply(out, (enum fv_status)fixed, cx, &c, fixed == FV_SUCCESS);
 	r = fv_config_load(&cx->cfg, cx->drv->name, err, sizeof(err));
 	fv_log_open(cx->drv->name, r < 0 ? NULL : cx->cfg.log_file);
-	if (op && streq(op->name, "init")) {
-		st = FV_SUCCESS;
-		goto out;
-	}
-	if (!op || !op->slot || !*(void *const *)(const void *)((const char *)cx->drv + op->slot)) {
-		st = FV_NOT_SUPPORTED;
+	if (fixed >= 0) {
+		st = (enum fv_status)fixed;
 		goto out;
 	}
 	if (r < 0) {
@@ -331,15 +370,29 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	c.args = argv + 2;
+	c.remote = (op->flags & OP_NODE) && !fv_ctx_node_is_local(cx, c.args[1]);
 	r = dispatch(cx, op, &c);
 	if (r < 0 && !cx->message[0])
 		fv_fail(cx, r, "%s failed: %s", op->name, errstr(r));
 	st = r < 0 ? FV_FAILURE : FV_SUCCESS;
 out:
-	fv_log_summary("op=%s volume=%s status=%s duration_ms=%llu%s%s%s", argv[1],
-		       c.volume ? c.volume : "-", fv_status_word(st),
-		       (unsigned long long)(fv_now_ms() - t0), st == FV_FAILURE ? " message=\"" : "",
-		       st == FV_FAILURE ? cx->message : "", st == FV_FAILURE ? "\"" : "");
+	/*
+	 * A call that changes nothing here and succeeded is not logged: the
+	 * controller-manager's attach, its isattached polls, a detach for
+	 * another node (README "Logging"; in its container there is no log
+	 * to write anyway).  Syslog (a socket, and glibc reads the time zone
+	 * file for it) gets the calls that may change this node and every
+	 * failure; FLEXVOL_DEBUG logs every call, to the file.
+	 */
+	quiet = st != FV_FAILURE && (fixed >= 0 || (op->flags & OP_LOOK) || c.remote);
+	if (!quiet || fv_log_debug_wanted())
+		(quiet ? fv_log : fv_log_summary)("op=%s volume=%s status=%s duration_ms=%llu%s%s%s",
+						  argv[1], c.volume ? c.volume : "-",
+						  fv_status_word(st),
+						  (unsigned long long)(fv_now_ms() - t0),
+						  st == FV_FAILURE ? " message=\"" : "",
+						  st == FV_FAILURE ? cx->message : "",
+						  st == FV_FAILURE ? "\"" : "");
 	r = reply(out, st, cx, &c, op && streq(op->name, "init"));
 	fv_opts_done(&c.opts);
 	free(c.device);
