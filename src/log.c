@@ -11,6 +11,7 @@
 
 #include "fv/log.h"
 #include "fv/util.h"
+#include "fv/version.h"
 
 static int log_fd = -1;
 static bool debug_on;
@@ -32,6 +33,11 @@ void fv_log_open(const char *driver, const char *path)
 	}
 }
 
+void fv_log_set_debug(bool on)
+{
+	debug_on = debug_on || on;
+}
+
 void fv_log_close(void)
 {
 	if (log_fd >= 0)
@@ -51,21 +57,24 @@ static void vlog_line(bool to_syslog, const char *fmt, va_list ap)
 	va_list aq;
 
 	if (to_syslog) {
+		char msg[4096];
+
 		/* No LOG_CONS, no LOG_PERROR: nothing may reach the console or stderr. */
 		if (!syslog_open)
 			openlog(ident, LOG_PID, LOG_DAEMON);
 		syslog_open = true;
 		va_copy(aq, ap);
-		vsyslog(LOG_INFO, fmt, aq);
+		vsnprintf(msg, sizeof(msg), fmt, aq);
 		va_end(aq);
+		syslog(LOG_INFO, "%s %s", fv_version, msg);
 	}
 	if (log_fd < 0)
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
-	n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d]: ",
+	n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s: ",
 		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-		     tm.tm_sec, ts.tv_nsec / 1000000, ident, (int)getpid());
+		     tm.tm_sec, ts.tv_nsec / 1000000, ident, (int)getpid(), fv_version);
 	m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
 	if (m < 0)
 		return;

@@ -8,7 +8,12 @@
  * driver processes never interleave inside a line.  Options are never
  * logged: they may carry secrets.
  *
- * Debug lines are enabled by FLEXVOL_DEBUG=1 (or "all").
+ * Every line carries the build's version (fv/version.h) after the pid:
+ *
+ *	2026-01-01T00:00:00.000Z flexvol-loop[123] 0.1.0+g0123456789ab: op=init ...
+ *
+ * Debug lines are enabled by FLEXVOL_DEBUG=1 (or "all"), or by "debug = true"
+ * in the node config (fv_log_set_debug()).
  */
 #ifndef FV_LOG_H
 #define FV_LOG_H
@@ -20,6 +25,8 @@
 /* Open the log for @driver at @path (may be NULL: syslog only).  Never fails. */
 void fv_log_open(const char *driver, const char *path);
 void fv_log_close(void);
+/* Turn debug lines on (the node config's "debug = true"); the environment can only add. */
+void fv_log_set_debug(bool on);
 
 /* A detail line: log file only. */
 void fv_log(const char *fmt, ...) _printf_(1, 2);
