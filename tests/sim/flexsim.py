@@ -162,7 +162,7 @@ def check_output(argv, rc, out, err, elapsed):
         if not isinstance(caps, dict) or any(not isinstance(caps.get(k), bool) for k in CAPS):
             raise ContractError("%s: capabilities must carry every key as a boolean: %r" % (argv[1:2], caps))
     for k in doc:
-        if k not in ("status", "message", "device", "attached", "capabilities", "volumeName"):
+        if k not in ("status", "message", "device", "attached", "capabilities", "volumeName", "version"):
             raise ContractError("%s: unexpected key %r" % (argv[1:2], k))
     return Reply(doc, argv, rc, elapsed, text)
 
