@@ -62,8 +62,8 @@ static: static-deps
 check-static: static
 	$(Q)tests/static/chroot-test --build $(STATIC_O) $(DRIVERS)
 
-check-deploy:
-	$(Q)tests/static/installer-test
+check-deploy: all
+	$(Q)FLEXVOL_BUILD=$(O) tests/static/installer-test
 	$(Q)tests/static/manifest-test
 
 # The installer image's build context: Containerfile, install.sh, bin/<driver>.
