@@ -66,11 +66,15 @@ check-deploy: all
 	$(Q)FLEXVOL_BUILD=$(O) tests/static/installer-test
 	$(Q)tests/static/manifest-test
 
-# The installer image's build context: Containerfile, install.sh, bin/<driver>.
+# The installer image's build context: Containerfile (version filled in), install.sh,
+# bin/<driver>, LICENSES/ (third-party licences, LGPL relinking kit).
 #   make image-context && podman build -t flexvol-installer:dev build/image
+#   (docker: docker build -f build/image/Containerfile -t flexvol-installer:dev build/image)
 image-context: static
 	$(Q)rm -rf $(IMAGE_O) && mkdir -p $(IMAGE_O)/bin
-	$(Q)cp deploy/Containerfile deploy/install.sh $(IMAGE_O)/
+	$(Q)sed 's/^ARG FLEXVOL_VERSION=.*/ARG FLEXVOL_VERSION=$(FV_VERSION)/' deploy/Containerfile >$(IMAGE_O)/Containerfile
+	$(Q)cp deploy/install.sh $(IMAGE_O)/
+	$(Q)deploy/licenses.sh $(IMAGE_O)/LICENSES $(STATIC_O) "$$($(STATIC_DEPS) --print-prefix)" $(CC)
 	$(Q)for d in $(DRIVERS); do cp $(STATIC_O)/$$d $(IMAGE_O)/bin/$$d; done
 	$(Q)cp "$$($(STATIC_DEPS) --print-prefix)/BUILDINFO" $(IMAGE_O)/BUILDINFO.static-deps
 	$(Q)echo "  IMAGE   $(IMAGE_O): $$(ls $(IMAGE_O)/bin | tr '\n' ' ')"
