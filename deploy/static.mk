@@ -5,10 +5,13 @@
 #                        and build/static/<driver> for every driver in $(DRIVERS)
 #   make check-static    the distroless check: every static driver alone in an empty
 #                        chroot, ops as kube-controller-manager runs them (root)
-#   make check-deploy    installer test (atomic, idempotent install.sh) + manifest validation
+#   make check-deploy    installer test (atomic, idempotent install.sh, validate, uninstall,
+#                        readiness) + manifest validation (kustomize overlays rendered), the
+#                        version of a tree without git, the logrotate snippet
 #   make image-context   build/image/: the OCI build context for deploy/Containerfile
 #   make check-image     the image assembled by hand from that context (no engine needed)
-#                        and run as the DaemonSet runs it (root)
+#                        and run as the DaemonSet runs it (root); the documented podman,
+#                        buildah and docker build commands against those engines' --help
 #
 # The static json-c/libmount/libblkid/libudev come from ci/build-static-deps (a
 # cached prefix; the first run builds util-linux and systemd's libudev from
@@ -81,3 +84,4 @@ image-context: static
 
 check-image: image-context
 	$(Q)tests/static/image-test $(IMAGE_O)
+	$(Q)tests/static/build-commands-test $(IMAGE_O)
