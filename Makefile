@@ -20,7 +20,7 @@ CORE_SRCS := $(sort $(wildcard src/*.c))
 FV_SRCS   := $(CORE_SRCS) $(addprefix drivers/,$(addsuffix .c,$(DRIVERS))) drivers/registry.c
 FV_DRIVER_LIST := $(foreach d,$(DRIVERS),X($(d)))
 
-# The version (docs/operations.md, "Versions"): in a git checkout `git describe`
+# The version (docs/design.md, "Versions and logs"): in a git checkout `git describe`
 # (a tag v<X> gives X[-N-g<hash>][-dirty]; without a tag, VERSION+g<hash>[-dirty]);
 # in a tree without git (a release tarball) the VERSION file alone.
 FV_VERSION := $(shell if [ -e .git ] && command -v git >/dev/null 2>&1; then \

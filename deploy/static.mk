@@ -67,7 +67,9 @@ check-static: static
 
 check-deploy: all
 	$(Q)FLEXVOL_BUILD=$(O) tests/static/installer-test
-	$(Q)tests/static/manifest-test
+	$(Q)FLEXVOL_BUILD=$(O) tests/static/manifest-test
+	$(Q)tests/static/docs-test
+	$(Q)tests/static/release-test
 
 # The installer image's build context: Containerfile (version filled in), install.sh,
 # bin/<driver>, LICENSES/ (third-party licences, LGPL relinking kit).

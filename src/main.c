@@ -112,7 +112,7 @@ static int run_version(struct call *c)
 
 static int run_help(struct call *c);
 
-/* The installer's check of a node config, with this build's own parser (docs/operations.md). */
+/* The installer's check of a node config, with this build's own parser (deploy/install.sh). */
 static int run_check_config(struct call *c)
 {
 	char err[512];

@@ -1,6 +1,6 @@
 """flexsim: call a FlexVolume driver exactly as kubelet and kube-controller-manager do.
 
-The contract (shared design notes, flexvolume-contract.md) in the few lines that
+The contract (docs/flexvolume-contract.md) in the few lines that
 shape every assertion here:
 
   * exec(<plugindir>/<vendor~driver>/<driver>, [op, args...]); stdout and stderr

@@ -16,7 +16,7 @@
  * ends a test as skipped.  The binary prints "N passed, N failed" (plus
  * ", N skipped") and exits 0 when nothing failed, 1 otherwise, and 77
  * (automake's "skipped") when every test skipped.  With CI=true a skip
- * counts as a failure (style.md §3 rule 17).
+ * counts as a failure (docs/test-lanes.md, "Skips").
  *
  * Argument: a test name (or several) runs only those.
  */
@@ -151,7 +151,7 @@ int main(int argc, char **argv)
 {
 	unsigned int passed = 0, failed = 0, skipped = 0;
 	const char *ci_env = getenv("CI");
-	bool ci = ci_env && strcmp(ci_env, "true") == 0; /* style.md §3 rule 17 */
+	bool ci = ci_env && strcmp(ci_env, "true") == 0; /* docs/test-lanes.md, "Skips" */
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	for (unsigned int i = 0; i < unit_ntests; i++) {
