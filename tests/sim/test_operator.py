@@ -124,3 +124,19 @@ def debug_from_node_config(e):
 
 def make_env(build, name):
     return test_loop.Env(build, name)
+
+
+@case
+def demo_shows_what_an_operator_needs(e):
+    """make demo: the version, data read back after a re-attach, one refused input, the mkfs and mount log lines."""
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tests/sim/demo.py"), "--build", os.path.dirname(e.bin)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    out = p.stdout
+    check(p.returncode == 0 and out.rstrip().endswith("demo: OK"), "demo ran: rc=%d %s" % (p.returncode, out[-500:]))
+    check('"version":"%s"' % build_version(e) in out, "demo shows the version")
+    check("'hello from a pod\\n': the data survived the re-attach" in out, "demo reads the data back")
+    check(re.search(r"waitforattach .*\.\./\.\./etc/passwd.*\n.*\"status\":\"Failure\",\"message\":\"option 'file'", out),
+          "demo shows a refused bad input with its message")
+    check(re.search(r"\] \S+: run: mkfs\.ext4 ", out) and re.search(r"\] \S+: mount: /dev/loop\d+ on ", out),
+          "demo shows the mkfs and mount log lines")
+    check(out.count("run: mkfs.ext4") == 1, "the second mountdevice found the filesystem (one mkfs)")
