@@ -157,7 +157,7 @@ install_file() {
 # is_driver FILE: FILE answers `init` with Success and capabilities, as kubelet needs.
 is_driver() {
 	[ -f "$1" ] && [ -x "$1" ] || return 1
-	probe=$("$1" init 2>&1) || return 1
+	probe=$("$1" init < /dev/null 2>&1) || return 1
 	case $probe in *'"status":"Success"'*'"capabilities":{'*) return 0 ;; esac
 	return 1
 }
