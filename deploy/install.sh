@@ -90,7 +90,7 @@ while [ $# -gt 0 ]; do
 	--config=*) CONFIG_SRC=${1#*=} ;;
 	--config-dest) need_arg "$@"; CONFIG_DEST=$2; shift ;;
 	--config-dest=*) CONFIG_DEST=${1#*=} ;;
-	-h | --help) sed -n '3,59p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '3,60p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown argument '$1' (see --help)" ;;
 	esac
 	shift
