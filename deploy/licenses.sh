@@ -86,9 +86,8 @@ Static linking and the LGPL (section 6 of LGPL-2.1):
   image, the distributor of this image will give anyone who asks a copy of
   the complete corresponding source code of util-linux $UL, systemd $SD,
   glibc $GL and busybox (the version in busybox/version), for no more
-  than the cost of physically performing the distribution.  Ask the
-  publisher of this image (the contact in its org.opencontainers.image.source
-  or .authors label); a distributor who rebuilds the image takes this offer
-  over for the image they ship.
+  than the cost of physically performing the distribution.  Ask whoever
+  gave you this image (the registry's owner); a distributor who rebuilds
+  and ships the image makes this offer for the image they ship.
 EOS
 echo "  LICENSES $OUT: $(ls "$OUT" | tr '\n' ' ')"
