@@ -360,8 +360,12 @@ static void erase_credbuf(char **p)
 
 /*
  * Read the credentials file: a regular file (not a symlink), owned by root,
- * with no group or world permission bits.  Values are never logged or quoted
- * in messages; line numbers are.
+ * with no group or world permission bits.  It is opened like a hostile
+ * file: O_NOFOLLOW, and O_NONBLOCK so that a FIFO cannot block the open
+ * (fstat then refuses anything but a regular file, before any read).
+ * No text of the file is ever logged or quoted in a message, not even a
+ * key we do not know: messages name the line number, and a known key's
+ * name.
  */
 static int read_creds(struct fv_ctx *cx, const char *path, struct creds *c)
 {
@@ -429,10 +433,11 @@ static int read_creds(struct fv_ctx *cx, const char *path, struct creds *c)
 		key = trim(line);
 		val = trim(eq + 1);
 		field = chap_field(c, key);
+		/* the key is not quoted: a typo'd key or a ':' for '=' may carry a secret */
 		if (!field)
 			return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %d: unknown "
-				       "key '%.64s' (discovery.* or session.* username, password, "
-				       "username_in, password_in)", path, lineno, key);
+				       "key (discovery.* or session.* username, password, "
+				       "username_in, password_in)", path, lineno);
 		if (*field)
 			return fv_fail(cx, -FV_ERR_BADOPT, "credentials file '%s' line %d: '%s' is "
 				       "set twice", path, lineno, key);
@@ -744,7 +749,7 @@ static int disk_in_use(const struct lundisk *dk, char *why, size_t len)
 		return 1;
 	}
 	snprintf(dir, sizeof(dir), "/sys/block/%s/holders", dk->name);
-	if (fv_dir_is_empty(dir) == 0) {
+	if (fv_path_is_empty(dir) == 0) {
 		snprintf(why, len, "/dev/%s (LUN %u) is held by another device", dk->name, dk->lun);
 		return 1;
 	}
@@ -898,7 +903,31 @@ static int add_chap(const char **argv, int *n, unsigned int *redact, const char 
 /*
  * sendtargets discovery at @portal; on success the portal the target
  * advertises for @iqn ("addr:port", preferring @portal itself) goes to @adv.
+ *
+ * It leaves nothing in open-iscsi's database (issue 9 item 7).  Persistent
+ * discovery ("-m discovery -t st") would write a discovery record and a
+ * node record for EVERY target the portal advertises, with node.startup
+ * as iscsid.conf says ("automatic" on some distributions: iscsid would log
+ * in to all of them at its next start).  "-m discoverydb --discover -o
+ * nonpersistent" only prints what the portal offers: no node record, and
+ * no discovery record unless one exists already (then its settings are
+ * used and it is left alone).  Discovery CHAP can reach iscsiadm only
+ * through a discovery record: that one is ours, created for this discovery
+ * and deleted right after it on every path, so its secret (0600 under the
+ * iSCSI database directory) lives on disk for the seconds of the discovery.
  */
+static void delete_discovery_record(struct fv_ctx *cx, const struct iscsivol *v,
+				    const char *portal)
+{
+	const char *argv[] = { NULL, "-m", "discoverydb", "-t", "sendtargets", "-p", portal,
+			       "-I", v->iface, "-o", "delete", NULL };
+	char why[512];
+	int r = iscsiadm(cx, argv, 0, why, sizeof(why), NULL);
+
+	if (r != 0 && r != ISCSI_ERR_NO_OBJS_FOUND)
+		fv_log("could not delete the discovery record of %s: %s", portal, why);
+}
+
 static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *portal,
 		    const struct creds *c, char *adv, size_t advlen, char *why, size_t whylen)
 {
@@ -908,6 +937,8 @@ static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 	unsigned int redact = 0;
 	bool chap = c && c->discovery.user[0];
 	char *line, *save = NULL;
+	const char *disc[] = { NULL, "-m", "discoverydb", "-t", "sendtargets", "-p", portal,
+			       "-I", v->iface, "--discover", "-o", "nonpersistent", NULL };
 	int n, r;
 
 	if (chap) {
@@ -916,8 +947,10 @@ static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 				     "-I", v->iface, "-o", "new", NULL };
 
 		r = iscsiadm(cx, mk, 0, why, whylen, NULL);
-		if (r != 0)
+		if (r != 0) {
+			delete_discovery_record(cx, v, portal);
 			return r < 0 ? r : -FV_ERR_HELPER;
+		}
 		n = 0;
 		argv[n++] = NULL;
 		const char *head[] = { "-m", "discoverydb", "-t", "sendtargets", "-p", portal, "-I",
@@ -927,19 +960,17 @@ static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 			argv[n++] = head[i];
 		if (add_chap(argv, &n, &redact, "discovery.sendtargets.auth", &c->discovery,
 			     names) < 0) {
+			delete_discovery_record(cx, v, portal);
 			snprintf(why, whylen, "too many iscsiadm arguments to redact");
 			return -E2BIG;
 		}
 		argv[n] = NULL;
 		r = iscsiadm(cx, argv, redact, why, whylen, NULL);
-		if (r != 0)
-			return r < 0 ? r : -FV_ERR_HELPER;
-		const char *disc[] = { NULL, "-m", "discoverydb", "-t", "sendtargets", "-p", portal,
-				       "-I", v->iface, "--discover", NULL };
-		r = iscsiadm(cx, disc, 0, why, whylen, &out);
+		if (r == 0)
+			r = iscsiadm(cx, disc, 0, why, whylen, &out);
+		/* ours, with its secret: gone whatever happened */
+		delete_discovery_record(cx, v, portal);
 	} else {
-		const char *disc[] = { NULL, "-m", "discovery", "-t", "sendtargets", "-p", portal,
-				       "-I", v->iface, NULL };
 		r = iscsiadm(cx, disc, 0, why, whylen, &out);
 	}
 	if (r == ISCSI_ERR_LOGIN_AUTH_FAILED)
@@ -968,6 +999,8 @@ static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 	return 0;
 }
 
+static bool target_logged_in(const char *iqn);
+
 static int login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *portal,
 		    const struct creds *c, char *why, size_t whylen)
 {
@@ -980,6 +1013,18 @@ static int login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 	r = discover(cx, v, portal, c, adv, sizeof(adv), why, whylen);
 	if (r != 0)
 		return r;
+	/*
+	 * Exactly one node record, ours: "-o new" for this target, portal and
+	 * iface (discovery wrote none).  Its status is not checked: a record
+	 * left by an earlier, killed call may exist, and a real failure shows
+	 * in the update that follows ("no records found").  Until that update
+	 * the record has iscsid.conf's node.startup; a SIGKILL in between
+	 * leaves this one record, which the retry updates and the logout
+	 * deletes.
+	 */
+	const char *mk[] = { NULL, "-m", "node", "-o", "new", "-T", v->iqn, "-p", adv, "-I",
+			     v->iface, NULL };
+	(void)iscsiadm(cx, mk, 0, why, whylen, NULL);
 	/* our settings on the node record: session CHAP, manual startup (kubelet decides) */
 	argv[n++] = NULL;
 	const char *head[] = { "-m", "node", "-T", v->iqn, "-p", adv, "-I", v->iface, "-o",
@@ -989,7 +1034,8 @@ static int login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 		argv[n++] = head[i];
 	if (chap && add_chap(argv, &n, &redact, "node.session.auth", &c->session, names) < 0) {
 		snprintf(why, whylen, "too many iscsiadm arguments to redact");
-		return -E2BIG;
+		r = -E2BIG;
+		goto fail;
 	}
 	argv[n++] = "-n";
 	argv[n++] = "node.startup";
@@ -998,7 +1044,7 @@ static int login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 	argv[n] = NULL;
 	r = iscsiadm(cx, argv, redact, why, whylen, NULL);
 	if (r != 0)
-		return r < 0 ? r : -FV_ERR_HELPER;
+		goto fail;
 
 	const char *login[] = { NULL, "-m", "node", "-T", v->iqn, "-p", adv, "-I", v->iface,
 				"--login", NULL };
@@ -1006,10 +1052,22 @@ static int login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 	if (r == ISCSI_ERR_SESS_EXISTS)
 		r = 0; /* already logged in: what we wanted */
 	if (r != 0)
-		return r < 0 ? r : -FV_ERR_HELPER;
+		goto fail;
 	fv_log("logged in to %s at %s (discovered via %s, iface %s%s)", v->iqn, adv, portal,
 	       v->iface, chap ? ", CHAP" : "");
 	return 0;
+fail:
+	/* no session came of it: the record (with a CHAP secret) goes, unless a session uses it */
+	if (!target_logged_in(v->iqn)) {
+		const char *del[] = { NULL, "-m", "node", "-o", "delete", "-T", v->iqn, "-p", adv,
+				      "-I", v->iface, NULL };
+		char why2[512];
+		int k = iscsiadm(cx, del, 0, why2, sizeof(why2), NULL);
+
+		if (k != 0 && k != ISCSI_ERR_NO_OBJS_FOUND)
+			fv_log("could not delete the node record of %s at %s: %s", v->iqn, adv, why2);
+	}
+	return r < 0 ? r : -FV_ERR_HELPER;
 }
 
 struct lunmatch {
@@ -1331,7 +1389,8 @@ static int iscsi_waitforattach(struct fv_ctx *cx, const char *device, const stru
 static int iscsi_mountdevice(struct fv_ctx *cx, const char *dir, const char *device,
 			     const struct fv_opts *o)
 {
-	char gmp[PATH_MAX], dev[64];
+	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
+	char dev[64];
 	struct iscsivol v;
 	int lock, r = parse(cx, o, &v);
 
@@ -1340,7 +1399,7 @@ static int iscsi_mountdevice(struct fv_ctx *cx, const char *dir, const char *dev
 	if (!v.volume)
 		return fv_fail(cx, -FV_ERR_BADOPT,
 			       "option 'kubernetes.io/pvOrVolumeName' is required");
-	r = fv_prepare_dir(cx, dir, gmp, sizeof(gmp));
+	r = fv_dir_arg(cx, dir, FV_DIRARG_MUST_EXIST, &gd); /* kubelet made it: never created here */
 	if (r < 0)
 		return r;
 	/*
@@ -1356,7 +1415,7 @@ static int iscsi_mountdevice(struct fv_ctx *cx, const char *dir, const char *dev
 		fv_log("mountdevice: kubelet passed %s, LUN %u of %s is %s", device, v.lun, v.iqn,
 		       dev);
 	if (r == 0)
-		r = fv_blkvol_mountdevice(cx, gmp, dev, v.fstype, DEFAULT_FSTYPE, v.ro);
+		r = fv_blkvol_mountdevice(cx, &gd, dev, v.fstype, DEFAULT_FSTYPE, v.ro);
 	if (r == 0)
 		r = save_state(cx, &v, dev);
 	fv_unlock(lock);

@@ -102,8 +102,10 @@ static void make_tag(const char *volume, char *tag)
 }
 
 /*
- * Open the image below the loop root, refusing any escape (symlinks, "..",
- * mounts).  With @create and a size, a missing file is made sparse.
+ * Open the image below the loop root, taken literally: no symlink, no "..",
+ * nothing but a regular file is ever open()ed (a FIFO or a device node planted
+ * in the root is only looked at through O_PATH: no hang, no driver side
+ * effect).  With @create and a size, a missing file is made sparse.
  */
 static int open_image(struct fv_ctx *cx, const struct loopvol *v, bool create, int *ret_fd,
 		      struct stat *st)
@@ -115,7 +117,7 @@ static int open_image(struct fv_ctx *cx, const struct loopvol *v, bool create, i
 
 	if (rootfd < 0)
 		return fv_fail(cx, NEG_ERRNO(), "loop root '%s' is not usable: %m", root);
-	fd = fv_open_beneath(rootfd, v->rel, flags, 0);
+	fd = fv_open_regular_beneath(rootfd, v->rel, flags, st);
 	if (fd == -ENOENT && create) {
 		if (v->ro)
 			return fv_fail(cx, -ENOENT,
@@ -125,20 +127,29 @@ static int open_image(struct fv_ctx *cx, const struct loopvol *v, bool create, i
 			return fv_fail(cx, -ENOENT,
 				       "image '%s' does not exist and option 'size' is not set",
 				       v->rel);
-		fd = fv_open_beneath(rootfd, v->rel, O_RDWR | O_CREAT | O_EXCL, 0600);
+		/* O_EXCL: a new regular file, or nothing (whatever appeared meanwhile is checked) */
+		fd = fv_open_beneath(rootfd, v->rel, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+		if (fd >= 0 && fstat(fd, st) < 0) {
+			close(fd);
+			fd = -EIO;
+		}
 		if (fd == -EEXIST)
-			fd = fv_open_beneath(rootfd, v->rel, flags, 0);
+			fd = fv_open_regular_beneath(rootfd, v->rel, flags, st);
 	}
-	if (fd == -EXDEV || fd == -ELOOP)
+	if (fd == -EMEDIUMTYPE)
+		return fv_fail(cx, -EINVAL, "image '%s' is not a regular file: it is %s", v->rel,
+			       fv_file_type(st->st_mode));
+	if (fd == -ELOOP)
+		return fv_fail(cx, -EPERM,
+			       "image '%s' is or passes through a symlink: refused (the file "
+			       "option is taken literally)",
+			       v->rel);
+	if (fd == -EXDEV)
 		return fv_fail(cx, -EPERM, "image '%s' resolves outside the loop root '%s'", v->rel,
 			       root);
 	if (fd < 0)
 		return fv_fail(cx, fd, "cannot open image '%s' in '%s': %s", v->rel, root,
 			       strerror(-fd));
-	if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode)) {
-		close(fd);
-		return fv_fail(cx, -EINVAL, "image '%s' is not a regular file", v->rel);
-	}
 	/* A file we created but did not size yet (killed in between) holds no data. */
 	if (create && st->st_size == 0 && v->size && !v->ro) {
 		if (ftruncate(fd, (off_t)v->size) < 0 || fstat(fd, st) < 0) {
@@ -466,14 +477,14 @@ static int loop_waitforattach(struct fv_ctx *cx, const char *device, const struc
 static int loop_mountdevice(struct fv_ctx *cx, const char *dir, const char *device,
 			    const struct fv_opts *o)
 {
-	char gmp[PATH_MAX];
+	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
 	struct binding b;
 	struct loopvol v;
 	int r = parse(cx, o, &v);
 
 	if (r < 0)
 		return r;
-	r = fv_prepare_dir(cx, dir, gmp, sizeof(gmp));
+	r = fv_dir_arg(cx, dir, FV_DIRARG_MUST_EXIST, &gd); /* kubelet made it: never created here */
 	if (r < 0)
 		return r;
 	/* kubelet's device is our own waitforattach answer; the kernel still decides */
@@ -482,7 +493,7 @@ static int loop_mountdevice(struct fv_ctx *cx, const char *dir, const char *devi
 		return r;
 	if (device[0] && !streq(device, b.dev))
 		fv_log("mountdevice: kubelet passed %s, the image is bound to %s", device, b.dev);
-	r = fv_blkvol_mountdevice(cx, gmp, b.dev, v.fstype, DEFAULT_FSTYPE, v.ro);
+	r = fv_blkvol_mountdevice(cx, &gd, b.dev, v.fstype, DEFAULT_FSTYPE, v.ro);
 	if (r < 0)
 		return r;
 	return save_state(cx, &v, &b);

@@ -303,21 +303,19 @@ static int parse(struct fv_ctx *cx, const struct fv_opts *o, struct nfsvol *v)
 	return 0;
 }
 
-/* --- the pod dir, lexically ------------------------------------------------------ */
+/* --- the pod dir, literally ------------------------------------------------------ */
 
 /*
- * kubelet's paths are canonical and the dispatcher checked them lexically;
- * normalising here ("//", "/./") keeps mountinfo matches exact without a
- * realpath(), which would stat() a possibly dead NFS mount.
+ * The pod dir, taken literally (fv_dir_arg()), but only up to its parent:
+ * the last component may be a dead NFS mount, and any lookup INTO it (stat,
+ * realpath, even an O_PATH open crossing the mount) can hang.  Whether it is
+ * mounted comes from mountinfo (the literal, symlink-free path is exactly
+ * what the kernel shows there); the directory itself is looked at only when
+ * it is not a mount point, i.e. local.
  */
-static int lexical_dir(struct fv_ctx *cx, const char *dir, char *ret, size_t len)
+static int pod_dir(struct fv_ctx *cx, const char *arg, unsigned int flags, struct fv_dir *d)
 {
-	char rel[PATH_MAX];
-
-	if (fv_path_confine("/", dir, rel, sizeof(rel)) < 0 || strlen(rel) + 2 > len)
-		return fv_fail(cx, -EINVAL, "mount directory is not an absolute path: '%s'", dir);
-	snprintf(ret, len, "/%s", rel);
-	return 0;
+	return fv_dir_arg(cx, arg, flags | FV_DIRARG_PARENT_ONLY, d);
 }
 
 /* --- timeouts ------------------------------------------------------------------------ */
@@ -341,15 +339,19 @@ static unsigned int quarter(const struct fv_ctx *cx)
 
 /* --- unmount, never waiting on the server ------------------------------------------------ */
 
+/*
+ * In the child, under its deadline: the parent walked again literally (no
+ * symlink), the last component unmounted through it and never followed
+ * (fv_umount_literal()).  Exit status: 0 or the errno (all fit in 8 bits).
+ */
 static int child_umount(void *arg)
 {
-	/* exit status: 0 or the errno (all errnos fit in 8 bits) */
-	return umount2(arg, UMOUNT_NOFOLLOW) == 0 ? 0 : errno;
+	return -fv_umount_literal(arg, 0);
 }
 
 static int child_umount_force(void *arg)
 {
-	return umount2(arg, UMOUNT_NOFOLLOW | MNT_FORCE) == 0 ? 0 : errno;
+	return -fv_umount_literal(arg, MNT_FORCE);
 }
 
 /*
@@ -377,9 +379,10 @@ static int unmount_once(struct fv_ctx *cx, char *dir)
 	       r > 0 ? strerror(r) : "no answer");
 	fv_ctx_reset_message(cx);
 	/* MNT_DETACH only unhooks the mount from the tree: it never talks to the server */
-	if (umount2(dir, UMOUNT_NOFOLLOW | MNT_DETACH) == 0 || errno == EINVAL)
+	r = fv_umount_literal(dir, MNT_DETACH);
+	if (r == 0 || r == -EINVAL)
 		return 0;
-	return fv_fail(cx, NEG_ERRNO(), "unmount of '%s' failed, even lazily: %m", dir);
+	return fv_fail(cx, r, "unmount of '%s' failed, even lazily: %s", dir, strerror(-r));
 }
 
 /* Unmount everything stacked on @dir.  Not mounted is success. */
@@ -401,19 +404,24 @@ static int unmount_all(struct fv_ctx *cx, char *dir)
 
 static int nfs_unmount(struct fv_ctx *cx, const char *arg)
 {
-	char dir[PATH_MAX];
-	int r = lexical_dir(cx, arg, dir, sizeof(dir));
+	_cleanup_(fv_dir_closep) struct fv_dir d = { .parent = -1 };
+	int r = pod_dir(cx, arg, 0, &d);
 
+	if (r == 1)
+		return 0; /* no parent: nothing mounted there */
 	if (r < 0)
 		return r;
-	r = unmount_all(cx, dir);
+	r = unmount_all(cx, d.path);
 	if (r < 0)
 		return r;
-	/* no longer a mount point: reading the directory is local now */
-	r = fv_dir_is_empty(dir);
+	/* no longer a mount point: looking at the directory is local now */
+	r = fv_dir_check(cx, &d, 0);
+	if (r != 0)
+		return r < 0 ? r : 0;
+	r = fv_dir_is_empty(&d);
 	if (r == 0)
-		return fv_fail(cx, -ENOTEMPTY, "'%s' is not empty after unmount", dir);
-	return r < 0 ? fv_fail(cx, r, "cannot read '%s': %s", dir, strerror(-r)) : 0;
+		return fv_fail(cx, -ENOTEMPTY, "'%s' is not empty after unmount", d.path);
+	return r < 0 ? fv_fail(cx, r, "cannot read '%s': %s", d.path, strerror(-r)) : 0;
 }
 
 /* --- mount ------------------------------------------------------------------------------------ */
@@ -514,14 +522,15 @@ static bool same_source(const struct fv_mntinfo *mi, const struct nfsvol *v)
 
 static int nfs_mount(struct fv_ctx *cx, const char *arg, const struct fv_opts *o)
 {
-	char dir[PATH_MAX];
+	_cleanup_(fv_dir_closep) struct fv_dir d = { .parent = -1 };
+	char *dir = d.path;
 	struct fv_mntinfo mi;
 	struct nfsvol v;
 	int r = parse(cx, o, &v);
 
 	if (r < 0)
 		return r;
-	r = lexical_dir(cx, arg, dir, sizeof(dir));
+	r = pod_dir(cx, arg, FV_DIRARG_MUST_EXIST, &d);
 	if (r < 0)
 		return r;
 
@@ -552,9 +561,16 @@ static int nfs_mount(struct fv_ctx *cx, const char *arg, const struct fv_opts *o
 		if (r < 0)
 			return r;
 	}
-	r = fv_mkdir_p(dir, 0750);
+	/* not a mount point: the directory is local, look at it (kubelet created it) */
+	r = fv_dir_check(cx, &d, FV_DIRARG_MUST_EXIST);
 	if (r < 0)
-		return fv_fail(cx, r, "cannot create directory '%s': %s", dir, strerror(-r));
+		return r;
+	/*
+	 * What remains: mount.nfs resolves the path again (it is exec'ed; our
+	 * descriptors are not its to use), so a parent replaced by a symlink
+	 * between this check and its mount(2) would be followed.  Only root can
+	 * write kubelet's pods directory; the window is the helper's start-up.
+	 */
 	return do_mount(cx, &v, dir);
 }
 

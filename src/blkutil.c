@@ -11,6 +11,7 @@
 #include "internal.h"
 #include "fv/blkutil.h"
 #include "fv/exec.h"
+#include "fv/lock.h"
 #include "fv/log.h"
 #include "fv/util.h"
 
@@ -31,6 +32,49 @@ int fv_fs_check_option(struct fv_ctx *cx, const char *fstype)
 			       "kubernetes.io/fsType '%s' is not supported (ext2, ext3, ext4, xfs)",
 			       fstype);
 	return 0;
+}
+
+int fv_blk_lock(struct fv_ctx *cx, const char *dev)
+{
+	unsigned int t = cx->cfg.lock_timeout;
+	struct stat st;
+	int fd = open(dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY), r;
+
+	if (fd < 0)
+		return fv_fail(cx, NEG_ERRNO(), "cannot open '%s': %m", dev);
+	if (fstat(fd, &st) < 0 || !S_ISBLK(st.st_mode)) {
+		close(fd);
+		return fv_fail(cx, -ENOTBLK, "'%s' is not a block device", dev);
+	}
+	r = fv_flock_deadline(fd, LOCK_EX, t * 1000U);
+	if (r == 0)
+		return fd;
+	close(fd);
+	if (r == -FV_ERR_TIMEOUT)
+		return fv_fail(cx, r,
+			       "%s is still locked by another process after %u s (an earlier mkfs "
+			       "still writing it?); not touching it",
+			       dev, t);
+	return fv_fail(cx, r, "cannot lock '%s': %s", dev, strerror(-r));
+}
+
+/*
+ * Did a mkfs.xfs stop half-way on @dev?  mkfs.xfs writes the primary
+ * superblock early with sb_inprogress set and clears the flag as its very
+ * last write; libblkid reports such a device as xfs, and the kernel refuses
+ * to mount it ("Structure needs cleaning").  No data can live on it: the
+ * filesystem never existed.  (mke2fs needs no such test: it writes the
+ * primary superblock last, so a killed mke2fs leaves a device blkid calls
+ * blank.)
+ */
+static bool xfs_mkfs_unfinished(const char *dev)
+{
+	unsigned char sb[128];
+	_cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+
+	/* struct xfs_dsb: sb_magicnum at 0, sb_inprogress at byte 126 */
+	return fd >= 0 && pread(fd, sb, sizeof(sb), 0) == (ssize_t)sizeof(sb) &&
+	       !memcmp(sb, "XFSB", 4) && sb[126] != 0;
 }
 
 int fv_blk_probe(struct fv_ctx *cx, const char *dev, char *type, size_t len)
@@ -61,7 +105,7 @@ int fv_blk_probe(struct fv_ctx *cx, const char *dev, char *type, size_t len)
 		   blkid_probe_lookup_value(pr, "USAGE", &usage, NULL) == 0 &&
 		   streq(usage, "filesystem")) {
 		snprintf(type, len, "%s", v);
-		r = 0;
+		r = streq(v, "xfs") && xfs_mkfs_unfinished(dev) ? 2 : 0;
 	} else {
 		r = fv_fail(cx, -FV_ERR_NOTBLANK, "'%s' holds '%s' (%s), not a filesystem", dev,
 			    v ? v : "?", usage ? usage : "?");
@@ -70,11 +114,10 @@ int fv_blk_probe(struct fv_ctx *cx, const char *dev, char *type, size_t len)
 	return r;
 }
 
-int fv_fs_make(struct fv_ctx *cx, const char *dev, const char *fstype)
+int fv_fs_make(struct fv_ctx *cx, const char *dev, const char *fstype, int lockfd, bool again)
 {
 	char prog[32];
 	const char *argv[6];
-	_cleanup_close_ int fd = -1;
 	int n = 0;
 
 	if (!fv_fs_supported(fstype))
@@ -83,6 +126,8 @@ int fv_fs_make(struct fv_ctx *cx, const char *dev, const char *fstype)
 	argv[n++] = prog;
 	if (streq(fstype, "xfs")) {
 		argv[n++] = "-q";
+		if (again)
+			argv[n++] = "-f"; /* over the unfinished one: it would refuse otherwise */
 	} else {
 		argv[n++] = "-F"; /* a whole device, not a partition: do not ask */
 		argv[n++] = "-q";
@@ -90,14 +135,11 @@ int fv_fs_make(struct fv_ctx *cx, const char *dev, const char *fstype)
 	argv[n++] = dev;
 	argv[n] = NULL;
 	/*
-	 * Hold a BSD lock on the device while formatting: udev skips probing
-	 * a locked device, so it never reads a half-written superblock
-	 * (systemd's BLOCK_DEVICE_LOCKING.md).
+	 * mkfs inherits the device lock: if it outlives us (a helper that
+	 * forks, a write the kernel finishes first), the lock lasts as long
+	 * as the writer, and the next call waits for it.
 	 */
-	fd = open(dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (fd >= 0)
-		(void)flock(fd, LOCK_EX);
-	return fv_exec(cx, argv, 0, cx->cfg.helper_timeout, NULL);
+	return fv_exec_fd(cx, argv, 0, cx->cfg.helper_timeout, lockfd, NULL);
 }
 
 int fv_fs_grow(struct fv_ctx *cx, const char *dev, const char *mnt, const char *fstype)

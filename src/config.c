@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Node configuration: defaults < config file < environment (see fv/config.h). */
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/utsname.h>
 
 #include "fv/config.h"
@@ -107,15 +110,51 @@ static char *strip(char *s)
 	return s;
 }
 
+/*
+ * Open the config file like any file we did not make: O_NONBLOCK, so a FIFO
+ * cannot block the open, then only a regular file is read - or /dev/null,
+ * which names "no config file" (the tests use it).  A directory used to read
+ * as an empty config: fgets() failing with EISDIR looked like EOF.
+ */
+static FILE *open_config(const char *path, char *err, size_t errlen, int *ret)
+{
+	struct stat st;
+	FILE *f;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+
+	*ret = 0;
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) < 0) {
+		*ret = seterr(err, errlen, "cannot stat config '%s': %s", path, strerror(errno));
+		close(fd);
+		return NULL;
+	}
+	if (!S_ISREG(st.st_mode) &&
+	    !(S_ISCHR(st.st_mode) && major(st.st_rdev) == 1 && minor(st.st_rdev) == 3)) {
+		*ret = seterr(err, errlen, "config '%s' is not a regular file", path);
+		close(fd);
+		return NULL;
+	}
+	f = fdopen(fd, "re");
+	if (!f) {
+		*ret = seterr(err, errlen, "cannot read config '%s': %s", path, strerror(errno));
+		close(fd);
+	}
+	return f;
+}
+
 static int load_file(struct fv_config *cfg, const char *path, bool must_exist, char *err,
 		     size_t errlen)
 {
-	FILE *f = fopen(path, "re");
 	char line[PATH_MAX + 64], where[PATH_MAX + 32];
 	unsigned int lineno = 0;
 	int r = 0;
+	FILE *f = open_config(path, err, errlen, &r);
 
 	if (!f) {
+		if (r < 0)
+			return r;
 		if (errno == ENOENT && !must_exist)
 			return 0;
 		return seterr(err, errlen, "cannot read config '%s': %s", path, strerror(errno));
@@ -148,6 +187,8 @@ static int load_file(struct fv_config *cfg, const char *path, bool must_exist, c
 		}
 		r = set_key(cfg, k, val, where, err, errlen);
 	}
+	if (r == 0 && ferror(f))
+		r = seterr(err, errlen, "cannot read config '%s': %s", path, strerror(errno));
 	fclose(f);
 	return r;
 }

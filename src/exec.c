@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <dirent.h>
 #include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -12,6 +14,10 @@
 #include "fv/exec.h"
 #include "fv/log.h"
 #include "fv/util.h"
+
+#ifndef SYS_close_range
+#define SYS_close_range 436 /* the same number on every architecture */
+#endif
 
 static volatile pid_t current_pgid;
 
@@ -226,19 +232,81 @@ static int finish(struct fv_ctx *cx, const char *what, uint64_t t0, int rc, unsi
 	return rc;
 }
 
+/* Close descriptors @lo..@hi (inclusive) in a child; no close_range (kernel < 5.9): one by one. */
+static void close_span(unsigned int lo, unsigned int hi)
+{
+	struct rlimit rl;
+
+	if (lo > hi || syscall(SYS_close_range, lo, hi, 0) == 0)
+		return;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		rl.rlim_cur = 65536;
+	if (hi >= rl.rlim_cur)
+		hi = (unsigned int)rl.rlim_cur - 1;
+	for (unsigned int fd = lo; fd <= hi && fd >= lo; fd++)
+		close((int)fd);
+}
+
+/* Close every descriptor from 3 up, except @a and @b (-1: none). */
+static void close_all_but(int a, int b)
+{
+	unsigned int lo = 3;
+	int k[2] = { a < b ? a : b, a < b ? b : a };
+
+	for (int i = 0; i < 2; i++) {
+		if (k[i] < (int)lo)
+			continue;
+		close_span(lo, (unsigned int)k[i] - 1);
+		lo = (unsigned int)k[i] + 1;
+	}
+	close_span(lo, ~0U);
+}
+
+/*
+ * The child's side of every helper and forked call, between fork() and
+ * exec (or the function): own process group; SIGKILL when the driver dies
+ * (a killed driver leaves no helper working on a device: the retry would
+ * race it), with the race against an already dead parent checked; signal
+ * mask and dispositions reset; stdin /dev/null, stdout and stderr the
+ * capture pipe @out; every other descriptor closed but @keep (an exec
+ * error pipe, a device lock handed to mkfs).  Returns 0 or -errno.
+ */
+static int child_setup(pid_t parent, int out, int keep1, int keep2)
+{
+	struct sigaction dfl = { .sa_handler = SIG_DFL };
+	sigset_t none;
+	int null;
+
+	if (setpgid(0, 0) < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		return NEG_ERRNO();
+	if (getppid() != parent)
+		raise(SIGKILL); /* the driver died before the death signal was armed */
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP)
+			(void)sigaction(sig, &dfl, NULL); /* the RT signals glibc keeps fail: fine */
+	sigemptyset(&none);
+	if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+		return NEG_ERRNO();
+	null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (null < 0)
+		return NEG_ERRNO();
+	if (dup2(null, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
+		return NEG_ERRNO();
+	close_all_but(keep1, keep2);
+	return 0;
+}
+
 static int spawn_helper(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
-			unsigned int timeout_s, struct fv_run *ret, bool quiet)
+			unsigned int timeout_s, int keep_fd, struct fv_run *ret, bool quiet)
 {
 	char path[PATH_MAX], envpath[PATH_MAX + 8], logline[1024];
 	char *envp[] = { envpath, (char *)"LC_ALL=C", NULL };
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t at;
-	sigset_t none, dfl;
 	struct fv_run r = { 0 };
 	uint64_t t0 = fv_now_ms();
-	int pipefd[2], rc;
+	int pipefd[2], errpipe[2], rc = 0, err = 0;
+	pid_t pid, parent = getpid();
 	size_t o = 0;
-	pid_t pid;
+	ssize_t k;
 
 	for (unsigned int i = 0; argv[i] && o < sizeof(logline) - 1; i++)
 		o += (size_t)snprintf(logline + o, sizeof(logline) - o, "%s%s", i ? " " : "",
@@ -250,29 +318,49 @@ static int spawn_helper(struct fv_ctx *cx, const char *const *argv, unsigned int
 	snprintf(envpath, sizeof(envpath), "PATH=%s", cx->cfg.helper_path);
 	if (pipe2(pipefd, O_CLOEXEC) < 0)
 		return NEG_ERRNO();
-
-	sigemptyset(&none);
-	sigemptyset(&dfl);
-	sigaddset(&dfl, SIGPIPE);
-	sigaddset(&dfl, SIGTERM);
-	sigaddset(&dfl, SIGINT);
-	posix_spawnattr_init(&at);
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-					      POSIX_SPAWN_SETSIGDEF);
-	posix_spawnattr_setpgroup(&at, 0);
-	posix_spawnattr_setsigmask(&at, &none);
-	posix_spawnattr_setsigdefault(&at, &dfl);
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-	posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
-	rc = posix_spawn(&pid, path, &fa, &at, (char *const *)argv, envp);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&at);
-	close(pipefd[1]);
-	if (rc != 0) {
+	if (pipe2(errpipe, O_CLOEXEC) < 0) {
+		rc = NEG_ERRNO();
 		close(pipefd[0]);
-		return quiet ? -rc : fv_fail(cx, -rc, "cannot run '%s': %s", path, strerror(rc));
+		close(pipefd[1]);
+		return rc;
+	}
+	/*
+	 * fork + exec rather than posix_spawn: the child needs a parent-death
+	 * signal and a close_range(), which posix_spawn cannot do.  Exec
+	 * errors come back through @errpipe (closed by a successful exec).
+	 */
+	pid = fork();
+	if (pid == 0) {
+		err = child_setup(parent, pipefd[1], errpipe[1], keep_fd);
+		if (!err && keep_fd >= 0 && fcntl(keep_fd, F_SETFD, 0) < 0)
+			err = NEG_ERRNO();
+		if (!err) {
+			execve(path, (char *const *)argv, envp);
+			err = NEG_ERRNO();
+		}
+		err = -err;
+		(void)!write(errpipe[1], &err, sizeof(err));
+		_exit(127);
+	}
+	if (pid > 0)
+		setpgid(pid, pid); /* also from here, so the group exists before any kill */
+	else
+		rc = NEG_ERRNO();
+	close(pipefd[1]);
+	close(errpipe[1]);
+	if (pid > 0) {
+		while ((k = read(errpipe[0], &err, sizeof(err))) < 0 && errno == EINTR)
+			;
+		if (k == (ssize_t)sizeof(err)) {
+			rc = -err;
+			while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+				;
+		}
+	}
+	close(errpipe[0]);
+	if (rc < 0) {
+		close(pipefd[0]);
+		return quiet ? rc : fv_fail(cx, rc, "cannot run '%s': %s", path, strerror(-rc));
 	}
 	current_pgid = pid;
 	rc = collect(pid, pipefd[0], timeout_s, &r);
@@ -284,14 +372,20 @@ static int spawn_helper(struct fv_ctx *cx, const char *const *argv, unsigned int
 int fv_exec(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
 	    unsigned int timeout_s, struct fv_run *ret)
 {
-	return spawn_helper(cx, argv, redact, timeout_s, ret, false);
+	return spawn_helper(cx, argv, redact, timeout_s, -1, ret, false);
+}
+
+int fv_exec_fd(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
+	       unsigned int timeout_s, int keep_fd, struct fv_run *ret)
+{
+	return spawn_helper(cx, argv, redact, timeout_s, keep_fd, ret, false);
 }
 
 int fv_exec_status(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
 		   unsigned int timeout_s, struct fv_run *r)
 {
 	memset(r, 0, sizeof(*r));
-	return spawn_helper(cx, argv, redact, timeout_s, r, true);
+	return spawn_helper(cx, argv, redact, timeout_s, -1, r, true);
 }
 
 int fv_fork_call(struct fv_ctx *cx, int (*fn)(void *arg), void *arg, unsigned int timeout_s,
@@ -303,10 +397,11 @@ int fv_fork_call(struct fv_ctx *cx, int (*fn)(void *arg), void *arg, unsigned in
 int fv_fork_call_named(struct fv_ctx *cx, const char *what, int (*fn)(void *arg), void *arg,
 		       unsigned int timeout_s, struct fv_run *ret)
 {
+	char envpath[PATH_MAX + 8];
 	struct fv_run r = { 0 };
 	uint64_t t0 = fv_now_ms();
 	int pipefd[2], rc;
-	pid_t pid;
+	pid_t pid, parent = getpid();
 
 	if (pipe2(pipefd, O_CLOEXEC) < 0)
 		return NEG_ERRNO();
@@ -318,16 +413,24 @@ int fv_fork_call_named(struct fv_ctx *cx, const char *what, int (*fn)(void *arg)
 		return rc;
 	}
 	if (pid == 0) {
-		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		extern char **environ;
+		static char *envp[3];
 
-		setpgid(0, 0);
-		signal(SIGTERM, SIG_DFL);
-		signal(SIGINT, SIG_DFL);
-		signal(SIGPIPE, SIG_DFL);
-		if (null >= 0)
-			dup2(null, 0);
-		dup2(pipefd[1], 1);
-		dup2(pipefd[1], 2);
+		/*
+		 * Without an exec nothing is closed for us: kubelet's reply pipe,
+		 * the op's lock and the log are ours to close, so a child stuck
+		 * in the kernel (umount2 on a dead server) holds none of them.
+		 * The log goes first, so no line of the child lands in a
+		 * descriptor number reused by the function.  What @fn execs
+		 * (libmount runs mount.nfs) gets the reduced environment.
+		 */
+		fv_log_close();
+		snprintf(envpath, sizeof(envpath), "PATH=%s", cx->cfg.helper_path);
+		envp[0] = envpath;
+		envp[1] = (char *)"LC_ALL=C";
+		environ = envp;
+		if (child_setup(parent, pipefd[1], -1, -1) < 0)
+			_exit(127);
 		_exit(fn(arg) & 0xff);
 	}
 	setpgid(pid, pid); /* also from here, so the group exists before any kill */

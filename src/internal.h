@@ -40,4 +40,11 @@ char *fv_reply_format(const struct fv_reply *r);
 /* Write the reply in one write(2) (a fixed Failure document if out of memory); returns the exit code. */
 int fv_reply_write(int fd, const struct fv_reply *r);
 
+/*
+ * Copy the first @n bytes of @in (up to a NUL) to @out as valid UTF-8: each
+ * invalid sequence becomes U+FFFD.  Stops before a character that does not
+ * fit; @out is always terminated.  Returns the bytes written.  (reply.c)
+ */
+size_t fv_utf8_fix(const char *in, size_t n, char *out, size_t size);
+
 #endif

@@ -17,19 +17,70 @@ static void on_alarm(int sig)
 	(void)sig; /* only here to interrupt flock() with EINTR */
 }
 
+int fv_flock_deadline(int fd, int op, unsigned int timeout_ms)
+{
+	struct sigaction sa = { .sa_handler = on_alarm }, old;
+	/*
+	 * The timer fires every 100 ms until disarmed: an expiry that lands
+	 * before flock() is entered (a descheduled process) or any other
+	 * signal is followed by another, so flock() is always interrupted
+	 * again and the clock decides whether the deadline has passed.
+	 */
+	struct itimerspec its = { .it_value.tv_nsec = 100 * 1000 * 1000,
+				  .it_interval.tv_nsec = 100 * 1000 * 1000 };
+	struct sigevent sev = { .sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGALRM };
+	uint64_t deadline = fv_now_ms() + timeout_ms;
+	timer_t timer;
+	int r;
+
+	if (op != LOCK_EX && op != LOCK_SH)
+		return -EINVAL;
+	if (flock(fd, op | LOCK_NB) == 0)
+		return 0;
+	if (errno != EWOULDBLOCK)
+		return NEG_ERRNO();
+	if (timeout_ms == 0)
+		return -FV_ERR_TIMEOUT;
+	if (timeout_ms < 100)
+		its.it_value.tv_nsec = (long)timeout_ms * 1000 * 1000;
+
+	/* Contended: block in flock(), interrupted by SIGALRM from the timer. */
+	if (sigaction(SIGALRM, &sa, &old) < 0)
+		return NEG_ERRNO();
+	if (timer_create(CLOCK_MONOTONIC, &sev, &timer) < 0) {
+		r = NEG_ERRNO();
+		goto out;
+	}
+	if (timer_settime(timer, 0, &its, NULL) < 0) {
+		r = NEG_ERRNO();
+		timer_delete(timer);
+		goto out;
+	}
+	for (;;) {
+		if (flock(fd, op) == 0) {
+			r = 0;
+			break;
+		}
+		if (errno != EINTR) {
+			r = NEG_ERRNO();
+			break;
+		}
+		if (fv_now_ms() >= deadline) {
+			r = -FV_ERR_TIMEOUT;
+			break;
+		}
+	}
+	/* a failed delete leaves a timer whose SIGALRM our restored disposition handles */
+	(void)timer_delete(timer);
+out:
+	if (sigaction(SIGALRM, &old, NULL) < 0 && r == 0)
+		r = NEG_ERRNO();
+	return r;
+}
+
 int fv_lock(struct fv_ctx *cx, const char *name)
 {
 	char dir[PATH_MAX], esc[NAME_MAX - 8], path[PATH_MAX + NAME_MAX];
-	struct sigaction sa = { .sa_handler = on_alarm }, old;
-	/*
-	 * The interval re-arms the timer: if the first expiry lands before
-	 * flock() is entered (a descheduled process), the next one still
-	 * interrupts it instead of leaving us blocked for good.
-	 */
-	struct itimerspec its = { .it_value.tv_sec = cx->cfg.lock_timeout,
-				  .it_interval.tv_nsec = 100 * 1000 * 1000 };
-	struct sigevent sev = { .sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGALRM };
-	timer_t timer;
 	int fd, r;
 
 	if (fv_name_key(name, esc, sizeof(esc)) < 0)
@@ -42,27 +93,13 @@ int fv_lock(struct fv_ctx *cx, const char *name)
 	fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return fv_fail(cx, NEG_ERRNO(), "cannot open lock '%s': %m", path);
-	if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-		return fd;
-
-	/* Contended: block, interrupted by a one-shot timer at the deadline. */
-	sigaction(SIGALRM, &sa, &old);
-	if (timer_create(CLOCK_MONOTONIC, &sev, &timer) < 0) {
-		r = NEG_ERRNO();
-		goto out;
-	}
-	timer_settime(timer, 0, &its, NULL);
-	r = flock(fd, LOCK_EX) < 0 ? NEG_ERRNO() : 0;
-	timer_delete(timer);
-out:
-	sigaction(SIGALRM, &old, NULL);
+	r = fv_flock_deadline(fd, LOCK_EX, cx->cfg.lock_timeout * 1000U);
 	if (r == 0)
 		return fd;
 	close(fd);
-	if (r == -EINTR)
-		return fv_fail(cx, -FV_ERR_TIMEOUT,
-			       "another operation on '%s' still holds its lock after %u s", name,
-			       cx->cfg.lock_timeout);
+	if (r == -FV_ERR_TIMEOUT)
+		return fv_fail(cx, r, "another operation on '%s' still holds its lock after %u s",
+			       name, cx->cfg.lock_timeout);
 	return fv_fail(cx, r, "cannot lock '%s': %s", path, strerror(-r));
 }
 

@@ -9,6 +9,7 @@
 #include <syslog.h>
 #include <time.h>
 
+#include "internal.h"
 #include "fv/log.h"
 #include "fv/util.h"
 #include "fv/version.h"
@@ -48,44 +49,43 @@ void fv_log_close(void)
 	syslog_open = false;
 }
 
+/*
+ * One event, one line of valid UTF-8: user-supplied text (a directory
+ * argument, a helper's output) can neither forge log lines nor break a
+ * reader that expects UTF-8 (invalid bytes become U+FFFD, as in replies).
+ */
 static void vlog_line(bool to_syslog, const char *fmt, va_list ap)
 {
-	char line[8192];
+	char msg[8192], fixed[8192], line[8192 + 128];
 	struct timespec ts;
 	struct tm tm;
 	int n, m;
-	va_list aq;
 
+	m = vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (m < 0)
+		return;
+	fv_utf8_fix(msg, sizeof(msg), fixed, sizeof(fixed));
+	for (char *p = fixed; *p; p++)
+		if ((unsigned char)*p < 0x20)
+			*p = ' ';
 	if (to_syslog) {
-		char msg[4096];
-
 		/* No LOG_CONS, no LOG_PERROR: nothing may reach the console or stderr. */
 		if (!syslog_open)
 			openlog(ident, LOG_PID, LOG_DAEMON);
 		syslog_open = true;
-		va_copy(aq, ap);
-		vsnprintf(msg, sizeof(msg), fmt, aq);
-		va_end(aq);
-		syslog(LOG_INFO, "%s %s", fv_version, msg);
+		syslog(LOG_INFO, "%s %s", fv_version, fixed);
 	}
 	if (log_fd < 0)
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
-	n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s: ",
+	n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s: %s\n",
 		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-		     tm.tm_sec, ts.tv_nsec / 1000000, ident, (int)getpid(), fv_version);
-	m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-	if (m < 0)
+		     tm.tm_sec, ts.tv_nsec / 1000000, ident, (int)getpid(), fv_version, fixed);
+	if (n < 0)
 		return;
-	n += m;
-	if ((size_t)n > sizeof(line) - 2)
-		n = (int)sizeof(line) - 2;
-	/* one event, one line: user-supplied text cannot forge log lines */
-	for (int i = 0; i < n; i++)
-		if ((unsigned char)line[i] < 0x20)
-			line[i] = ' ';
-	line[n++] = '\n';
+	if ((size_t)n >= sizeof(line))
+		n = (int)sizeof(line) - 1;
 	(void)!write(log_fd, line, (size_t)n);
 }
 

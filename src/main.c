@@ -29,6 +29,7 @@ struct call {
 	bool has_attached;     /* reply "attached" */
 	bool attached;
 	const char *volume;    /* for the log line */
+	char dir[PATH_MAX];    /* args[0] normalised, for OP_DIR ops */
 };
 
 /* What the dispatcher does around an op, besides counting its arguments. */
@@ -36,7 +37,8 @@ enum {
 	OP_DIR = 1 << 0,       /* args[0] is a mount directory: must be a plain absolute path */
 	OP_LOCK_DIR = 1 << 1,  /* lock args[0] itself, not the volume (pod mounts run in parallel) */
 	OP_LOCK_SOFT = 1 << 2, /* go on unlocked when the run dir cannot be written */
-	OP_LOCAL = 1 << 3,     /* for people and the installer: no config, no log, no lock */
+	OP_DIR_MADE = 1 << 3,  /* kubelet created args[0] before the call: missing is a Failure */
+	OP_LOCAL = 1 << 4,     /* for people and the installer: no config, no log, no lock */
 };
 
 struct op {
@@ -139,14 +141,14 @@ static const struct op ops[] = {
 	 */
 	{ "detach", 2, -1, 0, OP_LOCK_SOFT, SLOT(detach), run_detach },
 	{ "waitforattach", 2, 1, -2, 0, SLOT(waitforattach), run_waitforattach },
-	{ "mountdevice", 3, 2, 0, OP_DIR, SLOT(mountdevice), run_mountdevice },
+	{ "mountdevice", 3, 2, 0, OP_DIR | OP_DIR_MADE, SLOT(mountdevice), run_mountdevice },
 	{ "unmountdevice", 1, -1, 0, OP_DIR, SLOT(unmountdevice), run_unmountdevice },
 	/*
 	 * Pod mounts lock their own directory: kubelet runs mount and unmount
 	 * of one volume for different pods in parallel (contract §1.1), and
 	 * one slow pod must not hold up the others.
 	 */
-	{ "mount", 2, 1, 0, OP_DIR | OP_LOCK_DIR, SLOT(mount), run_mount },
+	{ "mount", 2, 1, 0, OP_DIR | OP_DIR_MADE | OP_LOCK_DIR, SLOT(mount), run_mount },
 	{ "unmount", 1, -1, 0, OP_DIR | OP_LOCK_DIR, SLOT(unmount), run_unmount },
 	{ "expandvolume", 4, -1, -1, 0, 0, NULL },
 	{ "expandfs", 5, 0, 2, 0, SLOT(expandfs), run_expandfs },
@@ -265,14 +267,41 @@ static const char *volume_of(const struct op *op, struct call *c)
 	return c->opts.volume;
 }
 
-/* Directory arguments come from kubelet; still refuse anything that is not a plain absolute path. */
-static int check_dir_arg(struct fv_ctx *cx, const char *what, const char *p)
+/*
+ * Directory arguments come from kubelet and are taken literally: a plain
+ * absolute path ("//" and "/./" normalised into @norm, ".." refused) whose
+ * parents hold no symlink or magic link (fv_dir_open()).  The last component
+ * is left to the driver (fv_dir_arg()): it may be a dead NFS mount that no
+ * lookup may enter.  @must_exist: kubelet created the directory first
+ * (mount, mountdevice), so a missing parent is a Failure, and nothing creates
+ * it; for the undo ops it means nothing to undo.
+ */
+static int check_dir_arg(struct fv_ctx *cx, const char *p, bool must_exist, char *norm, size_t len)
 {
-	char tmp[PATH_MAX];
+	int fd = fv_dir_open(p, FV_DIR_PARENT, norm, len);
 
-	if (p[0] != '/' || fv_path_confine("/", p, tmp, sizeof(tmp)) < 0)
-		return fv_fail(cx, -EINVAL, "%s is not an absolute path: '%s'", what, p);
-	return 0;
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	switch (fd) {
+	case -EINVAL:
+	case -ENAMETOOLONG:
+		return fv_fail(cx, -EINVAL, "mount directory is not a plain absolute path: '%s'", p);
+	case -ELOOP:
+		return fv_fail(cx, fd,
+			       "'%s' has a symlink or magic link in its path: refused (directory "
+			       "arguments are taken literally)",
+			       p);
+	case -ENOENT:
+		if (!must_exist)
+			return 0;
+		return fv_fail(cx, fd, "directory '%s' does not exist (kubelet creates it first)", p);
+	case -ENOTDIR:
+		return fv_fail(cx, fd, "'%s' is not a directory", p);
+	default:
+		return fv_fail(cx, fd, "cannot open the parent of '%s': %s", p, strerror(-fd));
+	}
 }
 
 static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
@@ -286,9 +315,10 @@ static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 			return r;
 	}
 	if (op->flags & OP_DIR) {
-		r = check_dir_arg(cx, "mount directory", c->args[0]);
+		r = check_dir_arg(cx, c->args[0], op->flags & OP_DIR_MADE, c->dir, sizeof(c->dir));
 		if (r < 0)
 			return r;
+		c->args[0] = c->dir; /* the normalised form from here on */
 	}
 	c->volume = volume_of(op, c);
 	v = c->volume;

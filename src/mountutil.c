@@ -4,7 +4,9 @@
 #include <libmount.h>
 #include <stdio.h>
 #include <sys/mount.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "internal.h"
 #include "fv/log.h"
@@ -116,8 +118,36 @@ int fv_mnt_count_devno(dev_t devno)
 	return n;
 }
 
-int fv_mnt_mount(struct fv_ctx *cx, const char *source, const char *target, const char *fstype,
-		 const char *options, bool helpers)
+_Static_assert(FV_ERR_BASE > 5999, "FV_ERR_* must not overlap libmount's MNT_ERR_* (5000..5999)");
+
+/*
+ * libmount returns its own codes (-MNT_ERR_*, 5000 and up) besides -errno:
+ * translate them to the nearest errno, so that no caller mistakes one for
+ * an FV_ERR_* or an errno.  The message (mnt_context_get_excode) says more.
+ */
+int fv_mnt_errno(int r)
+{
+	if (r >= 0 || r > -5000)
+		return r;
+	switch (-r) {
+	case MNT_ERR_NOFSTAB:
+	case MNT_ERR_NOSOURCE:
+		return -ENOENT;
+	case MNT_ERR_NOFSTYPE:
+		return -ENODEV; /* no filesystem type given or found */
+	case MNT_ERR_MOUNTOPT:
+	case MNT_ERR_AMBIFS:
+		return -EINVAL;
+	case MNT_ERR_LOCK:
+		return -EAGAIN;
+	default:
+		return -EIO; /* loop device, flags, namespaces, ...: an I/O-side failure */
+	}
+}
+
+/* fv_mnt_mount() on @target, named @shown in the log and messages. */
+static int mnt_mount_as(struct fv_ctx *cx, const char *source, const char *target, const char *shown,
+			const char *fstype, const char *options, bool helpers)
 {
 	_cleanup_(mnt_free_contextp) struct libmnt_context *m = mnt_new_context();
 	char buf[1024] = "";
@@ -127,11 +157,14 @@ int fv_mnt_mount(struct fv_ctx *cx, const char *source, const char *target, cons
 		return -ENOMEM;
 	mnt_context_set_optsmode(m, MNT_OMODE_IGNORE); /* never consult fstab */
 	mnt_context_disable_mtab(m, 1);		       /* never write utab */
+	/* targets are literal (checked by the caller), never resolved again (realpath) */
+	mnt_context_disable_canonicalize(m, 1);
 	mnt_context_disable_helpers(m, !helpers);
 	if (mnt_context_set_source(m, source) || mnt_context_set_target(m, target) ||
 	    (fstype && mnt_context_set_fstype(m, fstype)) ||
 	    (options && mnt_context_set_options(m, options)))
 		return -ENOMEM;
+	target = shown;
 	fv_log("mount: %s on %s type %s (%s)", source, target, fstype ? fstype : "-",
 	       options ? options : "");
 	r = mnt_context_mount(m);
@@ -141,59 +174,298 @@ int fv_mnt_mount(struct fv_ctx *cx, const char *source, const char *target, cons
 	if (mnt_context_helper_executed(m))
 		return fv_fail(cx, -FV_ERR_HELPER, "mount of '%s' on '%s' failed (helper status %d)",
 			       source, target, mnt_context_get_helper_status(m));
-	return fv_fail(cx, r > 0 ? -r : (r < 0 ? r : -EIO), "mount of '%s' on '%s' failed: %s",
+	return fv_fail(cx, r > 0 ? -r : (r < 0 ? fv_mnt_errno(r) : -EIO), "mount of '%s' on '%s' failed: %s",
 		       source, target, buf[0] ? buf : strerror(r > 0 ? r : EIO));
 }
 
-int fv_mnt_umount_all(struct fv_ctx *cx, const char *target, bool lazy)
+int fv_mnt_mount(struct fv_ctx *cx, const char *source, const char *target, const char *fstype,
+		 const char *options, bool helpers)
+{
+	return mnt_mount_as(cx, source, target, target, fstype, options, helpers);
+}
+
+/* --- directory arguments, taken literally ------------------------------------ */
+
+/* The last component of @d, looked up under its parent: a plain directory or an error. */
+static int open_last(const struct fv_dir *d)
+{
+	int fd = openat(d->parent, d->name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+
+	if (fd < 0)
+		return NEG_ERRNO();
+	if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		int r = S_ISLNK(st.st_mode) ? -ELOOP : -ENOTDIR;
+
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+static int dir_fail(struct fv_ctx *cx, int r, const char *path)
+{
+	switch (r) {
+	case -EINVAL:
+		return fv_fail(cx, r, "directory '%s' is not a plain absolute path", path);
+	case -ELOOP:
+		return fv_fail(cx, r,
+			       "'%s' has a symlink or magic link in its path: refused (directory "
+			       "arguments are taken literally)",
+			       path);
+	case -ENOENT:
+		return fv_fail(cx, r, "directory '%s' does not exist (kubelet creates it first)",
+			       path);
+	case -ENOTDIR:
+		return fv_fail(cx, r, "'%s' is not a directory", path);
+	default:
+		return fv_fail(cx, r, "cannot open directory '%s': %s", path, strerror(-r));
+	}
+}
+
+void fv_dir_close(struct fv_dir *d)
+{
+	if (d->parent >= 0)
+		close(d->parent);
+	d->parent = -1;
+}
+
+/* fv_dir_arg() without messages: 0 or -errno (-ENOENT when absent). */
+static int dir_open(const char *arg, unsigned int flags, struct fv_dir *d)
+{
+	int r, fd;
+
+	d->parent = -1;
+	d->path[0] = '\0';
+	d->name = d->path;
+	r = fv_dir_open(arg, FV_DIR_PARENT, d->path, sizeof(d->path));
+	if (r < 0)
+		return r;
+	d->parent = r;
+	d->name = fv_path_last(d->path);
+	if (flags & FV_DIRARG_PARENT_ONLY)
+		return 0;
+	fd = open_last(d);
+	if (fd < 0)
+		return fd;
+	close(fd);
+	return 0;
+}
+
+int fv_dir_open_quiet(const char *arg, struct fv_dir *d)
+{
+	return dir_open(arg, 0, d);
+}
+
+int fv_dir_arg(struct fv_ctx *cx, const char *arg, unsigned int flags, struct fv_dir *d)
+{
+	int r = dir_open(arg, flags, d);
+
+	if (r == -ENOENT && !(flags & FV_DIRARG_MUST_EXIST))
+		return 1;
+	return r < 0 ? dir_fail(cx, r, d->path[0] ? d->path : arg) : 0;
+}
+
+int fv_dir_check(struct fv_ctx *cx, const struct fv_dir *d, unsigned int flags)
+{
+	int fd = open_last(d);
+
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	if (fd == -ENOENT && !(flags & FV_DIRARG_MUST_EXIST))
+		return 1;
+	return dir_fail(cx, fd, d->path);
+}
+
+static int find_id(uint64_t id, struct fv_mntinfo *ret)
+{
+	_cleanup_(mnt_unref_tablep) struct libmnt_table *tb = NULL;
+	_cleanup_(mnt_free_iterp) struct libmnt_iter *it = mnt_new_iter(MNT_ITER_FORWARD);
+	struct libmnt_fs *fs;
+	int r = load_table(&tb);
+
+	if (r < 0)
+		return r;
+	if (!it)
+		return -ENOMEM;
+	while (mnt_table_next_fs(tb, it, &fs) == 0)
+		if ((uint64_t)mnt_fs_get_id(fs) == id) {
+			fill_info(fs, ret);
+			return 0;
+		}
+	return -ENOENT;
+}
+
+int fv_dir_mounted(const struct fv_dir *d, struct fv_mntinfo *ret)
+{
+	struct statx stx;
+	int fd = open_last(d), r;
+
+	if (fd == -ENOENT)
+		return 1;
+	if (fd < 0)
+		return fd;
+	r = statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_MNT_ID, &stx) < 0 ? NEG_ERRNO()
+										      : 0;
+	close(fd);
+	if (r < 0)
+		return r;
+	if (!(stx.stx_mask & STATX_MNT_ID) || !(stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT))
+		return fv_mnt_find(d->path, ret); /* Linux < 5.8: the literal path names the mount */
+	if (!(stx.stx_attributes & STATX_ATTR_MOUNT_ROOT))
+		return 1;
+	r = find_id(stx.stx_mnt_id, ret);
+	/* a mount that went away between statx() and the table read: not mounted */
+	return r == -ENOENT ? 1 : r;
+}
+
+int fv_umount_at(int parent, const char *name, int flags)
+{
+	char p[PATH_MAX + 32];
+
+	/* the parent is pinned by its fd; the last component is not followed */
+	if ((size_t)snprintf(p, sizeof(p), "/proc/self/fd/%d/%s", parent, name) >= sizeof(p))
+		return -ENAMETOOLONG;
+	return umount2(p, flags | UMOUNT_NOFOLLOW) == 0 ? 0 : NEG_ERRNO();
+}
+
+int fv_umount_literal(const char *path, int flags)
+{
+	char norm[PATH_MAX];
+	int parent = fv_dir_open(path, FV_DIR_PARENT, norm, sizeof(norm)), r;
+
+	if (parent < 0)
+		return parent;
+	r = fv_umount_at(parent, fv_path_last(norm), flags);
+	close(parent);
+	return r;
+}
+
+int fv_dir_umount_all(struct fv_ctx *cx, const struct fv_dir *d, bool lazy)
 {
 	for (int i = 0; i < 64; i++) {
-		int r = fv_mnt_find(target, NULL);
+		int r = fv_dir_mounted(d, NULL);
 
 		if (r == 1)
 			return 0;
 		if (r < 0)
-			return fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
-		fv_log("umount: %s", target);
-		if (umount2(target, UMOUNT_NOFOLLOW) == 0 || errno == EINVAL)
+			return fv_fail(cx, r, "cannot tell whether '%s' is mounted: %s", d->path,
+				       strerror(-r));
+		fv_log("umount: %s", d->path);
+		r = fv_umount_at(d->parent, d->name, 0);
+		if (r == 0 || r == -EINVAL)
 			continue;
-		if (errno == EBUSY && lazy && umount2(target, UMOUNT_NOFOLLOW | MNT_DETACH) == 0) {
-			fv_log("umount: %s was busy, detached lazily", target);
+		if (r == -EBUSY && lazy && fv_umount_at(d->parent, d->name, MNT_DETACH) == 0) {
+			fv_log("umount: %s was busy, detached lazily", d->path);
 			continue;
 		}
-		return fv_fail(cx, NEG_ERRNO(), "unmount of '%s' failed: %m", target);
+		return fv_fail(cx, r, "unmount of '%s' failed: %s", d->path, strerror(-r));
 	}
-	return fv_fail(cx, -EBUSY, "'%s' is still mounted after 64 unmounts", target);
+	return fv_fail(cx, -EBUSY, "'%s' is still mounted after 64 unmounts", d->path);
 }
 
-int fv_canonical_dir(const char *path, char *ret, size_t len)
+int fv_dir_mount(struct fv_ctx *cx, const struct fv_dir *d, const char *source,
+		 const char *fstype, const char *options)
 {
-	char buf[PATH_MAX];
+	char target[32];
+	int fd = open_last(d), r;
 
-	if (!realpath(path, buf))
-		return errno == ENOENT ? 1 : NEG_ERRNO();
-	if (strlen(buf) >= len)
-		return -ENAMETOOLONG;
-	strcpy(ret, buf);
-	return 0;
+	if (fd < 0)
+		return dir_fail(cx, fd, d->path);
+	/*
+	 * The verified directory itself, whatever happens to its path
+	 * meanwhile.  What remains: a mount that someone else puts on this
+	 * directory between the caller's fv_dir_mounted() and here is mounted
+	 * over (our own calls on one directory are serialised by the locks).
+	 */
+	snprintf(target, sizeof(target), "/proc/self/fd/%d", fd);
+	r = mnt_mount_as(cx, source, target, d->path, fstype, options, false);
+	close(fd);
+	return r;
 }
 
-int fv_prepare_dir(struct fv_ctx *cx, const char *path, char *ret, size_t len)
+/* MS_* flags a bind must keep when it is remounted read-only (MS_REMOUNT|MS_BIND sets them all). */
+static unsigned long kept_flags(int fd)
 {
-	struct stat st;
-	int r = fv_mkdir_p(path, 0750);
+	static const struct {
+		unsigned long st, ms;
+	} map[] = {
+		{ ST_NOSUID, MS_NOSUID },	{ ST_NODEV, MS_NODEV },
+		{ ST_NOEXEC, MS_NOEXEC },	{ ST_NOATIME, MS_NOATIME },
+		{ ST_NODIRATIME, MS_NODIRATIME }, { ST_RELATIME, MS_RELATIME },
+	};
+	struct statvfs sv;
+	unsigned long f = 0;
 
-	if (r < 0)
-		return fv_fail(cx, r, "cannot create directory '%s': %s", path, strerror(-r));
-	r = fv_canonical_dir(path, ret, len);
-	if (r != 0)
-		return fv_fail(cx, r < 0 ? r : -ENOENT, "cannot resolve '%s'", path);
-	if (stat(ret, &st) < 0 || !S_ISDIR(st.st_mode))
-		return fv_fail(cx, -ENOTDIR, "'%s' is not a directory", path);
-	return 0;
+	if (fstatvfs(fd, &sv) < 0)
+		return 0;
+	for (size_t i = 0; i < ARRAY_SIZE(map); i++)
+		if (sv.f_flag & map[i].st)
+			f |= map[i].ms;
+	return f;
 }
 
-int fv_dir_is_empty(const char *path)
+/*
+ * Plain mount(2) rather than libmount: libmount would do the read-only step
+ * of "bind,ro" on the target path again, and /proc/self/fd/N of the
+ * directory names the directory under the new bind, not the bind.  Here the
+ * remount is done through a descriptor opened on the bind itself.
+ */
+int fv_dir_bind(struct fv_ctx *cx, const struct fv_dir *src, const struct fv_dir *dst, bool ro)
+{
+	_cleanup_close_ int sfd = open_last(src), dfd = open_last(dst), nfd = -1;
+	char s[32], t[32];
+
+	if (sfd < 0)
+		return dir_fail(cx, sfd, src->path);
+	if (dfd < 0)
+		return dir_fail(cx, dfd, dst->path);
+	snprintf(s, sizeof(s), "/proc/self/fd/%d", sfd);
+	snprintf(t, sizeof(t), "/proc/self/fd/%d", dfd);
+	fv_log("mount: %s on %s (bind%s)", src->path, dst->path, ro ? ",ro" : "");
+	if (mount(s, t, NULL, MS_BIND, NULL) < 0)
+		return fv_fail(cx, NEG_ERRNO(), "bind mount of '%s' on '%s' failed: %m", src->path,
+			       dst->path);
+	if (!ro)
+		return 0;
+	nfd = open_last(dst);
+	if (nfd >= 0) {
+		snprintf(t, sizeof(t), "/proc/self/fd/%d", nfd);
+		if (mount(NULL, t, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | kept_flags(nfd), NULL) == 0)
+			return 0;
+		nfd = NEG_ERRNO();
+	}
+	/* never leave a writable bind of a read-only volume behind */
+	(void)fv_umount_at(dst->parent, dst->name, MNT_DETACH);
+	return fv_fail(cx, nfd, "read-only remount of '%s' failed: %s", dst->path, strerror(-nfd));
+}
+
+int fv_dir_is_empty(const struct fv_dir *d)
+{
+	int fd = openat(d->parent, d->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *dir;
+	struct dirent *e;
+	int r = 1;
+
+	if (fd < 0)
+		return errno == ENOENT ? 1 : errno == ENOTDIR ? -ENOTDIR : NEG_ERRNO();
+	dir = fdopendir(fd);
+	if (!dir) {
+		close(fd);
+		return NEG_ERRNO();
+	}
+	while ((e = readdir(dir)))
+		if (!streq(e->d_name, ".") && !streq(e->d_name, "..")) {
+			r = 0;
+			break;
+		}
+	closedir(dir);
+	return r;
+}
+
+int fv_path_is_empty(const char *path)
 {
 	DIR *d = opendir(path);
 	struct dirent *e;

@@ -3,7 +3,8 @@
  * The reply.  kubelet unmarshals the whole combined output into its
  * DriverStatus (contract §1.4): "status" is one of three exact words,
  * "attached" must be a JSON boolean, "capabilities" must never be null.
- * Exit 0 for Success and Not supported, 1 for Failure (§3.2).
+ * Exit 0 for Success and Not supported, 1 for Failure (§3.2).  Every string
+ * is valid UTF-8 (invalid bytes quoted from arguments become U+FFFD).
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -21,6 +22,96 @@ const char *fv_status_word(enum fv_status st)
 	return words[st];
 }
 
+/*
+ * Length of the valid UTF-8 sequence at @s (at most @n bytes), or 0 when it
+ * is not one; *ret_bad then gets how many bytes form the maximal invalid
+ * prefix to replace by one U+FFFD (at least 1).  RFC 3629 section 4: no
+ * overlongs, no surrogates, nothing above U+10FFFF.
+ */
+static size_t utf8_len(const unsigned char *s, size_t n, size_t *ret_bad)
+{
+	unsigned char lo = 0x80, hi = 0xbf;
+	size_t need, i;
+
+	*ret_bad = 1;
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		need = 2;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		need = 3;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		need = 4;
+	else
+		return 0;
+	if (s[0] == 0xe0)
+		lo = 0xa0;
+	else if (s[0] == 0xed)
+		hi = 0x9f;
+	else if (s[0] == 0xf0)
+		lo = 0x90;
+	else if (s[0] == 0xf4)
+		hi = 0x8f;
+	for (i = 1; i < need; i++) {
+		if (i >= n || s[i] < lo || s[i] > hi) {
+			*ret_bad = i;
+			return 0;
+		}
+		lo = 0x80;
+		hi = 0xbf;
+	}
+	return need;
+}
+
+size_t fv_utf8_fix(const char *in, size_t n, char *out, size_t size)
+{
+	const unsigned char *s = (const unsigned char *)in;
+	size_t i = 0, o = 0;
+
+	if (!size)
+		return 0;
+	while (i < n && s[i]) {
+		size_t bad, k = utf8_len(s + i, n - i, &bad);
+
+		if (k) {
+			if (o + k >= size)
+				break;
+			memcpy(out + o, s + i, k);
+			o += k;
+			i += k;
+		} else {
+			if (o + 3 >= size)
+				break;
+			memcpy(out + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i += bad;
+		}
+	}
+	out[o] = '\0';
+	return o;
+}
+
+/* A valid UTF-8 copy of @s (malloc'ed), or NULL when out of memory. */
+static char *utf8_dup(const char *s)
+{
+	size_t n = strlen(s);
+	char *out = malloc(3 * n + 1);
+
+	if (out)
+		fv_utf8_fix(s, n, out, 3 * n + 1);
+	return out;
+}
+
+/* Add string @v under @key, made valid UTF-8 first: kubelet reads JSON, JSON is UTF-8. */
+static void add_str(json_object *o, const char *key, const char *v)
+{
+	char *u = utf8_dup(v);
+
+	if (u)
+		json_object_object_add(o, key, json_object_new_string(u));
+	free(u);
+}
+
 static void add_bool(json_object *o, const char *key, bool v)
 {
 	json_object_object_add(o, key, json_object_new_boolean(v));
@@ -36,9 +127,9 @@ char *fv_reply_format(const struct fv_reply *r)
 		return NULL;
 	json_object_object_add(o, "status", json_object_new_string(words[r->status]));
 	if (r->message && *r->message)
-		json_object_object_add(o, "message", json_object_new_string(r->message));
+		add_str(o, "message", r->message);
 	if (r->device)
-		json_object_object_add(o, "device", json_object_new_string(r->device));
+		add_str(o, "device", r->device);
 	if (r->has_attached)
 		add_bool(o, "attached", r->attached);
 	if (r->version)

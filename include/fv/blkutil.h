@@ -11,12 +11,25 @@ struct fv_ctx;
 struct udev_device;
 
 /*
+ * fv_blk_lock() - open block device @dev and take its BSD lock (LOCK_EX,
+ * systemd's BLOCK_DEVICE_LOCKING.md: udev does not probe a locked device)
+ * within the configured lock timeout.  Hold it from the probe to the
+ * mount: nothing else of ours probes, formats or mounts the device
+ * meanwhile, and a mkfs that inherited it keeps it until it exits.
+ * Returns the locked fd (close it to unlock), or -FV_ERR_TIMEOUT / -errno
+ * (message set).
+ */
+int fv_blk_lock(struct fv_ctx *cx, const char *dev);
+
+/*
  * fv_blk_probe() - what does @dev hold?  Superblocks and partition tables
  * are both probed (a partitioned disk is not blank).
  * Returns 0 and the filesystem type in @type (e.g. "ext4"), 1 when the
- * device is blank (safe to format), -FV_ERR_NOTBLANK (message set) for a
- * partition table, a non-filesystem signature or several signatures, -errno
- * on I/O errors.
+ * device is blank (safe to format), 2 and the type when it holds a
+ * filesystem whose mkfs never finished (an xfs with sb_inprogress: a
+ * killed mkfs; nothing to lose, format it again), -FV_ERR_NOTBLANK
+ * (message set) for a partition table, a non-filesystem signature or
+ * several signatures, -errno on I/O errors.
  */
 int fv_blk_probe(struct fv_ctx *cx, const char *dev, char *type, size_t len);
 
@@ -26,8 +39,12 @@ bool fv_fs_supported(const char *fstype);
 /* The kubernetes.io/fsType option (NULL: none asked) is one we support, or a Failure saying so. */
 int fv_fs_check_option(struct fv_ctx *cx, const char *fstype);
 
-/* mkfs.<fstype> on @dev, run as a helper under the helper deadline. */
-int fv_fs_make(struct fv_ctx *cx, const char *dev, const char *fstype);
+/*
+ * fv_fs_make() - mkfs.<fstype> on @dev, run as a helper under the helper
+ * deadline.  @lockfd (fv_blk_lock(), or -1) is handed down to mkfs.
+ * @again: over a filesystem whose mkfs never finished (probe result 2).
+ */
+int fv_fs_make(struct fv_ctx *cx, const char *dev, const char *fstype, int lockfd, bool again);
 
 /*
  * fv_fs_grow() - grow the mounted filesystem on @dev (mounted at @mnt) to

@@ -32,9 +32,15 @@
 
 #include "fv/macro.h"
 
-/* Domain errors without an errno, returned negated (like libmount's MNT_ERR_*). */
+/*
+ * Domain errors without an errno, returned negated.  Their range is ours
+ * alone: errno values stay below 4096 (the kernel's MAX_ERRNO) and
+ * libmount's MNT_ERR_* use 5000..5999 (mountutil.c translates those to
+ * errno values; they never pass through).  5001..5005 once collided with
+ * them (issue 9 item 8).
+ */
 enum {
-	FV_ERR_BASE = 5000,
+	FV_ERR_BASE = 100000,
 	FV_ERR_BADOPT,	   /* an option is missing or invalid */
 	FV_ERR_TIMEOUT,	   /* a helper or a wait ran past its deadline */
 	FV_ERR_HELPER,	   /* a helper program exited non-zero */

@@ -4,10 +4,15 @@
  * functions (a libmount call that runs mount.nfs) without a shell.
  *
  * The child runs in its own process group with stdin on /dev/null and
- * stdout+stderr on one pipe that we read; all our other descriptors are
- * close-on-exec.  At the deadline the whole process group is killed with
- * SIGKILL.  The environment is reduced to PATH (the configured helper path)
- * and LC_ALL=C, so messages are stable and nothing of kubelet's leaks in.
+ * stdout+stderr on one pipe that we read; every other descriptor is closed
+ * in the child (close_range), so neither a helper nor a forked call holds
+ * kubelet's reply pipe, a lock or the log.  Signal mask and dispositions
+ * are reset.  The child gets SIGKILL when the driver dies (parent-death
+ * signal), so a killed driver leaves no helper working behind it.  At the
+ * deadline the whole process group is killed with SIGKILL, and we wait for
+ * the child's exit, not for EOF.  The environment is exactly PATH (the
+ * configured helper path) and LC_ALL=C, for helpers and for what a forked
+ * call execs, so messages are stable and nothing of kubelet's leaks in.
  *
  * The captured output is logged (argv elements flagged in @redact are
  * logged as "***") and kept in struct fv_run for the reply message.
@@ -42,6 +47,14 @@ int fv_exec(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
 	    unsigned int timeout_s, struct fv_run *r);
 
 /*
+ * fv_exec_fd() - fv_exec() handing @keep_fd down to the helper (inherited
+ * under its number; -1: none): the lock on a block device to the mkfs that
+ * writes it, so the lock lasts exactly as long as the writer does.
+ */
+int fv_exec_fd(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
+	       unsigned int timeout_s, int keep_fd, struct fv_run *r);
+
+/*
  * fv_exec_status() - like fv_exec(), for helpers whose exit codes carry
  * meaning (iscsiadm: 15 = already logged in, 21 = nothing found): a
  * non-zero exit is not a failure, and the reply message is never set.
@@ -55,7 +68,10 @@ int fv_exec_status(struct fv_ctx *cx, const char *const *argv, unsigned int reda
 
 /*
  * fv_fork_call() - run @fn(@arg) in a forked child set up like a helper
- * (own process group, stdio on the capture pipe), with a deadline.  The
+ * (own process group, stdio on the capture pipe, every other descriptor
+ * closed, the reduced environment, SIGKILL when the driver dies), with a
+ * deadline.  The log is closed in the child: what @fn has to say goes to
+ * stdout (the capture pipe), which the parent logs.  The
  * child's return value is its exit status (0..255), also kept in @r->status;
  * a non-zero one is the function's answer, not a failure (no message set).
  * Returns: @fn's return value (>= 0), -FV_ERR_TIMEOUT, or -errno.

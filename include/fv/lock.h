@@ -10,6 +10,16 @@
 struct fv_ctx;
 
 /*
+ * fv_flock_deadline() - flock(@fd, @op) (LOCK_EX or LOCK_SH), waiting at
+ * most @timeout_ms for a holder to let go (0: only try).  The one way the
+ * code waits for a BSD lock: the named locks below and the lock on a block
+ * device around probe, mkfs and mount (fv_blk_lock()).  Other signals
+ * arriving meanwhile do not end the wait early.
+ * Returns: 0, -FV_ERR_TIMEOUT, or -errno (-EINVAL for a bad @op).  No message set.
+ */
+int fv_flock_deadline(int fd, int op, unsigned int timeout_ms);
+
+/*
  * fv_lock() - take the lock called @name (any string; it is encoded into a
  * safe file name) within the configured lock timeout.  The lock is held
  * until the process exits or fv_unlock() is called on the returned fd.

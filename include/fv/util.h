@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /*
@@ -34,12 +35,44 @@ int fv_path_confine(const char *root, const char *path, char *ret, size_t len);
 
 /*
  * fv_open_beneath() - open @rel below the directory @rootfd with openat2()
- * and RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS: a symlink, ".." or mount that
- * would leave the root fails with -EXDEV.  @flags/@mode as for open(2);
- * O_CLOEXEC is always added.
+ * and RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS: ".." that
+ * would leave the root fails with -EXDEV, any symlink (even one that stays
+ * inside) with -ELOOP.  @flags/@mode as for open(2); O_CLOEXEC is always added.
  * Returns an fd, or -errno.
  */
 int fv_open_beneath(int rootfd, const char *rel, int flags, mode_t mode);
+
+/*
+ * fv_open_regular_beneath() - open the existing regular file @rel below
+ * @rootfd (as fv_open_beneath()) for I/O with @flags (O_RDONLY/O_RDWR),
+ * without ever opening anything else: O_PATH first, fstat() must say
+ * S_ISREG, then that same inode is re-opened through its O_PATH descriptor
+ * and its dev/ino checked again.  A FIFO, device node, socket or directory
+ * is never open()ed (no blocking, no driver side effect).  @st gets the
+ * file's stat (for a refused file too: st_mode says what it is).
+ * Returns an fd, -EMEDIUMTYPE for a file that is not regular, or -errno.
+ */
+int fv_open_regular_beneath(int rootfd, const char *rel, int flags, struct stat *st);
+
+/* "a FIFO", "a block device", ... for messages about a file of mode @mode. */
+const char *fv_file_type(mode_t mode);
+
+/*
+ * fv_dir_open() - the directory argument @path, taken literally: absolute,
+ * no "..", "." and "//" normalised lexically (the result goes to @norm, may
+ * be NULL), resolved from "/" with openat2(RESOLVE_NO_SYMLINKS|
+ * RESOLVE_NO_MAGICLINKS): no symlink in any component is followed, and no
+ * magic link (/proc/self/root/..., /proc/self/cwd/..., /proc/<pid>/fd/...).
+ * Mounts are crossed.  @flags: FV_DIR_PARENT opens the parent directory and
+ * never looks the last component up (nfs: it may be a dead mount);
+ * FV_DIR_COMPAT walks component by component with O_NOFOLLOW (what is done
+ * when openat2() is missing; for tests).
+ * Returns an O_PATH|O_DIRECTORY fd, or -EINVAL (not an absolute path, ".."),
+ * -ENOENT (absent), -ELOOP (a symlink or magic link), -ENOTDIR, -errno.
+ */
+#define FV_DIR_PARENT 1u
+#define FV_DIR_COMPAT 2u
+int fv_dir_open(const char *path, unsigned int flags, char *norm, size_t len);
 
 /* Encode any string as one safe file name component ([A-Za-z0-9._-], %XX for the rest). */
 int fv_name_escape(const char *s, char *buf, size_t len);

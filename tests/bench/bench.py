@@ -252,9 +252,9 @@ def lifecycle_inner(args):
     kubelet = os.path.join(scratch, "kubelet")
     gmount = os.path.join(kubelet, "plugins/kubernetes.io/flexvolume/flexvol/loop/mounts", PV)
     poddir = os.path.join(kubelet, "pods", POD_UID, "volumes/flexvol~loop", PV)
-    # kubelet creates the pod's volumes dir; the driver makes the leaf dirs
-    os.makedirs(os.path.dirname(poddir), exist_ok=True)
-    os.makedirs(os.path.dirname(gmount), exist_ok=True)
+    # kubelet creates both directories before mountdevice/mount (contract §4.1)
+    os.makedirs(poddir, exist_ok=True)
+    os.makedirs(gmount, exist_ok=True)
 
     per_op = {op: [] for op in LIFECYCLE}
     rss = {op: [] for op in LIFECYCLE}

@@ -185,6 +185,8 @@ BAD = [
     ({"iqn": "eui.0200"}, "'iqn'"),
     ({"iqn": "naa.52004567BA64678G"}, "'iqn'"),
     ({"iqn": "-T"}, "'iqn'"),
+    ({"iqn": IQN + "\u0000x"}, "NUL"),
+    ({"targetPortal": "127.0.0.1\u0000:3261"}, "NUL"),
     ({"lun": None}, "'lun' is required"),
     ({"lun": "-1"}, "'lun'"),
     ({"lun": "16384"}, "'lun'"),
@@ -282,7 +284,7 @@ def creds_missing_or_not_a_file(e):
 @case
 def creds_syntax_errors(e):
     for text, words in (
-            ("session.user = u\nsession.password = topsecret-1234\n", ("line 1", "unknown key 'session.user'")),
+            ("session.user = u\nsession.password = topsecret-1234\n", ("line 1", "unknown key")),
             ("session.username = u\n", ("session.username and session.password go together",)),
             ("session.password = topsecret-1234\n", ("go together",)),
             ("session.username = u\nsession.password = topsecret-1234\nsession.username_in = t\n",
@@ -296,6 +298,32 @@ def creds_syntax_errors(e):
         p = e.creds(text)
         r = creds_refused(e, p, *words)
         check("topsecret" not in r["message"] and "top\x01" not in r["message"], "secret in %r" % r)
+
+
+@case
+def creds_bad_lines_not_quoted(e):
+    """A malformed line is named by its number only: its text may hold a secret (a
+    typo'd key, a ':' for '='), in the reply and in the log."""
+    for text, words in (
+            ("session.username = u\nsession.password: S3CRET-4711 = x\n", ("line 2", "unknown key")),
+            ("session.username = u\nS3CRET-4711\n", ("line 2", "not 'key = value'")),
+            ("session.username = u\nsession.pasword = S3CRET-4711\n", ("line 2", "unknown key")),
+            ("S3CRET-4711 = x\n", ("line 1", "unknown key"))):
+        p = e.creds(text)
+        r = creds_refused(e, p, *words)
+        check("S3CRET" not in r["message"], "line text quoted: %r" % r["message"])
+        check("S3CRET" not in e.logtext(), "line text logged: %r" % e.logtext())
+        check("pasword" not in r["message"], "unknown key quoted: %r" % r["message"])
+
+
+@case
+def creds_fifo_does_not_hang(e):
+    """A FIFO as credentials file fails at once (nobody writes it)."""
+    p = os.path.join(e.dir, "fifo.conf")
+    os.mkfifo(p, 0o600)
+    t = time.monotonic()
+    creds_refused(e, p, "not a regular file")
+    check(time.monotonic() - t < 10, "took %.1f s" % (time.monotonic() - t))
 
 
 @case
@@ -317,7 +345,7 @@ def creds_passed_to_iscsiadm_never_logged(e):
     # the order: discovery record with CHAP, discover, node update with CHAP, login
     kinds = [("discoverydb" in c and "new" in c, "--discover" in c,
               "node.session.auth.authmethod" in c and "CHAP" in c, "--login" in c) for c in calls]
-    check(kinds[0][0] and kinds[2][1] and kinds[3][2] and kinds[4][3], "call order %r" % calls)
+    check(kinds[0][0] and kinds[2][1] and kinds[5][2] and kinds[6][3], "call order %r" % calls)
     upd = calls[1]
     check(upd[upd.index("discovery.sendtargets.auth.password") + 2] == "disc-secret-4321", "discovery pw")
 
@@ -424,7 +452,7 @@ def login_phase_deadline(e):
     r = e.k.waitforattach("", e.opts(portals=portals))
     dt = time.monotonic() - t
     failure(r, "did not finish within 1 s", "gave up after 4 s before trying")
-    tried = [c for c in e.calls() if "discovery" in c]
+    tried = [c for c in e.calls() if "--discover" in c]
     check(4 <= len(tried) <= 5, "portals tried: %d" % len(tried))
     check(dt < 9, "took %.1f s" % dt)
 
@@ -436,7 +464,7 @@ def portal_failover_order(e):
                       {"kind": "discover", "arg": "127.0.0.2:3260", "rc": 8}])
     r = e.k.waitforattach("", e.opts(portals="127.0.0.2,127.0.0.3:3261"))
     failure(r, "did not appear")  # logged in via the third portal; no device on the host
-    disc = [c[c.index("-p") + 1] for c in e.calls() if "discovery" in c]
+    disc = [c[c.index("-p") + 1] for c in e.calls() if "--discover" in c]
     check(disc == ["127.0.0.1:3260", "127.0.0.2:3260", "127.0.0.3:3261"], "discovery order %r" % disc)
     logins = [c for c in e.calls() if "--login" in c]
     check(len(logins) == 1 and "127.0.0.3:3261" in logins[0], "login %r" % logins)
@@ -459,6 +487,70 @@ def node_record_settings(e):
     check(all(c[c.index("-I") + 1] == "iface0" for c in e.calls() if "-I" in c), "iface not passed")
 
 
+# --- open-iscsi's database: nothing of ours left behind (issue 9 item 7) ----------------
+
+def mode(c):
+    return c[c.index("-m") + 1] if "-m" in c else ""
+
+
+def op(c):
+    return c[c.index("-o") + 1] if "-o" in c else ""
+
+
+@case
+def discovery_is_nonpersistent(e):
+    """Discovery writes no node record for every advertised target and no discovery
+    record; exactly one node record, ours, is created ("-o new") before it is set up."""
+    e.scenario(targets=["iqn.2024-01.io.other:t", IQN, "iqn.2024-01.io.other:u"])
+    e.k.waitforattach("", e.opts(iface="iface0"))
+    calls = e.calls()
+    disc = [c for c in calls if "--discover" in c or mode(c) == "discovery"]
+    check(len(disc) == 1, "discoveries %r" % calls)
+    check(mode(disc[0]) == "discoverydb" and op(disc[0]) == "nonpersistent", "persistent discovery %r" % disc)
+    check(not any(mode(c) == "discoverydb" and op(c) == "new" for c in calls), "discovery record made %r" % calls)
+    new = [c for c in calls if mode(c) == "node" and op(c) == "new"]
+    check(len(new) == 1 and new[0][new[0].index("-T") + 1] == IQN and new[0][new[0].index("-p") + 1] == PORTAL
+          and new[0][new[0].index("-I") + 1] == "iface0", "node record creation %r" % calls)
+    i_new, i_upd = calls.index(new[0]), [i for i, c in enumerate(calls) if op(c) == "update"][0]
+    check(i_new < i_upd, "update before the record exists %r" % calls)
+    check(all(IQN in c for c in calls if mode(c) == "node"), "another target's node record touched %r" % calls)
+
+
+@case
+def discovery_chap_record_deleted(e):
+    """The discovery record that carries discovery CHAP is deleted after the discovery,
+    whether it succeeded or failed."""
+    p = e.creds("discovery.username = du\ndiscovery.password = disc-secret-4321\n")
+    for rules in ([], [{"kind": "discover", "rc": 24}], [{"kind": "update", "rc": 6}]):
+        e.scenario(rules=rules)
+        try:
+            os.unlink(os.path.join(e.fake, "calls"))
+        except OSError:
+            pass
+        e.k.waitforattach("", e.opts(chapCredentialsFile=p))
+        calls = e.calls()
+        mk = [i for i, c in enumerate(calls) if mode(c) == "discoverydb" and op(c) == "new"]
+        rm = [i for i, c in enumerate(calls) if mode(c) == "discoverydb" and op(c) == "delete"]
+        check(len(mk) == 1 and len(rm) == 1 and mk[0] < rm[0], "%r: record not deleted: %r" % (rules, calls))
+        later = [c for c in calls[rm[0]:] if mode(c) == "discoverydb" and op(c) in ("new", "update")]
+        check(not later, "recreated %r" % calls)
+        disc = [i for i, c in enumerate(calls) if "--discover" in c]
+        check(all(i < rm[0] for i in disc), "discovery after the delete %r" % calls)
+
+
+@case
+def failed_login_deletes_node_record(e):
+    """A login that fails (bad CHAP) deletes the node record it made: no secret stays."""
+    p = e.creds("session.username = su\nsession.password = sess-secret-8765\n")
+    e.scenario(rules=[{"kind": "login", "rc": 24}])
+    failure(e.k.waitforattach("", e.opts(chapCredentialsFile=p)), "CHAP authentication failed")
+    calls = e.calls()
+    login = [i for i, c in enumerate(calls) if "--login" in c][0]
+    rm = [c for c in calls[login:] if mode(c) == "node" and op(c) == "delete"]
+    check(len(rm) == 1 and rm[0][rm[0].index("-T") + 1] == IQN and rm[0][rm[0].index("-p") + 1] == PORTAL,
+          "node record not deleted: %r" % calls)
+
+
 # --- node-side ops without a session -------------------------------------------------
 
 @case
@@ -474,6 +566,37 @@ def no_session_answers(e):
     k.detach("pv1", node="other-node", expect="Success")
     check(e.calls() == [], "iscsiadm ran: %r" % e.calls())
 
+
+
+# --- directory arguments taken literally (issue 9 item 4) ---------------------------
+
+@case
+def dirs_taken_literally(e):
+    """mountdevice into a missing or symlinked global path is refused before iscsiadm runs and
+    creates nothing; unmount/unmountdevice through a symlink leave the foreign mount behind it."""
+    import subprocess
+    from flexsim import mounted_at
+    o = e.opts()
+    g = e.k.gmp("pv1")
+    r = e.drv.call("mountdevice", g, "/dev/sdx", o, expect="Failure")
+    failure(r, "does not exist")
+    check(not os.path.exists(g), "mountdevice created the global path")
+    e.drv.call("unmountdevice", g, expect="Success")
+    foreign = os.path.join(e.dir, "foreign")
+    os.makedirs(foreign)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "foreign", foreign], check=True)
+    os.makedirs(os.path.dirname(g))
+    os.symlink(foreign, g)
+    pd = e.k.poddir("pod-a", "pv1")
+    os.makedirs(os.path.dirname(pd))
+    os.symlink(foreign, pd)
+    # (mount looks for the LUN first: without one it fails before the directory matters)
+    for op, args in (("mountdevice", (g, "/dev/sdx", o)), ("unmountdevice", (g,)), ("unmount", (pd,)),
+                     ("unmount", ("/proc/self/root" + foreign,))):
+        failure(e.drv.call(op, *args), "symlink or magic link")
+        check(len(mounted_at(foreign)) == 1, "%s: the foreign mount is gone" % op)
+    check(e.calls() == [], "iscsiadm ran: %r" % e.calls())
+    subprocess.run(["umount", foreign], check=True)
 
 
 def make_env(build, name):

@@ -350,7 +350,7 @@ def absolute_inside_root_is_fine(e):
 
 @case
 def bad_path_symlink_escape(e):
-    """A symlink inside the root that points out of it is refused on the node (openat2 RESOLVE_BENEATH)."""
+    """A symlink inside the root that points out of it is refused on the node (openat2: no symlinks)."""
     target = os.path.join(e.dir, "outside.img")
     with open(target, "wb") as f:
         f.truncate(64 << 20)
@@ -359,16 +359,9 @@ def bad_path_symlink_escape(e):
     for f in ("link.img", "up/outside.img"):
         o = e.opts(file=f)
         r = e.k.waitforattach("loop:" + f, o, expect="Failure")
-        check("outside the loop root" in r["message"], r["message"])
+        check("passes through a symlink" in r["message"], r["message"])
         r = e.k.mountdevice("pv1", "", o, expect="Failure")
-        check("outside the loop root" in r["message"], r["message"])
-    # a symlink that stays inside is fine
-    with open(e.image("real.img"), "wb") as f:
-        f.truncate(64 << 20)
-    os.symlink("real.img", e.image("alias.img"))
-    dev = e.k.waitforattach("loop:alias.img", e.opts(file="alias.img"), expect="Success")["device"]
-    check(e.loops() == {dev: e.image("real.img")}, e.loops())
-    e.k.detach("pv1", expect="Success")
+        check("passes through a symlink" in r["message"], r["message"])
     e.nothing_left("symlink")
 
 
@@ -416,6 +409,38 @@ def bad_json(e):
     r = k.attach(go_json({"file": "a.img", "kubernetes.io/readwrite": "maybe"}), expect="Failure")
     check("readwrite" in r["message"], r["message"])
     e.nothing_left("bad json")
+
+
+@case
+def bad_nul_in_values(e):
+    """A value is exactly what the JSON says: a NUL (\\u0000) is refused for every key, not
+    read as the text before it (issue 9 item 5)."""
+    with open(e.image("ok.img"), "wb") as f:
+        f.truncate(64 << 20)
+    bad(e, e.opts(file="ok.img\u0000../../etc/passwd", size=None), ["NUL"])
+    bad(e, e.opts(fstype="ext4\u0000x"), ["NUL"])
+    bad(e, e.opts(extra={"unknown-key": "x\u0000"}), ["NUL"])
+    bad(e, e.opts(extra={"x\u0000y": "1"}), ["NUL"])
+
+
+@case
+def replies_and_log_are_utf8(e):
+    """Arguments quoted in a message with invalid UTF-8 bytes or control characters: the reply
+    (checked by flexsim: decodes as UTF-8, one JSON document) and the log stay valid UTF-8."""
+    k = e.k
+    r = e.drv.call("unmount", "rel\udcff\x01dir", expect="Failure")
+    check("rel\ufffd" in r["message"], r["message"])
+    r = e.drv.call("mount", "/nonexistent-\udcfe\udcff/x", e.opts(), expect="Failure")
+    bad_rw = json.loads(e.opts())
+    bad_rw["kubernetes.io/readwrite"] = "\u00e9\u0001\n"
+    r = k.attach(json.dumps(bad_rw), expect="Failure")
+    check("\u00e9" in r["message"], r["message"])
+    with open(e.log, "rb") as f:
+        text = f.read()
+    text.decode("utf-8")  # raises on invalid UTF-8
+    for line in text.split(b"\n")[:-1]:
+        check(all(c >= 0x20 for c in line), "control character in a log line: %r" % line)
+    e.nothing_left("utf8")
 
 
 @case
@@ -468,6 +493,27 @@ def existing_filesystem_and_fstype_mismatch(e):
     k.unmountdevice("pv1", expect="Success")
     k.detach("pv1", expect="Success")
     e.nothing_left("mismatch")
+
+
+@case
+def mountdevice_again_other_fstype_or_mode(e):
+    """An already mounted global path answers Success only for the same filesystem and mode;
+    another fsType or readwrite is refused, as on a first mount (issue 9 item 8)."""
+    k = e.k
+    o = e.opts()
+    dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+    k.mountdevice("pv1", dev, o, expect="Success")
+    r = k.mountdevice("pv1", dev, e.opts(fstype="xfs"), expect="Failure")
+    check("mounted as ext4" in r["message"] and "xfs" in r["message"], r["message"])
+    # (the loop driver refuses ro earlier: it would rebind the image read-only)
+    k.mountdevice("pv1", dev, e.opts(ro=True), expect="Failure")
+    gm = mounted_at(k.gmp("pv1"))
+    check(len(gm) == 1 and gm[0][2] == "ext4" and "rw" in gm[0][3].split(","), "changed: %r" % gm)
+    k.mountdevice("pv1", dev, o, expect="Success")
+    k.mountdevice("pv1", dev, e.opts(fstype=""), expect="Success")
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("mountdevice again")
 
 
 @case
@@ -583,53 +629,263 @@ def sigkill_during_waitforattach(e):
     e.nothing_left("kill waitforattach")
 
 
-@case
-def sigkill_during_mountdevice(e):
-    """SIGKILL while mkfs runs (a wrapper that pauses before the real mkfs), then a retry:
-    one binding, one mount, a valid filesystem."""
+# --- SIGKILL during mkfs: kubelet's real retry ----------------------------------
+
+class MkfsGate:
+    """A mkfs wrapper for timing only: every invocation records its pid, notes
+    whether an earlier one is still alive (two writers on one device), then
+    waits at a gate (a FIFO the test opens) before it becomes the real mkfs.
+    @fork: the wrapper runs that part in a background child and waits for it,
+    like a helper that forks: the child is what a parent-death signal misses,
+    so only the device lock it inherited can hold the retry back."""
+
+    def __init__(self, e, fstype="ext4", fork=False):
+        self.dir = os.path.join(e.dir, "mkfs-gate")
+        os.makedirs(self.dir)
+        self.gate = os.path.join(self.dir, "gate")
+        self.pids = os.path.join(self.dir, "pids")
+        self.overlaps = os.path.join(self.dir, "overlaps")
+        os.mkfifo(self.gate)
+        inner = os.path.join(self.dir, "mkfs-inner")
+        with open(inner, "w") as f:
+            f.write("#!/bin/sh\n"
+                    "for p in $(cat %(pids)s 2>/dev/null); do\n"
+                    "  s=$(cut -d')' -f2 /proc/$p/stat 2>/dev/null | cut -c2)\n"
+                    "  [ -n \"$s\" ] && [ \"$s\" != Z ] && echo \"$$ while $p\" >> %(ov)s\n"
+                    "done\n"
+                    "echo $$ >> %(pids)s\n"
+                    "read x < %(gate)s\n"
+                    "exec /sbin/mkfs.%(fs)s \"$@\"\n"
+                    % {"pids": self.pids, "ov": self.overlaps, "gate": self.gate, "fs": fstype})
+        os.chmod(inner, 0o755)
+        self.path = os.path.join(self.dir, "bin")
+        os.makedirs(self.path)
+        with open(os.path.join(self.path, "mkfs." + fstype), "w") as f:
+            if fork:
+                f.write("#!/bin/sh\n%s \"$@\" &\nwait $!\n" % inner)
+            else:
+                f.write("#!/bin/sh\nexec %s \"$@\"\n" % inner)
+        os.chmod(os.path.join(self.path, "mkfs." + fstype), 0o755)
+        self.env = dict(e.env, FLEXVOL_HELPER_PATH=self.path + ":/usr/sbin:/usr/bin:/sbin:/bin")
+
+    def started(self):
+        try:
+            with open(self.pids) as f:
+                return [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            return []
+
+    def overlapped(self):
+        try:
+            with open(self.overlaps) as f:
+                return f.read().split("\n")[:-1]
+        except FileNotFoundError:
+            return []
+
+    def wait_for(self, cond, what, limit=60):
+        deadline = time.monotonic() + limit  # a bound for a broken run, not a timing assert
+        while not cond():
+            if time.monotonic() > deadline:
+                raise Fail("waited %d s for %s" % (limit, what))
+            time.sleep(0.005)
+
+    def open_until(self, p):
+        """Let every wrapper at the gate go on, until call @p has ended."""
+        deadline = time.monotonic() + 120
+        while p.poll() is None and time.monotonic() < deadline:
+            try:
+                g = os.open(self.gate, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                time.sleep(0.005)  # no reader at the gate now
+                continue
+            os.write(g, b"go\n")
+            os.close(g)
+            time.sleep(0.005)
+
+
+def flock_waiter(pid):
+    """Is @pid blocked in flock() (a "->" line of /proc/locks)?"""
+    with open("/proc/locks") as f:
+        return any("->" in ln and " FLOCK " in ln and (" %d " % pid) in ln for ln in f)
+
+
+def live_mkfs_under(d):
+    """Processes still running a mkfs of ours (the gate's scripts or a real mkfs on our loops)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if d in cmd or ("mkfs" in cmd and "/dev/loop" in cmd):
+            out.append((int(pid), cmd))
+    return out
+
+
+def kill_during_mkfs_then_retry(e, fork):
+    """kubelet's retry: the driver is SIGKILLed while its mkfs runs, and the next
+    mountdevice comes at once, while the old mkfs (if it lives on) still runs."""
     k = e.k
-    wrap = os.path.join(e.dir, "helpers")
-    os.makedirs(wrap)
-    fifo = os.path.join(e.dir, "gate")
-    started = os.path.join(e.dir, "mkfs-started")
-    done = os.path.join(e.dir, "mkfs-done")
-    os.mkfifo(fifo)
-    with open(os.path.join(wrap, "mkfs.ext4"), "w") as f:
-        f.write("#!/bin/sh\n: > %s\nread x < %s\n/sbin/mkfs.ext4 \"$@\"\nrc=$?\n: > %s\nexit $rc\n"
-                % (started, fifo, done))
-    os.chmod(os.path.join(wrap, "mkfs.ext4"), 0o755)
+    g = MkfsGate(e, fork=fork)
     o = e.opts()
     dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
-    env = dict(e.env, FLEXVOL_HELPER_PATH=wrap + ":/usr/sbin:/usr/bin:/sbin:/bin")
     os.makedirs(k.gmp("pv1"), exist_ok=True)
-    p = subprocess.Popen([e.bin, "mountdevice", k.gmp("pv1"), dev, o], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    # kill the driver while mkfs is running: wait for the wrapper to start
-    deadline = time.monotonic() + 60
-    while not os.path.exists(started) and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.01)
-    check(os.path.exists(started), "the mkfs wrapper never started")
-    p.send_signal(signal.SIGKILL)
+    drv = Driver(e.bin, g.env)
+    p = drv.spawn("mountdevice", k.gmp("pv1"), dev, o)
+    g.wait_for(lambda: len(g.started()) == 1 or p.poll() is not None, "the first mkfs")
+    check(p.poll() is None, "the driver ended before its mkfs ran")
+    p.kill()
     p.communicate()
-    # the paused helper still waits at the gate (a killed driver cannot kill it): let it go on
-    try:
-        g = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-        os.write(g, b"go\n")
-        os.close(g)
-    except OSError:
-        pass  # no reader left: nothing to release
-    else:  # the orphaned mkfs finishes on its own; the retry comes after it
-        deadline = time.monotonic() + 60
-        while not os.path.exists(done) and time.monotonic() < deadline:
-            time.sleep(0.01)
-    k.mountdevice("pv1", dev, o, expect="Success")
-    k.mountdevice("pv1", dev, o, expect="Success")
+    # the retry, at once: it must not probe or format while the old mkfs may write
+    r = drv.spawn("mountdevice", k.gmp("pv1"), dev, o)
+    g.wait_for(lambda: len(g.started()) == 2 or flock_waiter(r.pid) or r.poll() is not None,
+               "the retry to run a mkfs, wait for the device lock or end")
+    g.open_until(r)
+    out, err = r.communicate()
+    check(err == b"", "stderr: %r" % err)
+    reply = json.loads(out)
+    check(reply["status"] == "Success", "the retry: %r" % reply)
+    check(not g.overlapped(), "a second mkfs started while the first still ran: %s"
+          % g.overlapped())
+    if fork:
+        check(len(g.started()) == 1, "the retry waited for the orphan's filesystem and made "
+              "none of its own: %d mkfs runs" % len(g.started()))
     m = mounted_at(k.gmp("pv1"))
-    check(len(m) == 1 and m[0][2] == "ext4", "one ext4 mount: %r" % m)
-    check(list(e.loops()) == [dev], "one binding")
+    check(len(m) == 1 and m[0][1] == dev and m[0][2] == "ext4", "one ext4 mount: %r" % m)
+    k.mountdevice("pv1", dev, o, expect="Success")
+    check(len(mounted_at(k.gmp("pv1"))) == 1, "still one mount")
+    check(list(e.loops()) == [dev], "one binding: %r" % e.loops())
     k.unmountdevice("pv1", expect="Success")
     k.detach("pv1", expect="Success")
-    e.nothing_left("kill mountdevice")
+    fsck = subprocess.run(["e2fsck", "-fn", e.image()], capture_output=True, text=True)
+    check(fsck.returncode == 0, "e2fsck: %s%s" % (fsck.stdout, fsck.stderr))
+    left = live_mkfs_under(e.dir)
+    for pid, _ in left:
+        os.kill(pid, signal.SIGKILL)
+    check(not left, "mkfs left running: %r" % left)
+    e.nothing_left("kill during mkfs")
+
+
+@case
+def sigkill_during_mkfs_immediate_retry(e):
+    """The killed driver's mkfs dies with it (parent-death signal); the immediate
+    retry formats once, after it: Success, one mount, a clean filesystem."""
+    kill_during_mkfs_then_retry(e, fork=False)
+
+
+@case
+def sigkill_during_mkfs_retry_waits_for_orphan(e):
+    """A mkfs that outlives the killed driver (a helper's own child) keeps the
+    device lock it inherited; the immediate retry waits for it, never probes or
+    formats under it, and mounts the filesystem it made."""
+    kill_during_mkfs_then_retry(e, fork=True)
+
+
+@case
+def sigkill_at_any_point_of_real_mkfs(e):
+    """The real mkfs (ext4 and xfs) killed with the driver at many points: what it
+    leaves (blank, an unfinished xfs with sb_inprogress, a finished filesystem)
+    always converges on the next call to one mount of a clean filesystem."""
+    k = e.k
+    for fs, size, check_cmd in (("ext4", "64Mi", ["e2fsck", "-fn"]),
+                                ("xfs", "320Mi", ["xfs_repair", "-n"])):
+        wrap = os.path.join(e.dir, "wrap-" + fs)
+        os.makedirs(wrap)
+        started = os.path.join(wrap, "started")
+        with open(os.path.join(wrap, "mkfs." + fs), "w") as f:
+            f.write("#!/bin/sh\n: > %s\nexec /sbin/mkfs.%s \"$@\"\n" % (started, fs))
+        os.chmod(os.path.join(wrap, "mkfs." + fs), 0o755)
+        drv = Driver(e.bin, dict(e.env, FLEXVOL_HELPER_PATH=wrap + ":/usr/sbin:/usr/bin:/sbin:/bin"))
+        img = "%s.img" % fs
+        o = e.opts(file=img, size=size, fstype=fs)
+        for delay_ms in (0, 2, 4, 6, 8, 10, 13, 16, 20, 30):
+            if os.path.exists(started):
+                os.unlink(started)
+            dev = k.waitforattach("loop:" + img, o, expect="Success")["device"]
+            os.makedirs(k.gmp("pv1"), exist_ok=True)
+            p = drv.spawn("mountdevice", k.gmp("pv1"), dev, o)
+            deadline = time.monotonic() + 30
+            while not os.path.exists(started) and p.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            time.sleep(delay_ms / 1000)
+            p.kill()
+            p.communicate()
+            k.mountdevice("pv1", dev, o, expect="Success")
+            m = mounted_at(k.gmp("pv1"))
+            check(len(m) == 1 and m[0][2] == fs, "%s, kill after %d ms: %r" % (fs, delay_ms, m))
+            k.unmountdevice("pv1", expect="Success")
+            k.detach("pv1", expect="Success")
+            r = subprocess.run(check_cmd + [e.image(img)], capture_output=True, text=True)
+            check(r.returncode == 0, "%s, kill after %d ms: %s %s" % (fs, delay_ms, r.stdout, r.stderr))
+            os.truncate(e.image(img), 0)  # blank again for the next kill point
+            os.unlink(e.image(img))
+    e.nothing_left("kill at any point of mkfs")
+
+
+@case
+def unfinished_xfs_is_made_again(e):
+    """An xfs whose mkfs was killed half-way (sb_inprogress set: blkid says xfs, the
+    kernel refuses to mount it) holds no data: mountdevice makes it again."""
+    k = e.k
+    img = e.image("vol1.img")
+    with open(img, "wb") as f:
+        f.truncate(320 << 20)
+    subprocess.run(["mkfs.xfs", "-q", img], check=True)
+    with open(img, "r+b") as f:
+        sb = bytearray(f.read(512))
+        check(sb[:4] == b"XFSB" and sb[126] == 0, "a finished xfs")
+        f.seek(126)
+        f.write(b"\x01")  # what a mkfs.xfs killed before its last write leaves
+    o = e.opts(size="320Mi", fstype="xfs")
+    dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+    k.mountdevice("pv1", dev, o, expect="Success")
+    m = mounted_at(k.gmp("pv1"))
+    check(len(m) == 1 and m[0][2] == "xfs", "one xfs mount: %r" % m)
+    k.unmountdevice("pv1", expect="Success")
+    # a finished xfs with data is never made again
+    k.mountdevice("pv1", dev, o, expect="Success")
+    with open(os.path.join(k.gmp("pv1"), "data"), "w") as f:
+        f.write("kept")
+    k.unmountdevice("pv1", expect="Success")
+    k.mountdevice("pv1", dev, o, expect="Success")
+    check(os.path.exists(os.path.join(k.gmp("pv1"), "data")), "data kept")
+    k.unmountdevice("pv1", expect="Success")
+    # read-only: never formats, a clear Failure
+    with open(img, "r+b") as f:
+        f.seek(126)
+        f.write(b"\x01")
+    k.detach("pv1", expect="Success")
+    ro = e.opts(size="320Mi", fstype="xfs", ro=True)
+    dev = k.waitforattach("loop:vol1.img", ro, expect="Success")["device"]
+    r = k.mountdevice("pv1", dev, ro, expect="Failure")
+    check("unfinished" in r["message"], r["message"])
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("unfinished xfs")
+
+
+@case
+def device_lock_deadline(e):
+    """A device locked by someone else (a mkfs of another tool) is waited for only up
+    to the lock timeout: a clear Failure, then Success once it is free."""
+    k = e.k
+    o = e.opts()
+    dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+    fd = os.open(dev, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.makedirs(k.gmp("pv1"), exist_ok=True)
+    r = k.drv.call("mountdevice", k.gmp("pv1"), dev, o, env=dict(e.env, FLEXVOL_LOCK_TIMEOUT="1"),
+                   expect="Failure")
+    check("locked" in r["message"] and dev in r["message"], r["message"])
+    check(not mounted_at(k.gmp("pv1")), "nothing mounted")
+    os.close(fd)
+    k.mountdevice("pv1", dev, o, expect="Success")
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("device lock")
 
 
 @case
@@ -723,6 +979,277 @@ def no_helper_holds_the_pipe(e):
     check(time.monotonic() - t0 < 60, "lifecycle took %.1f s" % (time.monotonic() - t0))
     check(all(c.elapsed < 30 for c in e.drv.calls), [(c.argv[1], c.elapsed) for c in e.drv.calls])
     e.nothing_left("pipe")
+
+
+# --- hostile files in the loop root (issue 9 item 1) ------------------------
+
+class OpenWatch:
+    """inotify IN_OPEN on one path: did anything open() it?  (An O_PATH open is no open.)"""
+
+    def __init__(self, path):
+        import ctypes
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        check(self.fd >= 0, "inotify_init1")
+        check(self.libc.inotify_add_watch(self.fd, path.encode(), 0x20) >= 0, "inotify_add_watch %s" % path)
+
+    def opened(self):
+        try:
+            return len(os.read(self.fd, 4096)) > 0
+        except BlockingIOError:
+            return False
+
+    def close(self):
+        os.close(self.fd)
+
+
+def plant(e, kind, name="vol1.img"):
+    """A non-regular file where the image should be.  Returns its path."""
+    import socket
+    import stat as st
+    p = e.image(name)
+    if kind == "fifo":
+        os.mkfifo(p, 0o600)
+    elif kind == "chardev":  # /dev/null's numbers: opening it would be harmless, but it must not happen
+        os.mknod(p, 0o600 | st.S_IFCHR, os.stat("/dev/null").st_rdev)
+    elif kind == "blockdev":  # an existing loop device's numbers
+        loops = sorted(d for d in os.listdir("/dev") if d.startswith("loop") and d[4:].isdigit())
+        check(loops, "no /dev/loopN to copy the numbers of")
+        os.mknod(p, 0o600 | st.S_IFBLK, os.stat("/dev/" + loops[0]).st_rdev)
+    elif kind == "dir":
+        os.mkdir(p)
+    elif kind == "socket":
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(p)
+        s.close()
+    return p
+
+
+HOSTILE = ("fifo", "chardev", "blockdev", "dir", "socket")
+
+
+def fast(e):
+    """The kubelet, with calls that fail the case after 10 s instead of hanging the suite."""
+    return Kubelet(Driver(e.bin, e.env, timeout=10), e.kubelet, e.node)
+
+
+@case
+def hostile_image_files_fail_fast(e):
+    """A FIFO, device node, directory or socket named as the image: every op that opens the image
+    (isattached, waitforattach, mountdevice, mount, expandfs; rw and ro) fails at once with a message,
+    never opens the node (no side effect: inotify sees no open), binds, mounts or creates nothing."""
+    k = fast(e)
+    for kind in HOSTILE:
+        p = plant(e, kind)
+        w = OpenWatch(p) if kind != "socket" else None
+        try:
+            for ro in (False, True):
+                o = e.opts(ro=ro)
+                what = "%s%s" % (kind, " ro" if ro else "")
+                k.attach(o, expect="Success")  # lexical only: attach touches nothing
+                calls = [("isattached", lambda: k.isattached(o, expect="Failure")),
+                         ("waitforattach", lambda: k.waitforattach("loop:vol1.img", o, expect="Failure")),
+                         ("mountdevice", lambda: k.mountdevice("pv1", "/dev/loop0", o, expect="Failure")),
+                         ("mount", lambda: k.mount("pod-a", "pv1", o, expect="Failure")),
+                         ("expandfs", lambda: k.expandfs(o, "", "pod-a", "pv1", 128 << 20, 64 << 20,
+                                                         expect="Failure"))]
+                for name, c in calls:
+                    t0 = time.monotonic()
+                    r = c()
+                    check(time.monotonic() - t0 < 5, "%s %s took %.1f s" % (name, what, time.monotonic() - t0))
+                    check("not a regular file" in r["message"], "%s %s: %s" % (name, what, r["message"]))
+                if w:
+                    check(not w.opened(), "%s: the %s was opened" % (what, kind))
+        finally:
+            if w:
+                w.close()
+        check(set(os.listdir(e.root)) == {"vol1.img"}, "nothing created: %r" % os.listdir(e.root))
+        if kind == "dir":
+            os.rmdir(p)
+        else:
+            os.unlink(p)
+        e.nothing_left(kind)
+
+
+@case
+def image_symlink_inside_root_refused(e):
+    """The file option is taken literally: a symlink, even one that stays inside the root (and could
+    point at a FIFO or device planted there), is refused by every op that opens the image."""
+    k = fast(e)
+    with open(e.image("real.img"), "wb") as f:
+        f.truncate(64 << 20)
+    os.symlink("real.img", e.image("alias.img"))
+    os.mkfifo(e.image("pipe"))
+    os.symlink("pipe", e.image("pipe.img"))
+    for f in ("alias.img", "pipe.img"):
+        o = e.opts(file=f)
+        for c in (lambda: k.waitforattach("loop:" + f, o, expect="Failure"),
+                  lambda: k.isattached(o, expect="Failure"),
+                  lambda: k.mountdevice("pv1", "", o, expect="Failure")):
+            r = c()
+            check("passes through a symlink" in r["message"], r["message"])
+    e.nothing_left("image symlink")
+
+
+# --- directory arguments taken literally (issue 9 item 4) --------------------
+
+def foreign_mount(e):
+    """A tmpfs that is not ours, with a file in it: it must survive every call below."""
+    d = os.path.join(e.dir, "foreign")
+    os.makedirs(d)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "foreign", d], check=True)
+    with open(os.path.join(d, "precious"), "w") as f:
+        f.write("x")
+    return d
+
+
+def foreign_intact(d):
+    m = mounted_at(d)
+    check(len(m) == 1 and m[0][2] == "tmpfs", "the foreign mount is gone: %r" % m)
+    check(os.path.exists(os.path.join(d, "precious")), "the foreign mount's file is gone")
+
+
+@case
+def symlinked_pod_dir_is_refused(e):
+    """unmount/mount of a pod dir that is a symlink (to a foreign mount): Failure, the foreign mount
+    survives, nothing of ours lands there."""
+    k = e.k
+    o = e.opts()
+    bring_up(e, uids=())
+    d = foreign_mount(e)
+    pd = k.poddir("pod-s", "pv1")
+    os.makedirs(os.path.dirname(pd))
+    os.symlink(d, pd)
+    r = k.drv.call("unmount", pd, expect="Failure")
+    check("symlink or magic link" in r["message"], r["message"])
+    foreign_intact(d)
+    r = k.drv.call("mount", pd, o, expect="Failure")
+    check("symlink or magic link" in r["message"], r["message"])
+    foreign_intact(d)
+    # a symlink higher up (the pod's volumes dir)
+    os.unlink(pd)
+    up = k.poddir("pod-t", "pv1")
+    os.makedirs(os.path.dirname(os.path.dirname(up)))
+    real = os.path.join(e.dir, "elsewhere")
+    os.makedirs(os.path.join(real, "pv1"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "other", os.path.join(real, "pv1")], check=True)
+    os.symlink(real, os.path.dirname(up))
+    r = k.drv.call("unmount", up, expect="Failure")
+    check("symlink or magic link" in r["message"], r["message"])
+    check(len(mounted_at(os.path.join(real, "pv1"))) == 1, "the mount behind the symlinked parent survives")
+    subprocess.run(["umount", os.path.join(real, "pv1")], check=True)
+    subprocess.run(["umount", d], check=True)
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("symlinked pod dir")
+
+
+@case
+def symlinked_global_path_is_refused(e):
+    """mountdevice/unmountdevice on a global path that is a symlink: Failure, nothing mounted through
+    it, the foreign mount behind it survives and no loop device is released."""
+    k = e.k
+    o = e.opts()
+    dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+    d = foreign_mount(e)
+    g = k.gmp("pv1")
+    os.makedirs(os.path.dirname(g))
+    os.symlink(d, g)
+    r = k.drv.call("mountdevice", g, dev, o, expect="Failure")
+    check("symlink or magic link" in r["message"], r["message"])
+    foreign_intact(d)
+    r = k.drv.call("unmountdevice", g, expect="Failure")
+    check("symlink or magic link" in r["message"], r["message"])
+    foreign_intact(d)
+    check(dev in e.loops(), "the binding is untouched")
+    os.unlink(g)
+    subprocess.run(["umount", d], check=True)
+    k.detach("pv1", expect="Success")
+    e.nothing_left("symlinked global path")
+
+
+@case
+def proc_magic_link_forms_are_refused(e):
+    """/proc/self/root/<dir> and /proc/self/cwd/<dir> name the same directory through a magic link:
+    refused by every op that takes a directory; the real mounts stay."""
+    k = e.k
+    o = e.opts()
+    dev = bring_up(e)
+    g, pd = k.gmp("pv1"), k.poddir("pod-a", "pv1")
+    forms = lambda p: ("/proc/self/root" + p, "/proc/self/cwd" + p, "/proc/%d/root%s" % (os.getpid(), p))
+    for p in forms(pd):
+        r = k.drv.call("unmount", p, expect="Failure")
+        check("symlink or magic link" in r["message"], "%s: %s" % (p, r["message"]))
+        r = k.drv.call("mount", p, o, expect="Failure")
+        check("symlink or magic link" in r["message"], "%s: %s" % (p, r["message"]))
+    for p in forms(g):
+        r = k.drv.call("unmountdevice", p, expect="Failure")
+        check("symlink or magic link" in r["message"], "%s: %s" % (p, r["message"]))
+        r = k.drv.call("mountdevice", p, dev, o, expect="Failure")
+        check("symlink or magic link" in r["message"], "%s: %s" % (p, r["message"]))
+    check(len(mounted_at(pd)) == 1 and len(mounted_at(g)) == 1, "the mounts stay")
+    check(dev in e.loops(), "the binding stays")
+    # a mountdevice through the caller's cwd: the driver runs with cwd=/, the target is relative
+    other = os.path.join(e.dir, "cwdtarget")
+    os.makedirs(other)
+    p = subprocess.run([e.bin, "mountdevice", "/proc/self/cwd/cwdtarget", dev, o], cwd=e.dir, env=e.env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    check(json.loads(p.stdout)["status"] == "Failure" and not mounted_at(other), p.stdout)
+    tear_down(e)
+    e.nothing_left("proc forms")
+
+
+@case
+def missing_dirs_are_not_created(e):
+    """kubelet creates the directory before mountdevice/mount (§4.1): a missing one is a Failure and
+    the driver creates nothing; unmount/unmountdevice of a missing one is Success (undo of nothing)."""
+    k = e.k
+    o = e.opts()
+    dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+    g = os.path.join(e.dir, "nonexistent", "plugins", "mounts", "ghost")
+    r = k.drv.call("mountdevice", g, dev, o, expect="Failure")
+    check("does not exist" in r["message"], r["message"])
+    check(not os.path.exists(os.path.join(e.dir, "nonexistent")), "mountdevice created the dir")
+    k.mountdevice("pv1", dev, o, expect="Success")
+    pd = os.path.join(e.dir, "nonexistent", "x")
+    r = k.drv.call("mount", pd, o, expect="Failure")
+    check("does not exist" in r["message"], r["message"])
+    check(not os.path.exists(os.path.join(e.dir, "nonexistent")), "mount created the dir")
+    k.drv.call("unmount", pd, expect="Success")
+    k.drv.call("unmountdevice", g, expect="Success")
+    # a file where the directory should be
+    f = os.path.join(e.dir, "afile")
+    open(f, "w").close()
+    r = k.drv.call("mount", f, o, expect="Failure")
+    check("not a directory" in r["message"], r["message"])
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("missing dirs")
+
+
+@case
+def dir_arguments_normalised_lexically(e):
+    """"//" and "/./" name the same directory (no symlink involved): accepted, normalised; ".." and
+    a relative path are refused before anything happens."""
+    k = e.k
+    o = e.opts()
+    dev = bring_up(e, uids=())
+    pd = k.poddir("pod-n", "pv1")
+    os.makedirs(pd)
+    odd = pd.replace("/pods/", "//pods/./")
+    k.drv.call("mount", odd, o, expect="Success")
+    check(len(mounted_at(pd)) == 1 and mounted_at(pd)[0][1] == dev, mounted_at(pd))
+    k.drv.call("mount", pd, o, expect="Success")  # the same directory: already mounted
+    check(len(mounted_at(pd)) == 1, "one mount: %r" % mounted_at(pd))
+    for bad in (pd + "/../pv1", "relative/dir"):
+        r = k.drv.call("unmount", bad, expect="Failure")
+        check("plain absolute path" in r["message"], r["message"])
+    check(len(mounted_at(pd)) == 1, "still mounted")
+    k.drv.call("unmount", odd, expect="Success")
+    check(not mounted_at(pd), "unmounted")
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("normalised")
 
 
 def make_env(build, name):

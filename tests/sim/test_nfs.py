@@ -15,7 +15,9 @@ never sees it.
 """
 import base64
 import os
+import select
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -36,6 +38,7 @@ d=%(dir)s
 echo "$*" >>"$d/calls"
 case "$(cat "$d/mode" 2>/dev/null)" in
 hang)
+    cat /proc/$$/environ >"$d/environ"
     sleep 1000 &
     echo $! >"$d/grandchild"
     echo $$ >"$d/helper"
@@ -293,6 +296,91 @@ def nfs_helper_timeout_kills_the_group(e):
     e.k.mount("pod-b", "vol", e.opts(), expect="Failure")
 
 
+def ppid(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def fds_of(pid):
+    """{fd: target} of a live process, pipes as "pipe"."""
+    d = "/proc/%d/fd" % pid
+    out = {}
+    for n in os.listdir(d):
+        try:
+            t = os.readlink(os.path.join(d, n))
+        except OSError:
+            continue
+        out[int(n)] = "pipe" if t.startswith("pipe:") else t
+    return out
+
+
+def read_until_eof(f, limit):
+    """kubelet's read of the combined output: until EOF.  False when none came within
+    @limit seconds (a bound so a broken driver fails the case instead of hanging it)."""
+    deadline = time.monotonic() + limit
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([f], [], [], left)[0]:
+            return False
+        if not os.read(f.fileno(), 65536):
+            return True
+
+
+@case
+def nfs_killed_driver_holds_nothing_of_kubelets(e):
+    """kubelet reads a call's output until EOF.  The driver is SIGKILLed while its forked
+    mount child waits on a mount.nfs that never returns (a dead server): no process left
+    behind may hold kubelet's reply pipe (kubelet would wait for EOF for ever) or the pod
+    dir's lock (the next call would wait for it).  While it runs, the forked child holds
+    only stdin /dev/null and its capture pipe, and mount.nfs gets PATH and LC_ALL=C only."""
+    e.fake_helper("hang")
+    pd = e.k.poddir("pod-a", "vol")
+    os.makedirs(pd)
+    env = dict(e.env, FLEXVOL_MOUNT_TIMEOUT="600", KUBELET_ONLY="must-not-reach-helpers")
+    p = subprocess.Popen([e.bin, "mount", pd, e.opts()], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd="/")
+    helper_file = os.path.join(e.fake_dir, "helper")
+    deadline = time.monotonic() + 30
+    while not os.path.exists(helper_file) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    check(os.path.exists(helper_file), "mount.nfs never started")
+    time.sleep(0.05)  # the fake writes its pid before it execs sleep
+    with open(helper_file) as f:
+        helper = int(f.read())
+    with open(os.path.join(e.fake_dir, "grandchild")) as f:
+        grandchild = int(f.read())
+    child = 0
+    try:
+        child = ppid(helper)
+        check(ppid(child) == p.pid, "mount.nfs runs under the driver's forked child")
+        fds = fds_of(child)
+        check(fds == {0: "/dev/null", 1: "pipe", 2: "pipe"},
+              "the forked child holds only /dev/null and its pipe: %r" % fds)
+        with open(os.path.join(e.fake_dir, "environ"), "rb") as f:  # as mount.nfs was started
+            envs = sorted(f.read().decode().split("\0")[:-1])
+        check(envs == ["LC_ALL=C", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"],
+              "mount.nfs' environment: %r" % envs)
+        p.kill()
+        check(read_until_eof(p.stdout, 20), "no EOF on the reply pipe after the driver died: "
+              "a process left behind holds it")
+        check(read_until_eof(p.stderr, 5), "no EOF on stderr")
+        p.wait()
+        # the next call on that pod dir finds no lock held by anything left behind
+        e.drv.call("unmount", pd, env=dict(e.env, FLEXVOL_LOCK_TIMEOUT="2"), expect="Success")
+        check(dead(child), "the forked child outlived the killed driver")
+    finally:
+        p.kill()
+        for pid in (child, helper, grandchild):  # whatever is left: ours to end, by pid
+            try:
+                if pid > 0:
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        p.wait()
+        p.stdout.close()
+        p.stderr.close()
+
+
 @case
 def nfs_real_helper_without_kernel_nfs(e):
     """The real /sbin/mount.nfs on this NFS-less kernel: its own reason, quickly."""
@@ -379,3 +467,60 @@ def nfs_parallel_calls_stay_separate(e):
     _, errors = in_parallel([lambda i=i: run("pod-%d" % i) for i in range(8)])
     check(not errors, errors)
     check(len(e.helper_calls()) == 8, e.helper_calls())
+
+
+# --- directory arguments taken literally (issue 9 item 4) ---------------------------
+
+def tmpfs_with_file(path):
+    os.makedirs(path, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "foreign", path], check=True)
+    with open(os.path.join(path, "precious"), "w") as f:
+        f.write("x")
+
+
+def intact(path):
+    m = mounted_at(path)
+    check(len(m) == 1 and m[0][2] == "tmpfs", "the foreign mount at %s is gone: %r" % (path, m))
+    check(os.path.exists(os.path.join(path, "precious")), "its file is gone")
+
+
+@case
+def nfs_dir_taken_literally(e):
+    """mount into a missing dir, a symlinked dir, /proc/self/root/... or /proc/self/cwd/...: Failure
+    before mount.nfs runs, nothing created.  unmount of a symlinked dir (or one under a symlinked
+    parent) is refused and the foreign mount behind it survives; unmount of a missing dir is Success."""
+    e.fake_helper("record")
+    o = e.opts()
+    missing = os.path.join(e.dir, "nonexistent", "x")
+    r = e.drv.call("mount", missing, o, expect="Failure")
+    check("does not exist" in r["message"], r["message"])
+    check(not os.path.exists(os.path.join(e.dir, "nonexistent")), "mount created the directory")
+    e.drv.call("unmount", missing, expect="Success")
+
+    foreign = os.path.join(e.dir, "foreign")
+    tmpfs_with_file(foreign)
+    pd = e.k.poddir("pod-a", "vol")
+    os.makedirs(os.path.dirname(pd))
+    os.symlink(foreign, pd)
+    for op, args in (("mount", (pd, o)), ("unmount", (pd,))):
+        r = e.drv.call(op, *args, expect="Failure")
+        check("symlink or magic link" in r["message"], "%s: %s" % (op, r["message"]))
+        intact(foreign)
+    os.unlink(pd)
+    os.makedirs(pd)
+    for p in ("/proc/self/root" + pd, "/proc/self/cwd" + pd):
+        for op, args in (("mount", (p, o)), ("unmount", (p,))):
+            r = e.drv.call(op, *args, expect="Failure")
+            check("symlink or magic link" in r["message"], "%s %s: %s" % (op, p, r["message"]))
+    # a symlinked parent: the pod's volumes dir points at a directory holding a mount
+    real = os.path.join(e.dir, "elsewhere")
+    tmpfs_with_file(os.path.join(real, "vol"))
+    pd2 = e.k.poddir("pod-b", "vol")
+    os.makedirs(os.path.dirname(os.path.dirname(pd2)))
+    os.symlink(real, os.path.dirname(pd2))
+    r = e.drv.call("unmount", pd2, expect="Failure")
+    check("symlink or magic link" in r["message"], r["message"])
+    intact(os.path.join(real, "vol"))
+    check(e.helper_calls() == [], "mount.nfs ran: %r" % e.helper_calls())
+    subprocess.run(["umount", os.path.join(real, "vol")], check=True)
+    subprocess.run(["umount", foreign], check=True)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* fv_config_load(): defaults < config file < environment. */
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 
 #include "unit.h"
@@ -319,4 +320,33 @@ TEST(environment_errors)
 	CHECK_INT(load(), 0);
 	CHECK_INT(cfg.lock_timeout, 2);
 	done_config();
+}
+
+/* A config that is not a regular file is an error, not an empty config; a FIFO does not block (issue 9 item 8). */
+TEST(config_not_a_regular_file)
+{
+	char dir[PATH_MAX], fifo[PATH_MAX + 16];
+
+	clean_env();
+	snprintf(dir, sizeof(dir), "%s/fv-config-dir-XXXXXX", getenv("TMPDIR") ?: "/tmp");
+	REQUIRE(mkdtemp(dir) != NULL);
+	setenv("FLEXVOL_CONFIG", dir, 1);
+	CHECK(load() < 0);
+	CHECK(strstr(err, "not a regular file") != NULL);
+	CHECK(strstr(err, dir) != NULL);
+
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	REQUIRE(mkfifo(fifo, 0600) == 0);
+	setenv("FLEXVOL_CONFIG", fifo, 1);
+	alarm(10); /* a blocking open would hang here: SIGALRM ends the test binary as failed */
+	CHECK(load() < 0);
+	alarm(0);
+	CHECK(strstr(err, "not a regular file") != NULL);
+
+	/* /dev/null (what the tests use) stays an empty config */
+	setenv("FLEXVOL_CONFIG", "/dev/null", 1);
+	CHECK_INT(load(), 0);
+	unlink(fifo);
+	rmdir(dir);
+	clean_env();
 }

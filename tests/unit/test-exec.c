@@ -6,6 +6,8 @@
  * us: then we can tell "killed by our SIGKILL" from "still running", and
  * reap them ourselves instead of leaving them to PID 1.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -381,4 +383,228 @@ TEST(fork_call_timeout)
 		fprintf(stderr, "  took %llu ms\n", (unsigned long long)took);
 	CHECK_CONTAINS(cx.message, "did not finish within 1 s");
 	fv_run_done(&r);
+}
+
+/*
+ * What a child holds while it runs: descriptors 0, 1, 2 only (stdin
+ * /dev/null, stdout and stderr the one capture pipe), whatever the caller
+ * had open, close-on-exec or not (a kubelet reply pipe, a lock, the log);
+ * the environment exactly PATH = the helper path and LC_ALL=C.
+ */
+static int open_leaks(int *a, int *b)
+{
+	*a = open("/dev/null", O_RDONLY);		/* inheritable */
+	*b = open("/dev/null", O_RDONLY | O_CLOEXEC); /* close-on-exec */
+	return *a >= 0 && *b >= 0 ? 0 : -1;
+}
+
+/* "fd:target" lines for /proc/@pid/fd, sorted by fd, into @buf; the fd in @skip left out. */
+static void list_fds(const char *pid, int skip, char *buf, size_t len)
+{
+	char dir[64], p[128], t[256];
+	int fds[256], n = 0;
+	size_t o = 0;
+	DIR *d;
+	struct dirent *e;
+
+	snprintf(dir, sizeof(dir), "/proc/%s/fd", pid);
+	buf[0] = '\0';
+	d = opendir(dir);
+	if (!d)
+		return;
+	while ((e = readdir(d)) && n < 256)
+		if (e->d_name[0] != '.' && atoi(e->d_name) != skip && atoi(e->d_name) != dirfd(d))
+			fds[n++] = atoi(e->d_name);
+	closedir(d);
+	for (int i = 0; i < n; i++) /* insertion sort: a handful */
+		for (int j = i; j > 0 && fds[j - 1] > fds[j]; j--) {
+			int x = fds[j];
+
+			fds[j] = fds[j - 1];
+			fds[j - 1] = x;
+		}
+	for (int i = 0; i < n; i++) {
+		ssize_t k;
+
+		snprintf(p, sizeof(p), "%s/%d", dir, fds[i]);
+		k = readlink(p, t, sizeof(t) - 1);
+		t[k > 0 ? k : 0] = '\0';
+		if (!strncmp(t, "pipe:", 5))
+			strcpy(t, "pipe");
+		o += (size_t)snprintf(buf + o, len - o, "%d:%s\n", fds[i], t);
+	}
+}
+
+/*
+ * ls -l lines ("lr-x------ 1 root root 64 Dec 3 04:25 0 -> /dev/null") to
+ * "0:/dev/null", sorted as ls sorts (by name), "pipe:[1234]" to "pipe";
+ * other lines ("total 0") dropped, the rest kept.  In place.
+ */
+static void no_pipe_ids(char *s)
+{
+	char *out = s, *line = s;
+
+	while (s && *line) {
+		size_t n = strcspn(line, "\n");
+		char *arrow = memmem(line, n, " -> ", 4), *num;
+
+		if (arrow) {
+			for (num = arrow; num > line && num[-1] != ' '; num--)
+				;
+			out += sprintf(out, "%.*s:", (int)(arrow - num), num);
+			if (!strncmp(arrow + 4, "pipe:", 5))
+				out += sprintf(out, "pipe\n");
+			else
+				out += sprintf(out, "%.*s\n", (int)(line + n - arrow - 4), arrow + 4);
+		} else if (strncmp(line, "total ", 6)) {
+			memmove(out, line, n);
+			out += n;
+			*out++ = '\n';
+		}
+		line += n + (line[n] == '\n');
+	}
+	if (s)
+		*out = '\0';
+}
+
+static int fn_report(void *arg)
+{
+	char fds[2048];
+	extern char **environ;
+
+	(void)arg;
+	list_fds("self", -1, fds, sizeof(fds));
+	dprintf(1, "%s", fds);
+	for (char **e = environ; *e; e++)
+		dprintf(1, "env %s\n", *e);
+	return 0;
+}
+
+static const char want_fds[] = "0:/dev/null\n1:pipe\n2:pipe\n";
+static const char want_env[] = "env PATH=/usr/sbin:/usr/bin:/sbin:/bin\nenv LC_ALL=C\n";
+
+TEST(forked_call_holds_nothing_of_ours)
+{
+	struct fv_run r = { 0 };
+	int a, b;
+
+	reset();
+	REQUIRE(open_leaks(&a, &b) == 0);
+	setenv("FV_UNIT_SECRET", "leak", 1);
+	CHECK_INT(fv_fork_call(&cx, fn_report, NULL, 10, &r), 0);
+	unsetenv("FV_UNIT_SECRET");
+	if (CHECK(r.output != NULL)) {
+		char want[512];
+
+		snprintf(want, sizeof(want), "%s%s", want_fds, want_env);
+		CHECK_STR(r.output, want);
+	}
+	fv_run_done(&r);
+	close(a);
+	close(b);
+}
+
+TEST(helper_holds_nothing_of_ours)
+{
+	/* ls, a child of sh, lists sh's descriptors: sh opens nothing of its own for that */
+	const char *argv[] = { "sh", "-c",
+			       "ls -l /proc/$$/fd; tr '\\0' '\\n' < /proc/$$/environ | sed 's/^/env /'",
+			       NULL };
+	struct fv_run r = { 0 };
+	char want[512];
+	int a, b;
+
+	reset();
+	REQUIRE(open_leaks(&a, &b) == 0);
+	setenv("FV_UNIT_SECRET", "leak", 1);
+	CHECK_INT(fv_exec(&cx, argv, 0, 10, &r), 0);
+	unsetenv("FV_UNIT_SECRET");
+	no_pipe_ids(r.output);
+	snprintf(want, sizeof(want), "%s%s", want_fds, want_env);
+	CHECK_STR(r.output, want);
+	fv_run_done(&r);
+
+	/* one descriptor may be handed down on purpose: the device lock to mkfs */
+	CHECK_INT(fv_exec_fd(&cx, argv, 0, 10, a, &r), 0);
+	no_pipe_ids(r.output);
+	snprintf(want, sizeof(want), "%s%d:/dev/null\n%s", want_fds, a, want_env);
+	CHECK_STR(r.output, want);
+	fv_run_done(&r);
+	close(a);
+	close(b);
+}
+
+/*
+ * SIGKILL of the driver takes its running helper along (parent-death
+ * signal): nothing keeps working on a device after the driver is gone.
+ */
+static int fn_pid_then_sleep(void *arg)
+{
+	char tmp[PATH_MAX];
+	FILE *f;
+
+	snprintf(tmp, sizeof(tmp), "%s.t", (const char *)arg);
+	f = fopen(tmp, "we");
+	if (f) {
+		fprintf(f, "%d\n", (int)getpid());
+		fclose(f);
+		rename(tmp, arg);
+	}
+	for (;;)
+		pause();
+	return 0;
+}
+
+static void killed_driver_takes_child(bool forked)
+{
+	char pidfile[] = "/tmp/fv-unit-pid-XXXXXX";
+	int tmp = mkstemp(pidfile);
+	pid_t drv, helper = 0;
+	uint64_t end;
+
+	REQUIRE(tmp >= 0);
+	close(tmp);
+	unlink(pidfile);
+	drv = fork();
+	REQUIRE(drv >= 0);
+	if (drv == 0) {
+		char script[256];
+		const char *argv[] = { "sh", "-c", script, NULL };
+
+		snprintf(script, sizeof(script), "echo $$ > %s.t; mv %s.t %s; exec sleep 100",
+			 pidfile, pidfile, pidfile);
+		if (forked)
+			_exit(fv_fork_call(&cx, fn_pid_then_sleep, pidfile, 60, NULL));
+		_exit(fv_exec(&cx, argv, 0, 60, NULL) == 0 ? 0 : 1);
+	}
+	for (end = fv_now_ms() + 10000; fv_now_ms() < end && !helper;) {
+		FILE *f = fopen(pidfile, "re");
+
+		if (f) {
+			if (fscanf(f, "%d", &helper) != 1)
+				helper = 0;
+			fclose(f);
+		}
+		if (!helper)
+			nanosleep(&(struct timespec){ .tv_nsec = 5 * 1000 * 1000 }, NULL);
+	}
+	unlink(pidfile);
+	kill(drv, SIGKILL);
+	waitpid(drv, NULL, 0);
+	if (!CHECK(helper > 0))
+		return;
+	/* the helper is reparented to us (subreaper): it must be dead, not sleeping */
+	CHECK(reap(helper, 3000) != REAP_RUNNING);
+}
+
+TEST(helper_dies_with_the_driver)
+{
+	reset();
+	killed_driver_takes_child(false);
+}
+
+TEST(forked_call_dies_with_the_driver)
+{
+	reset();
+	killed_driver_takes_child(true);
 }

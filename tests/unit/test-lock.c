@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -225,5 +226,77 @@ TEST(unusable_run_dir)
 	CHECK(fd < 0);
 	CHECK(fd != -FV_ERR_TIMEOUT);
 	CHECK_CONTAINS(cx.message, "lock");
+	teardown();
+}
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+}
+
+/*
+ * Another signal arriving during the wait (no SA_RESTART: flock() returns
+ * EINTR) is not the deadline: the wait goes on until the lock comes or the
+ * deadline really passes.
+ */
+TEST(other_signals_do_not_end_the_wait)
+{
+	struct sigaction sa = { .sa_handler = on_usr1 }, old;
+	uint64_t t0, took;
+	pid_t pid, poker;
+	int fd;
+
+	REQUIRE(setup(1));
+	pid = holder("loop-vol-poked", 0);
+	REQUIRE(pid > 0);
+	sigaction(SIGUSR1, &sa, &old);
+	poker = fork();
+	if (poker == 0) {
+		for (int i = 0; i < 5; i++) {
+			usleep(100 * 1000);
+			kill(getppid(), SIGUSR1);
+		}
+		_exit(0);
+	}
+	t0 = fv_now_ms();
+	fd = fv_lock(&cx, "loop-vol-poked");
+	took = fv_now_ms() - t0;
+	CHECK_INT(fd, -FV_ERR_TIMEOUT);
+	if (!CHECK(took >= 900))
+		fprintf(stderr, "  ended after %llu ms\n", (unsigned long long)took);
+	waitpid(poker, NULL, 0);
+	sigaction(SIGUSR1, &old, NULL);
+	end_child(pid);
+	teardown();
+}
+
+/* The primitive itself, on any descriptor (a block device in production). */
+TEST(flock_deadline_primitive)
+{
+	char p[PATH_MAX * 2];
+	uint64_t t0, took;
+	pid_t pid;
+	int fd;
+
+	REQUIRE(setup(1));
+	pid = holder("plain", 0);
+	REQUIRE(pid > 0);
+	snprintf(p, sizeof(p), "%s/run/locks/plain.lock", tmpdir);
+	fd = open(p, O_RDONLY | O_CLOEXEC);
+	REQUIRE(fd >= 0);
+	t0 = fv_now_ms();
+	CHECK_INT(fv_flock_deadline(fd, LOCK_EX, 700), -FV_ERR_TIMEOUT);
+	took = fv_now_ms() - t0;
+	CHECK(took >= 650);
+	if (!CHECK(took < 4000))
+		fprintf(stderr, "  took %llu ms\n", (unsigned long long)took);
+	CHECK_INT(fv_flock_deadline(fd, LOCK_SH, 0), -FV_ERR_TIMEOUT); /* 0: just try */
+	CHECK_INT(fv_flock_deadline(-1, LOCK_EX, 100), -EBADF);
+	CHECK_INT(fv_flock_deadline(fd, 12345, 100), -EINVAL);
+	end_child(pid);
+	t0 = fv_now_ms();
+	CHECK_INT(fv_flock_deadline(fd, LOCK_EX, 5000), 0);
+	CHECK(fv_now_ms() - t0 < 1000);
+	close(fd);
 	teardown();
 }

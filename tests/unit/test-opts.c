@@ -304,3 +304,31 @@ TEST(done_is_idempotent)
 	fv_opts_done(&o); /* second call on a cleared struct: no double put */
 	CHECK(o.obj == NULL);
 }
+
+/* A NUL (\u0000) anywhere is refused, naming the key (issue 9 item 5). */
+TEST(nul_refused_everywhere)
+{
+	CHECK(REFUSED("{\"kubernetes.io/fsType\":\"ext4\\u0000x\"}", "'kubernetes.io/fsType'"));
+	CHECK(REFUSED("{\"image\":\"ok.img\\u0000../../etc/passwd\"}", "'image'"));
+	CHECK(REFUSED("{\"iqn\":\"iqn.2024-01.io.x:y\\u0000\"}", "NUL"));
+	CHECK(REFUSED("{\"kubernetes.io/readwrite\":\"\\u0000\"}", "'kubernetes.io/readwrite'"));
+	/* keys we do not read, nested values, and keys themselves */
+	CHECK(REFUSED("{\"other\":[\"a\\u0000\"]}", "'other'"));
+	CHECK(REFUSED("{\"other\":{\"x\":\"\\u0000\"}}", "'other'"));
+	CHECK(REFUSED("{\"ima\\u0000ge\":\"x\"}", "key"));
+	CHECK(REFUSED("{\"a\":\"1\",\"\\u0000\":\"x\"}", "key"));
+	/* the message quotes no raw control character, and the escape is not mistaken */
+	CHECK(REFUSED("{\"a\\nb\":\"\\u0000\"}", "NUL"));
+	CHECK(strchr(cx.message, '\n') == NULL);
+}
+
+TEST(escaped_backslash_is_not_nul)
+{
+	struct fv_opts o;
+	const char *v = NULL;
+
+	CHECK_INT(parse("{\"image\":\"a\\\\u0000b\"}", &o), 0);
+	CHECK_INT(fv_opt(&cx, &o, "image", &v), 0);
+	CHECK_STR(v, "a\\u0000b");
+	fv_opts_done(&o);
+}

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include "unit.h"
 #include "fv/util.h"
@@ -208,30 +209,22 @@ TEST(open_beneath)
 		close(fd);
 	}
 
-	/* symlinks that stay inside are fine */
-	fd = fv_open_beneath(rootfd, "in", O_RDONLY, 0);
-	if (CHECK(fd >= 0)) {
-		CHECK_STR(content(fd, buf, sizeof(buf)), "inside");
-		close(fd);
-	}
-	fd = fv_open_beneath(rootfd, "sub/up", O_RDONLY, 0);
-	if (CHECK(fd >= 0)) {
-		CHECK_STR(content(fd, buf, sizeof(buf)), "inside");
-		close(fd);
-	}
+	/* taken literally: even symlinks that stay inside are refused */
+	CHECK_INT(fv_open_beneath(rootfd, "in", O_RDONLY, 0), -ELOOP);
+	CHECK_INT(fv_open_beneath(rootfd, "sub/up", O_RDONLY, 0), -ELOOP);
 	fd = fv_open_beneath(rootfd, "sub/../a.img", O_RDONLY, 0);
 	if (CHECK(fd >= 0))
 		close(fd);
 
 	/* escapes: absolute symlink, relative symlink, "..", symlinked directory, absolute path */
-	CHECK_INT(fv_open_beneath(rootfd, "esc", O_RDONLY, 0), -EXDEV);
-	CHECK_INT(fv_open_beneath(rootfd, "esc-rel", O_RDONLY, 0), -EXDEV);
+	CHECK_INT(fv_open_beneath(rootfd, "esc", O_RDONLY, 0), -ELOOP);
+	CHECK_INT(fv_open_beneath(rootfd, "esc-rel", O_RDONLY, 0), -ELOOP);
 	CHECK_INT(fv_open_beneath(rootfd, "../outside", O_RDONLY, 0), -EXDEV);
 	CHECK_INT(fv_open_beneath(rootfd, "sub/../../outside", O_RDONLY, 0), -EXDEV);
-	CHECK_INT(fv_open_beneath(rootfd, "esc-dir/passwd", O_RDONLY, 0), -EXDEV);
+	CHECK_INT(fv_open_beneath(rootfd, "esc-dir/passwd", O_RDONLY, 0), -ELOOP);
 	CHECK_INT(fv_open_beneath(rootfd, "/etc/passwd", O_RDONLY, 0), -EXDEV);
-	/* an escaping symlink is not followed for creation either */
-	CHECK_INT(fv_open_beneath(rootfd, "esc", O_RDWR | O_CREAT, 0600), -EXDEV);
+	/* a symlink is not followed for creation either */
+	CHECK_INT(fv_open_beneath(rootfd, "esc", O_RDWR | O_CREAT, 0600), -ELOOP);
 
 	CHECK_INT(fv_open_beneath(rootfd, "missing.img", O_RDONLY, 0), -ENOENT);
 
@@ -247,6 +240,145 @@ TEST(open_beneath)
 		close(fd);
 	}
 	close(rootfd);
+	teardown_tree();
+}
+
+/* --- fv_open_regular_beneath: nothing but a regular file is ever open()ed --- */
+
+TEST(open_regular_beneath)
+{
+	char p[PATH_MAX + 32], buf[64];
+	struct stat st;
+	int rootfd, fd;
+
+	if (setup_tree() < 0) {
+		teardown_tree();
+		REQUIRE(!"cannot build the temp tree");
+	}
+	snprintf(p, sizeof(p), "%s/root", tmpdir);
+	rootfd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	REQUIRE(rootfd >= 0);
+	snprintf(p, sizeof(p), "%s/root/fifo", tmpdir);
+	REQUIRE(mkfifo(p, 0600) == 0);
+	snprintf(p, sizeof(p), "%s/root/null", tmpdir);
+	REQUIRE(mknod(p, S_IFCHR | 0600, makedev(1, 3)) == 0);
+
+	fd = fv_open_regular_beneath(rootfd, "a.img", O_RDWR, &st);
+	if (CHECK(fd >= 0)) {
+		CHECK_STR(content(fd, buf, sizeof(buf)), "inside");
+		CHECK((fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDWR);
+		CHECK((fcntl(fd, F_GETFL) & O_NONBLOCK) == 0);
+		CHECK((fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);
+		CHECK(S_ISREG(st.st_mode) && st.st_size == 6);
+		close(fd);
+	}
+	/* a FIFO would block open(2) for a writer: it is refused at once, RDONLY and RDWR */
+	CHECK_INT(fv_open_regular_beneath(rootfd, "fifo", O_RDONLY, &st), -EMEDIUMTYPE);
+	CHECK(S_ISFIFO(st.st_mode));
+	CHECK_STR(fv_file_type(st.st_mode), "a FIFO");
+	CHECK_INT(fv_open_regular_beneath(rootfd, "fifo", O_RDWR, &st), -EMEDIUMTYPE);
+	CHECK_INT(fv_open_regular_beneath(rootfd, "null", O_RDWR, &st), -EMEDIUMTYPE);
+	CHECK_STR(fv_file_type(st.st_mode), "a character device");
+	CHECK_INT(fv_open_regular_beneath(rootfd, "sub", O_RDONLY, &st), -EMEDIUMTYPE);
+	CHECK_STR(fv_file_type(st.st_mode), "a directory");
+	CHECK_INT(fv_open_regular_beneath(rootfd, "in", O_RDONLY, &st), -ELOOP);
+	CHECK_INT(fv_open_regular_beneath(rootfd, "../outside", O_RDONLY, &st), -EXDEV);
+	CHECK_INT(fv_open_regular_beneath(rootfd, "missing.img", O_RDONLY, &st), -ENOENT);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/root/fifo", tmpdir);
+	unlink(p);
+	close(rootfd);
+	teardown_tree();
+}
+
+/* --- fv_dir_open: directory arguments taken literally --- */
+
+static void want_dir(const char *path, unsigned int flags, int err, const char *want_norm,
+		     const char *same_as, int line)
+{
+	char norm[PATH_MAX] = "";
+	int fd = fv_dir_open(path, flags, norm, sizeof(norm));
+
+	if (err) {
+		if (fd != err)
+			unit_fail(__FILE__, line, "dir_open('%s', %u): got %d, want %d", path, flags,
+				  fd, err);
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	if (fd < 0) {
+		unit_fail(__FILE__, line, "dir_open('%s', %u): got %d, want an fd", path, flags, fd);
+		return;
+	}
+	if (want_norm && strcmp(norm, want_norm) != 0)
+		unit_fail(__FILE__, line, "dir_open('%s'): norm '%s', want '%s'", path, norm,
+			  want_norm);
+	if (same_as) {
+		struct stat a, b;
+
+		if (fstat(fd, &a) < 0 || stat(same_as, &b) < 0 || a.st_ino != b.st_ino ||
+		    a.st_dev != b.st_dev || !S_ISDIR(a.st_mode))
+			unit_fail(__FILE__, line, "dir_open('%s'): not the directory '%s'", path,
+				  same_as);
+	}
+	if ((fcntl(fd, F_GETFL) & O_PATH) == 0 || (fcntl(fd, F_GETFD) & FD_CLOEXEC) == 0)
+		unit_fail(__FILE__, line, "dir_open('%s'): not an O_PATH, O_CLOEXEC fd", path);
+	close(fd);
+}
+
+TEST(dir_open_literally)
+{
+	char root[PATH_MAX + 32], sub[PATH_MAX + 64], p[PATH_MAX * 2], q[PATH_MAX * 2];
+
+	if (setup_tree() < 0) {
+		teardown_tree();
+		REQUIRE(!"cannot build the temp tree");
+	}
+	snprintf(root, sizeof(root), "%s/root", tmpdir);
+	snprintf(sub, sizeof(sub), "%s/root/sub", tmpdir);
+	for (unsigned int compat = 0; compat <= FV_DIR_COMPAT; compat += FV_DIR_COMPAT) {
+		want_dir(sub, compat, 0, sub, sub, __LINE__);
+		snprintf(p, sizeof(p), "%s//root/./sub", tmpdir);
+		want_dir(p, compat, 0, sub, sub, __LINE__);
+		want_dir("/", compat, -EINVAL, NULL, NULL, __LINE__);
+		want_dir("relative/dir", compat, -EINVAL, NULL, NULL, __LINE__);
+		snprintf(p, sizeof(p), "%s/root/sub/..", tmpdir);
+		want_dir(p, compat, -EINVAL, NULL, NULL, __LINE__);
+		snprintf(p, sizeof(p), "%s/root/missing", tmpdir);
+		want_dir(p, compat, -ENOENT, NULL, NULL, __LINE__);
+		snprintf(p, sizeof(p), "%s/root/missing/x", tmpdir);
+		want_dir(p, compat, -ENOENT, NULL, NULL, __LINE__);
+		snprintf(p, sizeof(p), "%s/root/a.img", tmpdir);
+		want_dir(p, compat, -ENOTDIR, NULL, NULL, __LINE__);
+		/* a symlink as the last component, or higher up, even one to a directory */
+		snprintf(p, sizeof(p), "%s/root/esc-dir", tmpdir);
+		want_dir(p, compat, -ELOOP, NULL, NULL, __LINE__);
+		snprintf(p, sizeof(p), "%s/root/esc-dir/ssl", tmpdir);
+		want_dir(p, compat, -ELOOP, NULL, NULL, __LINE__);
+		/* magic links: the same directory through /proc */
+		snprintf(p, sizeof(p), "/proc/self/root%s", sub);
+		want_dir(p, compat, -ELOOP, NULL, NULL, __LINE__);
+		snprintf(p, sizeof(p), "/proc/%d/root%s", (int)getpid(), sub);
+		want_dir(p, compat, -ELOOP, NULL, NULL, __LINE__);
+		snprintf(p, sizeof(p), "/proc/thread-self/root%s", sub);
+		want_dir(p, compat, -ELOOP, NULL, NULL, __LINE__);
+		REQUIRE(chdir("/") == 0);
+		snprintf(p, sizeof(p), "/proc/self/cwd%s", sub);
+		want_dir(p, compat, -ELOOP, NULL, NULL, __LINE__);
+		/* parent only: the last component is never looked up */
+		snprintf(p, sizeof(p), "%s/root/esc-dir", tmpdir);
+		want_dir(p, compat | FV_DIR_PARENT, 0, p, root, __LINE__);
+		snprintf(p, sizeof(p), "%s/root/missing", tmpdir);
+		want_dir(p, compat | FV_DIR_PARENT, 0, p, root, __LINE__);
+		snprintf(p, sizeof(p), "%s/root/esc-dir/x", tmpdir);
+		want_dir(p, compat | FV_DIR_PARENT, -ELOOP, NULL, NULL, __LINE__);
+		snprintf(p, sizeof(p), "%s/root/missing/x", tmpdir);
+		want_dir(p, compat | FV_DIR_PARENT, -ENOENT, NULL, NULL, __LINE__);
+		want_dir("/etc", compat | FV_DIR_PARENT, 0, "/etc", "/", __LINE__);
+		snprintf(q, sizeof(q), "/proc/self/root%s/x", sub);
+		want_dir(q, compat | FV_DIR_PARENT, -ELOOP, NULL, NULL, __LINE__);
+	}
 	teardown_tree();
 }
 

@@ -165,3 +165,37 @@ TEST(write_and_exit_code)
 	want_write(&((struct fv_reply){ .status = FV_FAILURE, .message = "x" }), 1, __LINE__);
 	want_write(&((struct fv_reply){ .status = FV_FAILURE }), 1, __LINE__);
 }
+
+/* Replies are valid UTF-8 whatever a message quotes (issue 9 item 5): invalid bytes become U+FFFD. */
+TEST(invalid_utf8_replaced)
+{
+	/* a lone continuation byte, a truncated sequence, an overlong '/', a surrogate, > U+10FFFF */
+	WANT(&((struct fv_reply){ .status = FV_FAILURE, .message = "dir '/a\x80z'" }),
+	     "{\"status\":\"Failure\",\"message\":\"dir '/a\xef\xbf\xbdz'\"}\n");
+	WANT(&((struct fv_reply){ .status = FV_FAILURE, .message = "x\xe2\x82" }),
+	     "{\"status\":\"Failure\",\"message\":\"x\xef\xbf\xbd\"}\n");
+	WANT(&((struct fv_reply){ .status = FV_FAILURE, .message = "\xc0\xaf" }),
+	     "{\"status\":\"Failure\",\"message\":\"\xef\xbf\xbd\xef\xbf\xbd\"}\n");
+	WANT(&((struct fv_reply){ .status = FV_FAILURE, .message = "\xed\xa0\x80!" }),
+	     "{\"status\":\"Failure\",\"message\":\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd!\"}\n");
+	WANT(&((struct fv_reply){ .status = FV_FAILURE, .message = "\xf4\x90\x80\x80" }),
+	     "{\"status\":\"Failure\",\"message\":\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"}\n");
+	WANT(&((struct fv_reply){ .status = FV_SUCCESS, .device = "/dev/\xff" }),
+	     "{\"status\":\"Success\",\"device\":\"/dev/\xef\xbf\xbd\"}\n");
+	/* valid text passes unchanged: 2, 3 and 4 byte sequences, control characters escaped */
+	WANT(&((struct fv_reply){ .status = FV_FAILURE, .message = "\xc3\xa9\xe2\x82\xac\xf0\x9f\x92\xbe\t" }),
+	     "{\"status\":\"Failure\",\"message\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x92\xbe\\t\"}\n");
+}
+
+TEST(utf8_fix_bounds)
+{
+	char out[8];
+
+	/* truncation never splits a character, the result is always terminated */
+	CHECK_INT((int)fv_utf8_fix("\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac", 9, out, sizeof(out)), 6);
+	CHECK_STR(out, "\xe2\x82\xac\xe2\x82\xac");
+	CHECK_INT((int)fv_utf8_fix("ab\xff", 3, out, 5), 2);
+	CHECK_STR(out, "ab");
+	CHECK_INT((int)fv_utf8_fix("ab\xff", 3, out, 6), 5);
+	CHECK_STR(out, "ab\xef\xbf\xbd");
+}

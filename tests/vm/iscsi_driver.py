@@ -3,7 +3,7 @@
 
 Run inside the guest by the tests/vm/t-iscsi-* wrappers, one case each:
 
-  tests/vm/iscsi_driver.py CASE      (lifecycle, two_luns, chap, chap_failure,
+  tests/vm/iscsi_driver.py CASE      (lifecycle, two_luns, chap, chap_failure, records,
                                       wrong_portal, expand, sigkill_login, state_wiped)
 
 Every driver call goes through tests/sim/flexsim.py, so each one is also checked
@@ -89,6 +89,41 @@ def lun_disks(iqn, lun):
         for b in glob.glob("/sys/class/iscsi_session/session%d/device/target*/*:*:*:%d/block/*" % (sid, lun)):
             out.append("/dev/" + os.path.basename(b))
     return out
+
+
+def node_records():
+    """(target, portal) of every node record in open-iscsi's database."""
+    out = []
+    for line in run("iscsiadm", "-m", "node", check_rc=False).stdout.splitlines():
+        m = re.match(r"^(\S+),-?\d+ (\S+)$", line.strip())
+        if m:
+            out.append((m.group(2), m.group(1)))
+    return sorted(out)
+
+
+def discovery_records():
+    """the lines of 'iscsiadm -m discoverydb' ("<portal> via sendtargets")."""
+    p = run("iscsiadm", "-m", "discoverydb", check_rc=False)
+    return sorted(l.strip() for l in p.stdout.splitlines() if " via " in l)
+
+
+ISCSI_DB_DIRS = ("/etc/iscsi", "/var/lib/iscsi")
+
+
+def files_containing(secret):
+    """files under open-iscsi's database directories whose bytes contain @secret."""
+    hits = []
+    for top in ISCSI_DB_DIRS:
+        for d, _, files in os.walk(top):
+            for n in files:
+                p = os.path.join(d, n)
+                try:
+                    with open(p, "rb") as f:
+                        if secret.encode() in f.read():
+                            hits.append(p)
+                except OSError:
+                    pass
+    return hits
 
 
 def size_of(dev):
@@ -187,6 +222,13 @@ class Case:
             text = f.read()
         check(secret not in text, "the CHAP secret appears in the driver log")
 
+    def cleanup_records(self):
+        for t, p in node_records():
+            run("iscsiadm", "-m", "node", "-T", t, "-p", p, "-o", "delete", check_rc=False)
+        for line in discovery_records():
+            run("iscsiadm", "-m", "discoverydb", "-t", "sendtargets", "-p", line.split()[0], "-o", "delete",
+                check_rc=False)
+
     def cleanup(self):
         for m in sorted({m[0] for m in mounts_under(self.dir)}, key=len, reverse=True):
             run("umount", "-l", m, check_rc=False)
@@ -194,6 +236,8 @@ class Case:
             for sid in sessions(iqn):
                 run("iscsiadm", "-m", "session", "-r", str(sid), "--logout", check_rc=False)
             run("iscsiadm", "-m", "node", "-T", iqn, "-o", "delete", check_rc=False)
+        run("iscsiadm", "-m", "discoverydb", "-t", "sendtargets", "-p", self.portal, "-o", "delete",
+            check_rc=False)
         settle()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -236,6 +280,11 @@ def lifecycle(c):
         check(len(sessions(c.iqn1)) == 1, "one session: %r" % sessions(c.iqn1))
         c.ok(k.mountdevice(vol, dev, opts))
         c.ok(k.mountdevice(vol, dev, opts))
+        # mounted already: another mode or filesystem is refused, not answered Success
+        r = k.mountdevice(vol, dev, c.opts(vol, ro=True))
+        check(r.status == "Failure" and "mounted read-write, not read-only" in r["message"], "ro: %r" % r)
+        r = k.mountdevice(vol, dev, c.opts(vol, fstype="xfs"))
+        check(r.status == "Failure" and "mounted as ext4, not the requested xfs" in r["message"], "xfs: %r" % r)
         gm = mounted_at(k.gmp(vol))
         check(len(gm) == 1 and gm[0][2] == "ext4", "global mount %r" % gm)
         for uid in ("pod-a", "pod-b"):
@@ -350,6 +399,38 @@ def chap_failure(c):
     check(r.status == "Failure" and ("authentication" in r["message"] or "refused" in r["message"]), "no CHAP: %r" % r)
     check(not sessions(c.iqn2), "session left: %r" % sessions(c.iqn2))
     c.no_secret_logged(bad)
+
+
+def records(c):
+    """open-iscsi's database: while in use only our target's node record exists (the
+    portal advertises two targets); after the last logout no node record, no discovery
+    record and no CHAP secret under /etc/iscsi (guest-private: an overlay on the host's)."""
+    k, vol = c.k, "pv-rec"
+    secret = c.f["FV_ISCSI_CHAP_SECRET"]
+    # a clean start, whatever earlier cases of this boot left
+    c.cleanup_records()
+    check(node_records() == [] and discovery_records() == [],
+          "records before: %r %r" % (node_records(), discovery_records()))
+    path = write_creds(c, "session.username = %s\nsession.password = %s\n"
+                       % (c.f["FV_ISCSI_CHAP_USER"], secret))
+    opts = c.opts(vol, iqn=c.iqn2, chapCredentialsFile=path)
+    c.bring_up(vol, opts)
+    log("in use: node records %r, discovery records %r" % (node_records(), discovery_records()))
+    check([t for t, _ in node_records()] == [c.iqn2], "node records while in use: %r" % node_records())
+    check(discovery_records() == [], "discovery records while in use: %r" % discovery_records())
+    c.tear_down(vol)
+    check(not sessions(c.iqn2), "session left: %r" % sessions(c.iqn2))
+    check(node_records() == [], "node records after the last logout: %r" % node_records())
+    check(discovery_records() == [], "discovery records after logout: %r" % discovery_records())
+    check(files_containing(secret) == [], "the CHAP secret is on disk: %r" % files_containing(secret))
+    # a failed login (wrong secret) leaves nothing either
+    bad = "not-the-secret-%d" % os.getpid()
+    path = write_creds(c, "session.username = %s\nsession.password = %s\n" % (c.f["FV_ISCSI_CHAP_USER"], bad))
+    r = k.waitforattach("", c.opts(vol, iqn=c.iqn2, chapCredentialsFile=path))
+    check(r.status == "Failure", "wrong secret accepted: %r" % r)
+    check(node_records() == [] and discovery_records() == [],
+          "records after a failed login: %r %r" % (node_records(), discovery_records()))
+    check(files_containing(bad) == [], "the wrong secret is on disk: %r" % files_containing(bad))
 
 
 def wrong_portal(c):
@@ -534,7 +615,7 @@ def measure(c):
                 c.record("driver-unmountdevice", int(m.group(1)) / 1000.0)
 
 
-CASES = {f.__name__: f for f in (lifecycle, two_luns, chap, chap_failure, wrong_portal, expand,
+CASES = {f.__name__: f for f in (lifecycle, two_luns, chap, chap_failure, records, wrong_portal, expand,
                                   sigkill_login, state_wiped, relogin, measure)}
 
 
