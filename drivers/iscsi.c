@@ -1164,6 +1164,7 @@ static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *de
 	const struct fv_config *cfg = fv_ctx_config(cx);
 	struct lunmatch m = { v->iqn, v->lun };
 	struct fv_devwait *w = NULL;
+	struct lundisk dk;
 	char errs[1536] = "", why[768];
 	struct creds c;
 	bool had_session, logged_in = false;
@@ -1220,7 +1221,9 @@ static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *de
 		}
 		t_login = fv_now_ms();
 	}
-	r = fv_devwait_run(cx, w, match_lun, &m, cfg->device_timeout * 1000, dev, len);
+	/* the LUN's disk may have come between our first look and the monitor */
+	r = fv_devwait_run(cx, w, find_lun_disk(v->iqn, v->lun, &dk, dev, len) == 0 ? dk.name : NULL,
+			   match_lun, &m, cfg->device_timeout * 1000, dev, len);
 	if (r < 0) {
 		explain_missing_lun(cx, v);
 		if (!had_session)

@@ -195,16 +195,12 @@ static int load_file(struct fv_config *cfg, const char *path, bool must_exist, c
 
 static void set_defaults(struct fv_config *cfg, const char *driver)
 {
-	struct utsname u;
-
 	memset(cfg, 0, sizeof(*cfg));
 	strcpy(cfg->loop_root, "/var/lib/flexvol/loop");
 	strcpy(cfg->state_dir, "/var/lib/flexvol/state");
 	strcpy(cfg->run_dir, "/run/flexvol");
 	snprintf(cfg->log_file, sizeof(cfg->log_file), "/var/log/flexvol/%s.log", driver);
 	strcpy(cfg->helper_path, "/usr/sbin:/usr/bin:/sbin:/bin");
-	if (uname(&u) == 0)
-		snprintf(cfg->node_name, sizeof(cfg->node_name), "%s", u.nodename);
 	cfg->lock_timeout = 150;
 	cfg->helper_timeout = 120;
 	cfg->mount_timeout = 60;
@@ -214,6 +210,7 @@ static void set_defaults(struct fv_config *cfg, const char *driver)
 int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t errlen)
 {
 	const char *path = secure_getenv("FLEXVOL_CONFIG");
+	struct utsname u;
 	int r;
 
 	set_defaults(cfg, driver);
@@ -229,6 +226,9 @@ int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t 
 				return r;
 		}
 	}
+	/* kubelet's default node name, when neither the file nor the environment gives one */
+	if (!cfg->node_name[0] && uname(&u) == 0)
+		snprintf(cfg->node_name, sizeof(cfg->node_name), "%s", u.nodename);
 	return 0;
 }
 

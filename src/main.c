@@ -30,6 +30,7 @@ struct call {
 	bool attached;
 	const char *volume;    /* for the log line */
 	char dir[PATH_MAX];    /* args[0] normalised, for OP_DIR ops */
+	bool remote;	       /* OP_NODE: the call is for another node */
 };
 
 /* What the dispatcher does around an op, besides counting its arguments. */
@@ -38,7 +39,9 @@ enum {
 	OP_LOCK_DIR = 1 << 1,  /* lock args[0] itself, not the volume (pod mounts run in parallel) */
 	OP_LOCK_SOFT = 1 << 2, /* go on unlocked when the run dir cannot be written */
 	OP_DIR_MADE = 1 << 3,  /* kubelet created args[0] before the call: missing is a Failure */
-	OP_LOCAL = 1 << 4,     /* for people and the installer: no config, no log, no lock */
+	OP_NODE = 1 << 4,      /* args[1] names a node: another node's call touches nothing here */
+	OP_LOOK = 1 << 5,      /* never changes the node */
+	OP_LOCAL = 1 << 6,     /* for people and the installer: no config, no log, no lock */
 };
 
 struct op {
@@ -132,14 +135,14 @@ static int run_check_config(struct call *c)
 static const struct op ops[] = {
 	{ "init", 0, -1, -1, 0, 0, NULL },
 	{ "getvolumename", 1, -1, -1, 0, 0, NULL },
-	{ "attach", 2, 0, -1, 0, SLOT(attach), run_attach },
-	{ "isattached", 2, 0, -1, 0, SLOT(isattached), run_isattached },
+	{ "attach", 2, 0, -1, OP_NODE | OP_LOOK, SLOT(attach), run_attach },
+	{ "isattached", 2, 0, -1, OP_NODE | OP_LOOK, SLOT(isattached), run_isattached },
 	/*
 	 * detach also runs in the controller-manager's container, often with a
 	 * read-only root or as non-root: there is no node state to guard there,
 	 * and no other driver process could share a lock on that filesystem.
 	 */
-	{ "detach", 2, -1, 0, OP_LOCK_SOFT, SLOT(detach), run_detach },
+	{ "detach", 2, -1, 0, OP_LOCK_SOFT | OP_NODE, SLOT(detach), run_detach },
 	{ "waitforattach", 2, 1, -2, 0, SLOT(waitforattach), run_waitforattach },
 	{ "mountdevice", 3, 2, 0, OP_DIR | OP_DIR_MADE, SLOT(mountdevice), run_mountdevice },
 	{ "unmountdevice", 1, -1, 0, OP_DIR, SLOT(unmountdevice), run_unmountdevice },
@@ -322,7 +325,8 @@ static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 	}
 	c->volume = volume_of(op, c);
 	v = c->volume;
-	if (op->lock_arg != -1 && v) {
+	/* the lock guards this node's state; a call for another node has none to guard */
+	if (op->lock_arg != -1 && v && !((op->flags & OP_NODE) && c->remote)) {
 		char name[PATH_MAX + 64];
 
 		snprintf(name, sizeof(name), "%s-%s-%s", cx->drv->name,
@@ -352,7 +356,8 @@ int main(int argc, char **argv)
 	char err[512];
 	enum fv_status st;
 	uint64_t t0 = fv_now_ms();
-	int out, r = 0;
+	int out, r = 0, fixed = -1;
+	bool quiet, debug = false;
 	char base[256];
 	struct sigaction sa = { .sa_handler = on_term };
 
@@ -390,20 +395,25 @@ int main(int argc, char **argv)
 	}
 
 	/*
-	 * init needs nothing from the node: it must answer with no config, no
-	 * /dev, no /proc (the controller-manager's container).  Not supported
-	 * is sticky in kubelet, so it depends on nothing either.  Both are
-	 * still logged when the log can be opened.
+	 * init's answer and Not supported are compiled in: they need nothing
+	 * from the node and must answer with no config, no /dev, no /proc (the
+	 * controller-manager's container).  So they read no config and open no
+	 * log (kubelet runs init at every plugin probe; README "Cost per
+	 * call"), unless FLEXVOL_DEBUG asks for every call to be logged.
 	 */
+	if (op && streq(op->name, "init"))
+		fixed = FV_SUCCESS;
+	else if (!op || !op->slot ||
+		 !*(void *const *)(const void *)((const char *)cx->drv + op->slot))
+		fixed = FV_NOT_SUPPORTED;
+	if (fixed >= 0 && !fv_log_debug_wanted())
+		return reply(out, (enum fv_status)fixed, cx, &c, fixed == FV_SUCCESS);
 	r = fv_config_load(&cx->cfg, cx->drv->name, err, sizeof(err));
 	fv_log_open(cx->drv->name, r < 0 ? NULL : cx->cfg.log_file);
-	fv_log_set_debug(r == 0 && cx->cfg.debug);
-	if (op && streq(op->name, "init")) {
-		st = FV_SUCCESS;
-		goto out;
-	}
-	if (!op || !op->slot || !*(void *const *)(const void *)((const char *)cx->drv + op->slot)) {
-		st = FV_NOT_SUPPORTED;
+	debug = r == 0 && cx->cfg.debug; /* "debug = true": as FLEXVOL_DEBUG, for this call */
+	fv_log_set_debug(debug);
+	if (fixed >= 0) {
+		st = (enum fv_status)fixed;
 		goto out;
 	}
 	if (r < 0) {
@@ -418,15 +428,29 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	c.args = argv + 2;
+	c.remote = (op->flags & OP_NODE) && !fv_ctx_node_is_local(cx, c.args[1]);
 	r = dispatch(cx, op, &c);
 	if (r < 0 && !cx->message[0])
 		fv_fail(cx, r, "%s failed: %s", op->name, errstr(r));
 	st = r < 0 ? FV_FAILURE : FV_SUCCESS;
 out:
-	fv_log_summary("op=%s volume=%s status=%s duration_ms=%llu%s%s%s", argv[1],
-		       c.volume ? c.volume : "-", fv_status_word(st),
-		       (unsigned long long)(fv_now_ms() - t0), st == FV_FAILURE ? " message=\"" : "",
-		       st == FV_FAILURE ? cx->message : "", st == FV_FAILURE ? "\"" : "");
+	/*
+	 * A call that changes nothing here and succeeded is not logged: the
+	 * controller-manager's attach, its isattached polls, a detach for
+	 * another node (README "Logging"; in its container there is no log
+	 * to write anyway).  Syslog (a socket, and glibc reads the time zone
+	 * file for it) gets the calls that may change this node and every
+	 * failure; FLEXVOL_DEBUG logs every call, to the file.
+	 */
+	quiet = st != FV_FAILURE && (fixed >= 0 || (op->flags & OP_LOOK) || c.remote);
+	if (!quiet || debug || fv_log_debug_wanted())
+		(quiet ? fv_log : fv_log_summary)("op=%s volume=%s status=%s duration_ms=%llu%s%s%s",
+						  argv[1], c.volume ? c.volume : "-",
+						  fv_status_word(st),
+						  (unsigned long long)(fv_now_ms() - t0),
+						  st == FV_FAILURE ? " message=\"" : "",
+						  st == FV_FAILURE ? cx->message : "",
+						  st == FV_FAILURE ? "\"" : "");
 	r = reply(out, st, cx, &c, op && streq(op->name, "init"));
 	fv_opts_done(&c.opts);
 	free(c.device);

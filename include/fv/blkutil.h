@@ -64,13 +64,17 @@ typedef bool (*fv_dev_match_fn)(struct udev_device *d, void *arg);
 
 int fv_devwait_open(struct fv_ctx *cx, struct fv_devwait **ret);
 /*
- * fv_devwait_run() - first look at the devices that exist already, then
- * wait for events until @match accepts one or @timeout_ms passes.  The
- * device node is checked to be a block device before success.
+ * fv_devwait_run() - wait until @match accepts a device or @timeout_ms
+ * passes.  @sysname, when the caller knows the device's kernel name
+ * ("loop7", "sdb"), is looked at first: it may be ready already.  Only that
+ * device is looked at, never the whole block subsystem, so the cost does not
+ * grow with the node's devices; with @sysname NULL only events count (the
+ * caller looked before opening the wait).  The device node is checked to be
+ * a block device before success.
  * Returns 0 and the device node in @ret, or -FV_ERR_TIMEOUT / -errno (message set).
  */
-int fv_devwait_run(struct fv_ctx *cx, struct fv_devwait *w, fv_dev_match_fn match, void *arg,
-		   unsigned int timeout_ms, char *ret, size_t len);
+int fv_devwait_run(struct fv_ctx *cx, struct fv_devwait *w, const char *sysname,
+		   fv_dev_match_fn match, void *arg, unsigned int timeout_ms, char *ret, size_t len);
 void fv_devwait_free(struct fv_devwait *w);
 
 /* Is a udev daemon managing /dev on this node?  (/run/udev/control exists) */

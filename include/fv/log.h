@@ -22,9 +22,14 @@
 
 #include "fv/macro.h"
 
-/* Open the log for @driver at @path (may be NULL: syslog only).  Never fails. */
+/*
+ * Log for @driver to @path (may be NULL: syslog only).  Never fails.  The
+ * file is opened by the first line written (its directory made if missing).
+ */
 void fv_log_open(const char *driver, const char *path);
 void fv_log_close(void);
+/* FLEXVOL_DEBUG is set: debug lines, and every call logged (init and Not supported too). */
+bool fv_log_debug_wanted(void);
 /* Turn debug lines on (the node config's "debug = true"); the environment can only add. */
 void fv_log_set_debug(bool on);
 
