@@ -16,7 +16,10 @@
  * ends a test as skipped.  The binary prints "N passed, N failed" (plus
  * ", N skipped") and exits 0 when nothing failed, 1 otherwise, and 77
  * (automake's "skipped") when every test skipped.  With CI=true a skip
- * counts as a failure (docs/test-lanes.md, "Skips").
+ * counts as a failure (docs/test-lanes.md, "Skips"), except for the tests named in
+ * UNIT_SKIP_OK (comma-separated): a known limit of where they run, such as
+ * qemu-user without openat2() for the arm64 tests (deploy/static.mk), which
+ * the caller names explicitly; those still print SKIP.
  *
  * Argument: a test name (or several) runs only those.
  */
@@ -147,6 +150,23 @@ static inline void unit_ctx_reset(struct fv_ctx *cx)
 }
 
 
+/* @name is listed in UNIT_SKIP_OK (comma-separated names) */
+static bool unit_skip_ok(const char *name)
+{
+	const char *l = getenv("UNIT_SKIP_OK");
+	size_t n = strlen(name);
+
+	while (l && *l) {
+		const char *e = strchr(l, ',');
+		size_t len = e ? (size_t)(e - l) : strlen(l);
+
+		if (len == n && strncmp(l, name, n) == 0)
+			return true;
+		l = e ? e + 1 : NULL;
+	}
+	return false;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned int passed = 0, failed = 0, skipped = 0;
@@ -170,7 +190,7 @@ int main(int argc, char **argv)
 			failed++;
 			printf("FAIL %s (%u check%s failed)\n", unit_tests[i].name, unit_cur_failed,
 			       unit_cur_failed == 1 ? "" : "s");
-		} else if (unit_cur_skipped && ci) {
+		} else if (unit_cur_skipped && ci && !unit_skip_ok(unit_tests[i].name)) {
 			failed++;
 			printf("FAIL %s (skipped, and CI=true makes a skip a failure)\n",
 			       unit_tests[i].name);
