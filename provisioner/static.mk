@@ -58,7 +58,9 @@ ifeq ($(STATIC_CROSS),)
 image-context: static-provisioner
 define image-context-provisioner
 mkdir -p $(IMAGE_O)/provisioner && cp $(STATIC_O)/flexvol-provisioner $(IMAGE_O)/provisioner/ && \
-	cp "$$($(STATIC_CURL) --print-prefix)/BUILDINFO" $(IMAGE_O)/provisioner/BUILDINFO.static-curl
+	cp "$$($(STATIC_CURL) --print-prefix)/BUILDINFO" $(IMAGE_O)/provisioner/BUILDINFO.static-curl && \
+	cp /usr/share/doc/libcurl4/copyright $(IMAGE_O)/LICENSES/curl.copyright && \
+	cp /usr/share/doc/libssl3/copyright $(IMAGE_O)/LICENSES/openssl.copyright
 endef
 else
 define image-context-provisioner

@@ -7,7 +7,7 @@ and the child's max RSS (wait4 rusage, KiB).  Subjects: loop init,
 isattached for another node (no kernel access) and for this node (opens
 the image, scans loop devices), an unknown op, getvolumename (both answered
 "Not supported") and tests/bench/floor.c, a static program that only writes
-{"status":"Success"} (test-lanes.md section 6).
+{"status":"Success"} (docs/test-lanes.md section 6).
 
 Then, as root, the loop lifecycle kubelet drives (attach, waitforattach,
 mountdevice, mount, unmount, unmountdevice, detach) on a 64Mi image, in a
