@@ -42,3 +42,6 @@ $(O)/tests/test-provisioner: tests/unit/test-provisioner.c $(PROV_LIB_OBJS) test
 
 check-provisioner: $(O)/flexvol-provisioner
 	$(Q)python3 tests/provisioner/run.py --build $(O)
+
+# header dependencies of the provisioner's own objects (the top Makefile includes the drivers')
+-include $(PROV_OBJS:.o=.d)
