@@ -22,6 +22,14 @@ DRV_SRCS  := $(sort $(foreach d,$(DRIVERS),$(wildcard drivers/$(d)/*.c)))
 FV_SRCS   := $(CORE_SRCS) $(DRV_SRCS) drivers/registry.c
 FV_DRIVER_LIST := $(foreach d,$(DRIVERS),X($(d)))
 
+# The version (docs/design.md, "Versions and logs"): in a git checkout `git describe`
+# (a tag v<X> gives X[-N-g<hash>][-dirty]; without a tag, VERSION+g<hash>[-dirty]);
+# in a tree without git (a release tarball) the VERSION file alone.
+FV_VERSION := $(shell if [ -e .git ] && command -v git >/dev/null 2>&1; then \
+	git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null | sed 's/^v//' | grep . || \
+	echo "$$(cat VERSION)+g$$(git describe --always --dirty --abbrev=12)"; \
+	else cat VERSION 2>/dev/null || echo unknown; fi)
+
 WARN := -Wall -Wextra -Wformat=2 -Wshadow -Wundef -Wvla -Wwrite-strings \
 	-Wmissing-prototypes -Wstrict-prototypes -Wold-style-definition \
 	-Wpointer-arith -Wsign-compare -Wtype-limits -Wno-unused-parameter \
@@ -43,7 +51,7 @@ Q := @
 endif
 
 .DELETE_ON_ERROR:
-.PHONY: all check check-unit check-sim bench demo clean
+.PHONY: all check check-unit check-sim bench demo clean print-version
 
 all: $(addprefix $(O)/,$(DRIVERS))
 
@@ -56,6 +64,17 @@ $(O)/obj/%.o: %.c
 
 $(O)/obj/drivers/registry.o: FV_CFLAGS += -DFV_DRIVERS='$(FV_DRIVER_LIST)'
 $(O)/obj/drivers/registry.o: Makefile $(O)/drivers.list
+
+$(O)/obj/src/version.o: FV_CFLAGS += -DFV_VERSION='"$(FV_VERSION)"'
+$(O)/obj/src/version.o: $(O)/version.txt
+
+# rewritten only when the version changes, so only version.o is rebuilt
+$(O)/version.txt: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(FV_VERSION)' | cmp -s - $@ || echo '$(FV_VERSION)' >$@
+
+print-version:
+	@echo '$(FV_VERSION)'
 
 # the registry is rebuilt when a driver directory comes or goes (the list is rewritten only on change)
 $(O)/drivers.list: FORCE
@@ -111,4 +130,4 @@ clean:
 	rm -rf $(O)
 
 # Optional lanes own their own fragments (VM lane, static build, ...).
--include $(sort $(wildcard tests/vm/*.mk deploy/*.mk))
+-include $(sort $(wildcard tests/vm/*.mk deploy/*.mk provisioner/*.mk))

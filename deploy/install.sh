@@ -3,15 +3,31 @@
 #
 # install.sh - install the flexvol drivers into a FlexVolume plugin directory.
 #
-#   install.sh [--once] [--plugin-dir DIR] [--source DIR] [--drivers LIST]
-#              [--config FILE --config-dest FILE]
+#   install.sh [--once] [--uninstall] [--plugin-dir DIR] [--source DIR] [--drivers LIST]
+#              [--config FILE --config-dest FILE] [--ready-file FILE]
 #
-# For every driver executable in the source directory (default: bin/ next to
-# this script, or $FLEXVOL_SOURCE_DIR) the result is
+# For every driver in the source directory (default: bin/ next to this
+# script, or $FLEXVOL_SOURCE_DIR) the result is
 #
 #   <plugin dir>/flexvol~<driver>/<driver>        mode 0555
 #
 # which kubelet and kube-controller-manager load as the driver "flexvol/<driver>".
+# A driver is an executable whose `init` answers Success with capabilities,
+# exactly as kubelet will probe it: anything else in the source directory
+# (the multi-call build/flexvol, other programs) is skipped, so kubelet never
+# sees a "driver" it cannot load.
+#
+# Before anything on the node is touched: the drivers are probed, and the
+# node config (--config) is checked by the new driver's own parser
+# (`<driver> check-config FILE`).  A config the drivers would refuse (a typo
+# in a key, a bad value) stops the install with exit 1 and the driver's
+# message, which names the file, line and key; nothing is changed.
+#
+# --uninstall removes what an install with the same options puts there:
+# <plugin dir>/flexvol~<driver>/<driver> of each driver (and leftover temp
+# files of this installer), then the directory flexvol~<driver> if it is then
+# empty; the node config only if it still has the content --config names.
+# Nothing outside flexvol~<driver>/ is touched (other vendors' drivers stay).
 #
 # How the copy is done, and why:
 #   - kubelet watches the plugin directory and re-runs `init` of a driver on
@@ -33,6 +49,10 @@
 #   --drivers LIST    FLEXVOL_DRIVERS      comma-separated subset (default: every file in the source)
 #   --config FILE     FLEXVOL_CONFIG_SRC   also install this node config file (atomically, 0644,
 #   --config-dest F   FLEXVOL_CONFIG_DEST  to F, default /etc/flexvol/flexvol.conf; skipped when equal)
+#   --ready-file F    FLEXVOL_READY_FILE   removed at start, written (with the version) only
+#                                          once the install or uninstall is complete: the
+#                                          DaemonSet's readinessProbe checks it
+#   --uninstall       FLEXVOL_UNINSTALL=1  remove instead of install (above)
 #   --once                                 exit after installing (default: keep running until TERM,
 #                                          as a DaemonSet container must)
 #
@@ -45,6 +65,8 @@ SOURCE_DIR=${FLEXVOL_SOURCE_DIR:-}
 DRIVERS=${FLEXVOL_DRIVERS:-}
 CONFIG_SRC=${FLEXVOL_CONFIG_SRC:-}
 CONFIG_DEST=${FLEXVOL_CONFIG_DEST:-/etc/flexvol/flexvol.conf}
+READY_FILE=${FLEXVOL_READY_FILE:-}
+UNINSTALL=${FLEXVOL_UNINSTALL:-0}
 VENDOR=flexvol
 ONCE=0
 
@@ -55,6 +77,9 @@ need_arg() { [ $# -ge 2 ] || die "$1 needs an argument"; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--once) ONCE=1 ;;
+	--uninstall) UNINSTALL=1 ;;
+	--ready-file) need_arg "$@"; READY_FILE=$2; shift ;;
+	--ready-file=*) READY_FILE=${1#*=} ;;
 	--plugin-dir) need_arg "$@"; PLUGIN_DIR=$2; shift ;;
 	--plugin-dir=*) PLUGIN_DIR=${1#*=} ;;
 	--source) need_arg "$@"; SOURCE_DIR=$2; shift ;;
@@ -65,7 +90,7 @@ while [ $# -gt 0 ]; do
 	--config=*) CONFIG_SRC=${1#*=} ;;
 	--config-dest) need_arg "$@"; CONFIG_DEST=$2; shift ;;
 	--config-dest=*) CONFIG_DEST=${1#*=} ;;
-	-h | --help) sed -n '3,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '3,60p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown argument '$1' (see --help)" ;;
 	esac
 	shift
@@ -76,6 +101,9 @@ if [ -z "$SOURCE_DIR" ]; then
 fi
 [ -d "$SOURCE_DIR" ] || die "source directory $SOURCE_DIR does not exist"
 case $PLUGIN_DIR in /*) ;; *) die "plugin dir must be an absolute path: $PLUGIN_DIR" ;; esac
+case $UNINSTALL in 0 | '') UNINSTALL=0 ;; *) UNINSTALL=1 ;; esac
+# Not ready until this run has finished (a restarted pod must not look ready early).
+[ -z "$READY_FILE" ] || rm -f "$READY_FILE" || die "cannot remove the ready file $READY_FILE"
 
 # Temp files of this run, removed on any exit.
 TMPS=""
@@ -86,6 +114,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'cleanup; exit 1' HUP
 trap 'cleanup; exit 0' INT TERM
+
 
 valid_name() { # a driver name kubelet accepts: [a-z0-9]([-a-z0-9_.]*[a-z0-9])?, no '~'
 	case $1 in
@@ -125,41 +154,115 @@ install_file() {
 	sync "$dir" 2> /dev/null || true
 }
 
-# The drivers to install.
+# is_driver FILE: FILE answers `init` with Success and capabilities, as kubelet needs.
+is_driver() {
+	[ -f "$1" ] && [ -x "$1" ] || return 1
+	probe=$("$1" init < /dev/null 2>&1) || return 1
+	case $probe in *'"status":"Success"'*'"capabilities":{'*) return 0 ;; esac
+	return 1
+}
+
+# reply_message JSON: the "message" of a driver reply (the raw reply when there is none).
+reply_message() {
+	m=$(printf '%s\n' "$1" | sed -n 's/.*"message":"\(\([^"\\]\|\\.\)*\)".*/\1/p')
+	printf '%s\n' "${m:-$1}"
+}
+
+# The drivers: --drivers (each must be one), or every driver in the source.
 list=""
 if [ -n "$DRIVERS" ]; then
-	list=$(printf '%s' "$DRIVERS" | tr ',' ' ')
-	for d in $list; do
+	for d in $(printf '%s' "$DRIVERS" | tr ',' ' '); do
 		[ -f "$SOURCE_DIR/$d" ] || die "driver $d not found in $SOURCE_DIR"
+		is_driver "$SOURCE_DIR/$d" || die "$SOURCE_DIR/$d is not a driver: its init answered: $probe"
+		list="$list $d"
 	done
 else
 	for f in "$SOURCE_DIR"/*; do
 		[ -f "$f" ] && [ -x "$f" ] || continue
-		list="$list $(basename "$f")"
+		if is_driver "$f"; then
+			list="$list $(basename "$f")"
+		else
+			say "skipped $(basename "$f"): not a driver (init answered: $probe)"
+		fi
 	done
 fi
 [ -n "$list" ] || die "no driver executables in $SOURCE_DIR"
-
-[ -d "$PLUGIN_DIR" ] || mkdir -p "$PLUGIN_DIR"
 for d in $list; do
 	valid_name "$d" || die "'$d' is not a valid driver name"
-	install_file "$SOURCE_DIR/$d" "$PLUGIN_DIR/$VENDOR~$d/$d" 555
-	say "$VENDOR/$d: $RESULT ($PLUGIN_DIR/$VENDOR~$d/$d)"
 done
+set -- $list
+FIRST=$SOURCE_DIR/$1
+VERSION=$("$FIRST" version 2>&1 | sed -n 's/.*"version":"\([^"]*\)".*/\1/p')
+say "flexvol ${VERSION:-(unknown version)}: drivers$list"
 
+# The node config, checked by the driver's own parser before anything changes.
 if [ -n "$CONFIG_SRC" ]; then
 	[ -f "$CONFIG_SRC" ] || die "config file $CONFIG_SRC does not exist"
 	case $CONFIG_DEST in "$PLUGIN_DIR"/*) die "the config file must not live in the plugin dir" ;; esac
-	install_file "$CONFIG_SRC" "$CONFIG_DEST" 644
-	say "config: $RESULT ($CONFIG_DEST)"
+	if [ "$UNINSTALL" = 0 ]; then
+		reply=$("$FIRST" check-config "$CONFIG_SRC" 2>&1) || true
+		case $reply in
+		*'"status":"Success"'*) say "config: $CONFIG_SRC checked" ;;
+		*) die "node config refused, nothing installed: $(reply_message "$reply")" ;;
+		esac
+	fi
 fi
+
+# ready: the readiness file, written atomically once everything is done.
+ready() {
+	[ -n "$READY_FILE" ] || return 0
+	printf '%s\n' "${VERSION:-unknown}" > "$READY_FILE.tmp" && mv -f "$READY_FILE.tmp" "$READY_FILE" ||
+		die "cannot write the ready file $READY_FILE"
+}
+
+if [ "$UNINSTALL" = 1 ]; then
+	for d in $list; do
+		dir=$PLUGIN_DIR/$VENDOR~$d
+		for old in "$dir/.$d.tmp."*; do
+			[ ! -e "$old" ] || rm -f "$old" || die "cannot remove $old"
+		done
+		if [ -e "$dir/$d" ] || [ -L "$dir/$d" ]; then
+			[ ! -d "$dir/$d" ] || die "$dir/$d is a directory"
+			rm -f "$dir/$d" || die "cannot remove $dir/$d"
+			RESULT=removed
+		else
+			RESULT="not installed"
+		fi
+		if [ -d "$dir" ] && ! rmdir "$dir" 2> /dev/null; then
+			RESULT="$RESULT; $dir kept: it holds files that are not ours"
+		fi
+		say "$VENDOR/$d: $RESULT"
+	done
+	if [ -n "$CONFIG_SRC" ]; then
+		if [ ! -e "$CONFIG_DEST" ]; then
+			say "config: not installed ($CONFIG_DEST)"
+		elif cmp -s "$CONFIG_SRC" "$CONFIG_DEST"; then
+			rm -f "$CONFIG_DEST" || die "cannot remove $CONFIG_DEST"
+			say "config: removed ($CONFIG_DEST)"
+		else
+			say "config: $CONFIG_DEST kept: it differs from $CONFIG_SRC (edited on the node?)"
+		fi
+	fi
+	say "uninstalled"
+else
+	[ -d "$PLUGIN_DIR" ] || mkdir -p "$PLUGIN_DIR" || die "cannot create $PLUGIN_DIR"
+	for d in $list; do
+		install_file "$SOURCE_DIR/$d" "$PLUGIN_DIR/$VENDOR~$d/$d" 555
+		say "$VENDOR/$d: $RESULT ($PLUGIN_DIR/$VENDOR~$d/$d)"
+	done
+	if [ -n "$CONFIG_SRC" ]; then
+		install_file "$CONFIG_SRC" "$CONFIG_DEST" 644
+		say "config: $RESULT ($CONFIG_DEST)"
+	fi
+fi
+ready
 
 [ "$ONCE" = 1 ] && exit 0
 
 # Stay up (a DaemonSet container that exits is restarted in a loop); leave
 # promptly and cleanly on TERM.
 say "done; waiting for TERM"
-trap 'kill "$SLEEPER" 2>&-; exit 0' INT TERM
+trap 'kill "$SLEEPER" 2>&-; [ -z "$READY_FILE" ] || rm -f "$READY_FILE"; exit 0' INT TERM
 while :; do
 	sleep 86400 &
 	SLEEPER=$!

@@ -5,10 +5,13 @@
 #                        and build/static/<driver> for every driver in $(DRIVERS)
 #   make check-static    the distroless check: every static driver alone in an empty
 #                        chroot, ops as kube-controller-manager runs them (root)
-#   make check-deploy    installer test (atomic, idempotent install.sh) + manifest validation
+#   make check-deploy    installer test (atomic, idempotent install.sh, validate, uninstall,
+#                        readiness) + manifest validation (kustomize overlays rendered), the
+#                        version of a tree without git, the logrotate snippet
 #   make image-context   build/image/: the OCI build context for deploy/Containerfile
 #   make check-image     the image assembled by hand from that context (no engine needed)
-#                        and run as the DaemonSet runs it (root)
+#                        and run as the DaemonSet runs it (root); the documented podman,
+#                        buildah and docker build commands against those engines' --help
 #
 #   ARCH=arm64           any of the above for another architecture (Debian name;
 #                        default: this machine's): a cross build with Debian's
@@ -116,23 +119,29 @@ ifneq ($(STATIC_CROSS),)
 		tests/unit/run $(STATIC_UNIT_BINS)
 endif
 
-check-deploy:
-	$(Q)tests/static/installer-test
-	$(Q)tests/static/manifest-test
+check-deploy: all
+	$(Q)FLEXVOL_BUILD=$(O) tests/static/installer-test
+	$(Q)FLEXVOL_BUILD=$(O) tests/static/manifest-test
+	$(Q)tests/static/docs-test
+	$(Q)tests/static/release-test
 
-# The installer image's build context: Containerfile, install.sh, bin/<driver>,
+# The installer image's build context: Containerfile (version filled in), install.sh,
+# bin/<driver>, LICENSES/ (third-party licences, LGPL relinking kit),
 # and busybox/ (Debian's busybox-static for ARCH and the applet links
 # install.sh needs): everything of the image is in the context, so building
 # it, for any ARCH, needs no network and no emulator.
 #   make image-context && podman build -t flexvol-installer:dev build/image
 #   make image-context ARCH=arm64 && podman build --platform linux/arm64 ... build/image-arm64
-IMAGE_APPLETS := sh cp mv rm mkdir chmod cmp stat sync sleep cat ls dirname basename tr printf sed kill
+IMAGE_APPLETS := sh cp mv rm rmdir mkdir chmod cmp stat sync sleep cat ls dirname basename tr printf sed kill
 image-context: static
 	$(Q)rm -rf $(IMAGE_O) && mkdir -p $(IMAGE_O)/bin
-	$(Q)cp deploy/Containerfile deploy/install.sh $(IMAGE_O)/
+	$(Q)sed 's/^ARG FLEXVOL_VERSION=.*/ARG FLEXVOL_VERSION=$(FV_VERSION)/' deploy/Containerfile >$(IMAGE_O)/Containerfile
+	$(Q)cp deploy/install.sh $(IMAGE_O)/
+	$(Q)deploy/licenses.sh $(IMAGE_O)/LICENSES $(STATIC_O) "$$($(STATIC_DEPS) --print-prefix)" $(CC)
 	$(Q)for d in $(DRIVERS); do cp $(STATIC_O)/$$d $(IMAGE_O)/bin/$$d; done
 	$(Q)cp "$$($(STATIC_DEPS) --print-prefix)/BUILDINFO" $(IMAGE_O)/BUILDINFO.static-deps
-	$(Q)ci/fetch-busybox $(ARCH) $(IMAGE_O)/busybox $(IMAGE_APPLETS) >> $(IMAGE_O)/BUILDINFO.static-deps
+	$(Q)BUSYBOX_LICENSE_DIR=$(IMAGE_O)/LICENSES/busybox ci/fetch-busybox $(ARCH) $(IMAGE_O)/busybox $(IMAGE_APPLETS) >> $(IMAGE_O)/BUILDINFO.static-deps
+	$(Q)$(image-context-provisioner)
 	$(Q)echo "  IMAGE   $(IMAGE_O) ($(ARCH)): $$(ls $(IMAGE_O)/bin | tr '\n' ' ')+ $$(tail -1 $(IMAGE_O)/BUILDINFO.static-deps)"
 
 # a cross image runs through the kernel's binfmt_misc (busybox sh exec()s applets)
@@ -141,6 +150,7 @@ ifneq ($(STATIC_CROSS),)
 	$(Q)tests/static/binfmt-qemu $(patsubst qemu-%-static,%,$(STATIC_QEMU))
 endif
 	$(Q)tests/static/image-test $(IMAGE_O)
+	$(Q)tests/static/build-commands-test $(IMAGE_O)
 
 # The two-architecture image as deploy/README.md builds it (buildah bud
 # --platform --manifest, manifest push --all), into a local OCI layout: one

@@ -15,7 +15,7 @@
 
 #define DEFAULT_CONFIG "/etc/flexvol/flexvol.conf"
 
-enum kind { K_PATH, K_STR, K_SECONDS, K_MODE };
+enum kind { K_PATH, K_STR, K_SECONDS, K_MODE, K_BOOL };
 
 struct key {
 	const char *name;
@@ -27,6 +27,7 @@ struct key {
 
 #define STR(field, k, e) { #field, e, k, offsetof(struct fv_config, field), sizeof(((struct fv_config *)0)->field) }
 #define SEC(field, e) { #field, e, K_SECONDS, offsetof(struct fv_config, field), 0 }
+#define BOOL(field, e) { #field, e, K_BOOL, offsetof(struct fv_config, field), 0 }
 
 static const struct key keys[] = {
 	STR(loop_root, K_PATH, "FLEXVOL_LOOP_ROOT"),
@@ -40,6 +41,7 @@ static const struct key keys[] = {
 	SEC(mount_timeout, "FLEXVOL_MOUNT_TIMEOUT"),
 	SEC(device_timeout, "FLEXVOL_DEVICE_TIMEOUT"),
 	STR(attach_mode, K_MODE, "FLEXVOL_ATTACH_MODE"),
+	BOOL(debug, "FLEXVOL_DEBUG"),
 };
 
 static int seterr(char *err, size_t errlen, const char *fmt, ...) _printf_(3, 4);
@@ -81,6 +83,17 @@ static int set_key(struct fv_config *cfg, const struct key *k, const char *v, co
 			return seterr(err, errlen, "%s: %s must be 1..86400 seconds: '%s'", where,
 				      k->name, v);
 		*(unsigned int *)(void *)dst = (unsigned int)n;
+		return 0;
+	case K_BOOL:
+		/* "all": what FLEXVOL_DEBUG took before it was a config key */
+		if (streq(v, "true") || streq(v, "yes") || streq(v, "on") || streq(v, "1") ||
+		    streq(v, "all"))
+			*(bool *)(void *)dst = true;
+		else if (streq(v, "false") || streq(v, "no") || streq(v, "off") || streq(v, "0"))
+			*(bool *)(void *)dst = false;
+		else
+			return seterr(err, errlen, "%s: %s must be true or false: '%s'", where,
+				      k->name, v);
 		return 0;
 	}
 	return -EINVAL;
@@ -175,12 +188,8 @@ static int load_file(struct fv_config *cfg, const char *path, bool must_exist, c
 	return 0;
 }
 
-int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t errlen)
+static void set_defaults(struct fv_config *cfg, const char *driver)
 {
-	const char *path = secure_getenv("FLEXVOL_CONFIG");
-	struct utsname u;
-	int r;
-
 	memset(cfg, 0, sizeof(*cfg));
 	strcpy(cfg->loop_root, "/var/lib/flexvol/loop");
 	strcpy(cfg->state_dir, "/var/lib/flexvol/state");
@@ -192,7 +201,15 @@ int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t 
 	cfg->mount_timeout = 60;
 	cfg->device_timeout = 60;
 	strcpy(cfg->attach_mode, "controller");
+}
 
+int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t errlen)
+{
+	const char *path = secure_getenv("FLEXVOL_CONFIG");
+	struct utsname u;
+	int r;
+
+	set_defaults(cfg, driver);
 	r = load_file(cfg, path && *path ? path : DEFAULT_CONFIG, path && *path, err, errlen);
 	if (r < 0)
 		return r;
@@ -209,4 +226,11 @@ int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t 
 	if (!cfg->node_name[0] && uname(&u) == 0)
 		snprintf(cfg->node_name, sizeof(cfg->node_name), "%s", u.nodename);
 	return 0;
+}
+
+int fv_config_check_file(struct fv_config *cfg, const char *driver, const char *path, char *err,
+			 size_t errlen)
+{
+	set_defaults(cfg, driver);
+	return load_file(cfg, path, true, err, errlen);
 }

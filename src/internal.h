@@ -32,6 +32,7 @@ struct fv_reply {
 	bool has_attached;
 	bool attached;
 	const struct fv_caps *caps; /* init only: every capability, explicitly */
+	const char *version;	    /* version, --version, --help, check-config; or NULL */
 };
 
 const char *fv_status_word(enum fv_status st);

@@ -12,6 +12,7 @@
 #include "internal.h"
 #include "fv/log.h"
 #include "fv/util.h"
+#include "fv/version.h"
 
 static int log_fd = -1;
 static char log_path[PATH_MAX];
@@ -51,6 +52,11 @@ static void open_log(void)
 		(void)fv_mkdir_p(dirname(dir), 0750);
 		log_fd = open(log_path, flags, 0640);
 	}
+}
+
+void fv_log_set_debug(bool on)
+{
+	debug_on = debug_on || on;
 }
 
 void fv_log_close(void)
@@ -119,7 +125,7 @@ static void vlog_line(bool to_syslog, const char *fmt, va_list ap)
 		if (!syslog_open)
 			openlog(ident, LOG_PID, LOG_DAEMON);
 		syslog_open = true;
-		syslog(LOG_INFO, "%s", fixed);
+		syslog(LOG_INFO, "%s %s", fv_version, fixed);
 	}
 	if (!log_tried)
 		open_log();
@@ -127,9 +133,9 @@ static void vlog_line(bool to_syslog, const char *fmt, va_list ap)
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	utc_time(ts.tv_sec, &tm);
-	n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d]: %s\n",
+	n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s: %s\n",
 		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-		     tm.tm_sec, ts.tv_nsec / 1000000, ident, (int)getpid(), fixed);
+		     tm.tm_sec, ts.tv_nsec / 1000000, ident, (int)getpid(), fv_version, fixed);
 	if (n < 0)
 		return;
 	if ((size_t)n >= sizeof(line))

@@ -20,6 +20,7 @@
 #include "fv/lock.h"
 #include "fv/log.h"
 #include "fv/util.h"
+#include "fv/version.h"
 
 struct call {
 	struct fv_ctx *cx;
@@ -41,6 +42,7 @@ enum {
 	OP_DIR_MADE = 1 << 3,  /* kubelet created args[0] before the call: missing is a Failure */
 	OP_NODE = 1 << 4,      /* args[1] names a node: another node's call touches nothing here */
 	OP_LOOK = 1 << 5,      /* never changes the node */
+	OP_LOCAL = 1 << 6,     /* for people and the installer: no config, no log, no lock */
 };
 
 struct op {
@@ -109,8 +111,24 @@ static int run_expandfs(struct call *c)
 	return c->cx->drv->expandfs(c->cx, &c->opts, c->args[1], c->args[2], new_size, old_size);
 }
 
+static int run_version(struct call *c)
+{
+	return 0;
+}
+
+static int run_help(struct call *c);
+
+/* The installer's check of a node config, with this build's own parser (deploy/install.sh). */
+static int run_check_config(struct call *c)
+{
+	char err[512];
+	int r = fv_config_check_file(&c->cx->cfg, c->cx->drv->name, c->args[0], err, sizeof(err));
+
+	return r < 0 ? fv_fail(c->cx, r, "%s", err) : 0;
+}
+
 /*
- * argv per op: flexvolume-contract.md §1.2.  getvolumename's answer is
+ * argv per op: docs/flexvolume-contract.md §1.2.  getvolumename's answer is
  * ignored by kubelet (it always uses the PV or volume name), and
  * expandvolume is never called by current upstream: both are answered
  * "Not supported" so kubelet falls back to its defaults.
@@ -143,7 +161,39 @@ static const struct op ops[] = {
 	{ "unmount", 1, -1, 0, OP_DIR | OP_LOCK_DIR, SLOT(unmount), run_unmount },
 	{ "expandvolume", 4, -1, -1, 0, 0, NULL },
 	{ "expandfs", 5, 0, 2, 0, SLOT(expandfs), run_expandfs },
+	/* never called by kubelet: answered before any config, log or lock */
+	{ "version", 0, -1, -1, OP_LOCAL, 0, run_version },
+	{ "--version", 0, -1, -1, OP_LOCAL, 0, run_version },
+	{ "--help", 0, -1, -1, OP_LOCAL, 0, run_help },
+	{ "check-config", 1, -1, -1, OP_LOCAL, 0, run_check_config },
 };
+
+static int run_help(struct call *c)
+{
+	char *p = c->cx->message, *end = p + sizeof(c->cx->message);
+
+	p += snprintf(p, (size_t)(end - p), "usage: %s OP [ARG...] (a FlexVolume driver); OP:",
+		      c->cx->drv->name);
+	for (size_t i = 0; i < ARRAY_SIZE(ops) && p < end; i++)
+		p += snprintf(p, (size_t)(end - p), " %s/%d", ops[i].name, ops[i].nargs);
+	return 0;
+}
+
+/* An OP_LOCAL op: one reply with the version; a message on Success too (--help). */
+static int run_local(int out, const struct op *op, struct call *c, int nargs)
+{
+	struct fv_reply r = { .version = fv_version };
+	int rc;
+
+	if (nargs != op->nargs)
+		rc = fv_fail(c->cx, -EINVAL, "%s takes %d argument%s, got %d", op->name, op->nargs,
+			     op->nargs == 1 ? "" : "s", nargs);
+	else
+		rc = op->run(c);
+	r.status = rc < 0 ? FV_FAILURE : FV_SUCCESS;
+	r.message = c->cx->message;
+	return fv_reply_write(out, &r);
+}
 
 static const char *errstr(int r)
 {
@@ -318,7 +368,7 @@ int main(int argc, char **argv)
 	enum fv_status st;
 	uint64_t t0 = fv_now_ms();
 	int out, r = 0, fixed = -1;
-	bool quiet;
+	bool quiet, debug = false;
 	char base[256];
 	struct sigaction sa = { .sa_handler = on_term };
 
@@ -333,21 +383,27 @@ int main(int argc, char **argv)
 	snprintf(base, sizeof(base), "%s", argc > 0 && argv[0] ? argv[0] : "");
 	prog = basename(base);
 	cx->drv = fv_driver_find(prog);
+	for (size_t i = 0; argc > 1 && i < ARRAY_SIZE(ops); i++)
+		if (streq(ops[i].name, argv[1]))
+			op = &ops[i];
 	if (!cx->drv) {
 		static const struct fv_driver unknown = { .name = "flexvol" };
 
 		cx->drv = &unknown;
-		fv_fail(cx, -EINVAL, "unknown driver '%s': install this program under a driver's name",
-			prog);
-		return reply(out, FV_FAILURE, cx, NULL, false);
+		if (!op || !(op->flags & OP_LOCAL)) { /* build/flexvol --version still answers */
+			fv_fail(cx, -EINVAL,
+				"unknown driver '%s': install this program under a driver's name", prog);
+			return reply(out, FV_FAILURE, cx, NULL, false);
+		}
 	}
 	if (argc < 2) {
 		fv_fail(cx, -EINVAL, "no operation given");
 		return reply(out, FV_FAILURE, cx, NULL, false);
 	}
-	for (size_t i = 0; i < ARRAY_SIZE(ops); i++)
-		if (streq(ops[i].name, argv[1]))
-			op = &ops[i];
+	if (op && (op->flags & OP_LOCAL)) {
+		c.args = argv + 2;
+		return run_local(out, op, &c, argc - 2);
+	}
 
 	/*
 	 * init's answer and Not supported are compiled in: they need nothing
@@ -375,6 +431,8 @@ int main(int argc, char **argv)
 	r = fv_config_load(&cx->cfg, cx->drv->name, err, sizeof(err));
 	cx->config_ok = r == 0; /* init falls back to controller mode without one */
 	fv_log_open(cx->drv->name, r < 0 ? NULL : cx->cfg.log_file);
+	debug = r == 0 && cx->cfg.debug; /* "debug = true": as FLEXVOL_DEBUG, for this call */
+	fv_log_set_debug(debug);
 	if (fixed >= 0) {
 		st = (enum fv_status)fixed;
 		goto out;
@@ -406,7 +464,7 @@ out:
 	 * failure; FLEXVOL_DEBUG logs every call, to the file.
 	 */
 	quiet = st != FV_FAILURE && (fixed >= 0 || (op->flags & OP_LOOK) || c.remote);
-	if (!quiet || fv_log_debug_wanted())
+	if (!quiet || debug || fv_log_debug_wanted())
 		(quiet ? fv_log : fv_log_summary)("op=%s volume=%s status=%s duration_ms=%llu%s%s%s",
 						  argv[1], c.volume ? c.volume : "-",
 						  fv_status_word(st),

@@ -132,6 +132,8 @@ char *fv_reply_format(const struct fv_reply *r)
 		add_str(o, "device", r->device);
 	if (r->has_attached)
 		add_bool(o, "attached", r->attached);
+	if (r->version)
+		json_object_object_add(o, "version", json_object_new_string(r->version));
 	if (r->caps) {
 		json_object *c = json_object_new_object();
 

@@ -557,3 +557,16 @@ const struct fv_driver fv_driver_nfs = {
 	.mount = nfs_mount,
 	.unmount = nfs_unmount,
 };
+
+/*
+ * For flexvol-provisioner (provisioner/params.c): the options a PV will carry
+ * go through the very checks mount applies to them, so a class the driver
+ * would refuse fails at provisioning, with the driver's own message.
+ */
+int fv_nfs_check_options(struct fv_ctx *cx, const struct fv_opts *o);
+int fv_nfs_check_options(struct fv_ctx *cx, const struct fv_opts *o)
+{
+	struct nfsvol v;
+
+	return parse(cx, o, &v);
+}

@@ -172,7 +172,7 @@ int fv_blkvol_unmount(struct fv_ctx *cx, const char *dir, struct fv_mntinfo *ret
  * volume dir @poddir:
  *   <root>/pods/<uid>/volumes/<vendor>~<driver>/<name>  ->
  *   <root>/plugins/kubernetes.io/flexvolume/<vendor>/<driver>/mounts/<name>
- * (flexvolume-contract.md §2).  Returns false when @poddir has another shape.
+ * (docs/flexvolume-contract.md §2).  Returns false when @poddir has another shape.
  */
 bool fv_kubelet_global_path(const char *poddir, char *ret, size_t len);
 

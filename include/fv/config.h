@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Node configuration (design.md, "Node configuration").
+ * Node configuration (docs/design.md, "Node configuration").
  *
  * Read from /etc/flexvol/flexvol.conf, or the file named by FLEXVOL_CONFIG;
  * each key can then be overridden by its environment variable.  The file is
@@ -20,11 +20,13 @@
  *	helper_path     FLEXVOL_HELPER_PATH      /usr/sbin:/usr/bin:/sbin:/bin
  *	attach_mode     FLEXVOL_ATTACH_MODE      controller  (or node: block drivers do the
  *	                                         node-side attach in mount, init says attach:false)
+ *	debug           FLEXVOL_DEBUG            false (true: debug lines in the log)
  */
 #ifndef FV_CONFIG_H
 #define FV_CONFIG_H
 
 #include <limits.h>
+#include <stdbool.h>
 
 struct fv_config {
 	char loop_root[PATH_MAX];
@@ -38,6 +40,7 @@ struct fv_config {
 	unsigned int mount_timeout;  /* seconds */
 	unsigned int device_timeout; /* seconds */
 	char attach_mode[16];	     /* "controller" or "node" */
+	bool debug;		     /* debug lines in the log */
 };
 
 /*
@@ -46,5 +49,13 @@ struct fv_config {
  * Returns: 0, or -errno / -FV_ERR_BADOPT with a description in @err.
  */
 int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t errlen);
+
+/*
+ * fv_config_check_file() - defaults plus the file @path alone (no
+ * environment: it must not hide a mistake in the file), as the installer
+ * checks a node config before installing it.  Same return as above.
+ */
+int fv_config_check_file(struct fv_config *cfg, const char *driver, const char *path, char *err,
+			 size_t errlen);
 
 #endif

@@ -10,7 +10,7 @@
  * supported": the dispatcher answers it, drivers never write stubs.
  *
  * The dispatcher has already, before any op runs:
- *   - checked the argument count of the op (flexvolume-contract.md §1.2),
+ *   - checked the argument count of the op (docs/flexvolume-contract.md §1.2),
  *   - parsed the options JSON (if the op carries one) into struct fv_opts,
  *   - loaded the node configuration (struct fv_config),
  *   - taken the per-volume lock (unless the op is lock-free: init, attach,

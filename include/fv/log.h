@@ -8,7 +8,12 @@
  * driver processes never interleave inside a line.  Options are never
  * logged: they may carry secrets.
  *
- * Debug lines are enabled by FLEXVOL_DEBUG=1 (or "all").
+ * Every line carries the build's version (fv/version.h) after the pid:
+ *
+ *	2026-01-01T00:00:00.000Z flexvol-loop[123] 0.1.0+g0123456789ab: op=init ...
+ *
+ * Debug lines are enabled by FLEXVOL_DEBUG=1 (or "all"), or by "debug = true"
+ * in the node config (fv_log_set_debug()).
  */
 #ifndef FV_LOG_H
 #define FV_LOG_H
@@ -25,6 +30,8 @@ void fv_log_open(const char *driver, const char *path);
 void fv_log_close(void);
 /* FLEXVOL_DEBUG is set: debug lines, and every call logged (init and Not supported too). */
 bool fv_log_debug_wanted(void);
+/* Turn debug lines on (the node config's "debug = true"); the environment can only add. */
+void fv_log_set_debug(bool on);
 
 /* A detail line: log file only. */
 void fv_log(const char *fmt, ...) _printf_(1, 2);

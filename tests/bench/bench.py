@@ -8,7 +8,7 @@ isattached for another node and for this node (both lexical since the
 logical attach of issue 10; the row keeps its old name: it used to open
 the image and scan loop devices), an unknown op, getvolumename (both answered
 "Not supported") and tests/bench/floor.c, a static program that only writes
-{"status":"Success"} (test-lanes.md section 6).
+{"status":"Success"} (docs/test-lanes.md section 6).
 
 Then, as root, the loop lifecycle kubelet drives (attach, waitforattach,
 mountdevice, mount, unmount, unmountdevice, detach) on a 64Mi image, in a

@@ -2,7 +2,7 @@
 /*
  * The exec floor for `make bench`: the least a FlexVolume driver can do.
  * Built -static, it writes the one reply kubelet needs and exits, so its
- * cost is fork + exec + exit and nothing else (test-lanes.md §6).
+ * cost is fork + exec + exit and nothing else (docs/test-lanes.md §6).
  */
 #include <unistd.h>
 

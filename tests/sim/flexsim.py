@@ -1,6 +1,6 @@
 """flexsim: call a FlexVolume driver exactly as kubelet and kube-controller-manager do.
 
-The contract (shared design notes, flexvolume-contract.md) in the few lines that
+The contract (docs/flexvolume-contract.md) in the few lines that
 shape every assertion here:
 
   * exec(<plugindir>/<vendor~driver>/<driver>, [op, args...]); stdout and stderr
@@ -162,7 +162,7 @@ def check_output(argv, rc, out, err, elapsed):
         if not isinstance(caps, dict) or any(not isinstance(caps.get(k), bool) for k in CAPS):
             raise ContractError("%s: capabilities must carry every key as a boolean: %r" % (argv[1:2], caps))
     for k in doc:
-        if k not in ("status", "message", "device", "attached", "capabilities", "volumeName"):
+        if k not in ("status", "message", "device", "attached", "capabilities", "volumeName", "version"):
             raise ContractError("%s: unexpected key %r" % (argv[1:2], k))
     return Reply(doc, argv, rc, elapsed, text)
 

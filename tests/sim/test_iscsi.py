@@ -1,7 +1,7 @@
 """Host-lane tests of the iscsi driver: option validation, the credentials file,
 and the mapping of iscsiadm errors that a real target cannot produce on demand.
 
-This host's kernel has no iSCSI initiator (test-lanes.md), so the real login,
+This host's kernel has no iSCSI initiator (docs/test-lanes.md), so the real login,
 device, mount, logout and resize paths are tested in the VM lane
 (tests/vm/iscsi_driver.py).  Here a fake `iscsiadm` (first in
 FLEXVOL_HELPER_PATH) answers from a scenario file and records its argv; the

@@ -10,7 +10,7 @@ tested against a kernel NFS server in the VM lane (tests/vm/t-nfs-*).
 A fake /sbin/mount.nfs is used only for what a real server cannot produce on
 demand (a helper that hangs forever, a scripted refusal, recording argv).  libmount
 finds helpers on a fixed path, so the fake is put in place with an overlayfs on
-/usr/sbin inside run.py's private mount namespace (test-lanes.md §4): the host
+/usr/sbin inside run.py's private mount namespace (docs/test-lanes.md §4): the host
 never sees it.
 """
 import base64

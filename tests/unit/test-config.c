@@ -13,7 +13,7 @@ static const char *const envs[] = {
 	"FLEXVOL_CONFIG",	  "FLEXVOL_LOOP_ROOT",	   "FLEXVOL_STATE_DIR",
 	"FLEXVOL_RUN_DIR",	  "FLEXVOL_LOG_FILE",	   "FLEXVOL_NODE_NAME",
 	"FLEXVOL_HELPER_PATH",	  "FLEXVOL_LOCK_TIMEOUT",  "FLEXVOL_HELPER_TIMEOUT",
-	"FLEXVOL_MOUNT_TIMEOUT",  "FLEXVOL_DEVICE_TIMEOUT",
+	"FLEXVOL_MOUNT_TIMEOUT",  "FLEXVOL_DEVICE_TIMEOUT", "FLEXVOL_DEBUG",
 };
 
 static struct fv_config cfg;
@@ -136,6 +136,61 @@ TEST(file_values)
 	CHECK_INT(cfg.mount_timeout, 1);
 	CHECK_INT(cfg.device_timeout, 30);
 	done_config();
+}
+
+TEST(debug_key)
+{
+	static const char *const on[] = { "true", "yes", "on", "1", "all" };
+	static const char *const off[] = { "false", "no", "off", "0" };
+	char text[64];
+
+	REQUIRE(use_config(""));
+	CHECK_INT(load(), 0);
+	CHECK(!cfg.debug);
+	done_config();
+	for (size_t i = 0; i < ARRAY_SIZE(on); i++) {
+		snprintf(text, sizeof(text), "debug = %s\n", on[i]);
+		REQUIRE(use_config(text));
+		CHECK_INT(load(), 0);
+		CHECK(cfg.debug);
+		done_config();
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(off); i++) {
+		snprintf(text, sizeof(text), "debug = %s\n", off[i]);
+		REQUIRE(use_config(text));
+		CHECK_INT(load(), 0);
+		CHECK(!cfg.debug);
+		done_config();
+	}
+	REQUIRE(use_config("debug = maybe\n"));
+	CHECK_INT(load(), -FV_ERR_BADOPT);
+	CHECK_CONTAINS(err, "debug must be true or false: 'maybe'");
+	done_config();
+	REQUIRE(use_config("debug = true\n"));
+	setenv("FLEXVOL_DEBUG", "0", 1); /* the environment wins, as for every key */
+	CHECK_INT(load(), 0);
+	CHECK(!cfg.debug);
+	done_config();
+}
+
+/* fv_config_check_file(): the file alone; the environment neither hides nor adds a mistake. */
+TEST(check_file_ignores_environment)
+{
+	REQUIRE(use_config("loop_rot = /srv\n"));
+	setenv("FLEXVOL_LOOP_ROOT", "/env/loop", 1);
+	err[0] = '\0';
+	CHECK_INT(fv_config_check_file(&cfg, "loop", conf, err, sizeof(err)), -FV_ERR_BADOPT);
+	CHECK_CONTAINS(err, ":1: unknown key 'loop_rot'");
+	done_config();
+	REQUIRE(use_config("lock_timeout = 9\n"));
+	setenv("FLEXVOL_LOCK_TIMEOUT", "nonsense", 1);
+	CHECK_INT(fv_config_check_file(&cfg, "loop", conf, err, sizeof(err)), 0);
+	CHECK_INT(cfg.lock_timeout, 9);
+	CHECK_STR(cfg.loop_root, "/var/lib/flexvol/loop");
+	done_config();
+	clean_env();
+	CHECK_INT(fv_config_check_file(&cfg, "loop", "/nonexistent/x.conf", err, sizeof(err)), -FV_ERR_BADOPT);
+	CHECK_CONTAINS(err, "/nonexistent/x.conf");
 }
 
 TEST(environment_wins)

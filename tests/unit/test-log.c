@@ -6,6 +6,7 @@
 
 #include "unit.h"
 #include "fv/log.h"
+#include "fv/version.h"
 
 static char dir[PATH_MAX];
 
@@ -40,14 +41,15 @@ TEST(log_dir_made_on_first_use_and_utc_stamp)
 	time_t t0, t1;
 
 	REQUIRE(log_one(line, sizeof(line), &t0, &t1));
-	/* 2026-12-03T04:20:19.828Z flexvol-unit[123]: hello 42 */
+	/* 2026-12-03T04:20:19.828Z flexvol-unit[123] 0.1.0+g0123456789ab: hello 42 */
 	gmtime_r(&t0, &tm);
 	strftime(want0, sizeof(want0), "%Y-%m-%dT%H:%M:%S.", &tm);
 	gmtime_r(&t1, &tm);
 	strftime(want1, sizeof(want1), "%Y-%m-%dT%H:%M:%S.", &tm);
 	CHECK(!strncmp(line, want0, strlen(want0)) || !strncmp(line, want1, strlen(want1)));
 	CHECK(strstr(line, "Z flexvol-unit[") == line + 23);
-	CHECK(strstr(line, "]: hello 42\n") != NULL);
+	snprintf(cmd, sizeof(cmd), "] %s: hello 42\n", fv_version); /* the build's version, every line */
+	CHECK(strstr(line, cmd) != NULL);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	CHECK_INT(system(cmd), 0);
 }

@@ -16,7 +16,7 @@
  * ends a test as skipped.  The binary prints "N passed, N failed" (plus
  * ", N skipped") and exits 0 when nothing failed, 1 otherwise, and 77
  * (automake's "skipped") when every test skipped.  With CI=true a skip
- * counts as a failure (style.md §3 rule 17), except for the tests named in
+ * counts as a failure (docs/test-lanes.md, "Skips"), except for the tests named in
  * UNIT_SKIP_OK (comma-separated): a known limit of where they run, such as
  * qemu-user without openat2() for the arm64 tests (deploy/static.mk), which
  * the caller names explicitly; those still print SKIP.
@@ -171,7 +171,7 @@ int main(int argc, char **argv)
 {
 	unsigned int passed = 0, failed = 0, skipped = 0;
 	const char *ci_env = getenv("CI");
-	bool ci = ci_env && strcmp(ci_env, "true") == 0; /* style.md §3 rule 17 */
+	bool ci = ci_env && strcmp(ci_env, "true") == 0; /* docs/test-lanes.md, "Skips" */
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	for (unsigned int i = 0; i < unit_ntests; i++) {

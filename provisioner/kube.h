@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A small Kubernetes API client on libcurl + json-c: one-shot requests and
+ * watch streams.  HTTPS with the cluster CA and a bearer token (re-read from
+ * its file, since bound service-account tokens rotate); plain http:// only
+ * for a loopback server (tests).
+ */
+#ifndef FVP_KUBE_H
+#define FVP_KUBE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct json_object;
+struct kube;
+
+struct kube_config {
+	const char *server;	  /* https://host:port (or http://127.0.0.1:port) */
+	const char *token_file;	  /* or NULL: no Authorization header */
+	const char *ca_file;	  /* or NULL: the system CAs */
+	unsigned int timeout_s;	  /* per one-shot request */
+};
+
+/* Returns 0 and *ret, or -EINVAL with a message in @err (bad server URL). */
+int kube_new(const struct kube_config *cfg, struct kube **ret, char *err, size_t errlen);
+void kube_free(struct kube *k);
+
+/*
+ * kube_request() - @method @path (with query) and an optional JSON @body.
+ * Returns the HTTP status (>= 100) with the parsed body in *ret (NULL when
+ * the body is not JSON; may be NULL when not wanted), or -errno for a
+ * transport failure (message in @err).
+ */
+int kube_request(struct kube *k, const char *method, const char *path, struct json_object *body,
+		 struct json_object **ret, char *err, size_t errlen);
+
+/* The "message" of an API Status body, or "". */
+const char *kube_status_message(struct json_object *status);
+
+/* --- watches ------------------------------------------------------------------------------ */
+
+struct kube_watch;
+
+/*
+ * Called for every {"type","object"} event, from inside libcurl: queue it
+ * (json_object_get) and act on it in the @after hook of kube_watch_run().
+ * Return <0 to end the watch.
+ */
+typedef int (*kube_event_fn)(void *userdata, const char *type, struct json_object *object);
+
+/* Start watching @path ("/api/v1/persistentvolumes?watch=1&resourceVersion=...") */
+int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *userdata,
+		   unsigned int timeout_s, struct kube_watch **ret);
+
+/*
+ * kube_watch_run() - run every added watch until one of them ends (server
+ * closed, timed out, HTTP error, transport error, or the callback said stop),
+ * @after returned <0, or *@stop becomes true.  @after runs after every round
+ * of transfers, outside libcurl's callbacks (it may make requests).  All
+ * watches are removed on return.  Returns 0 when a watch ended cleanly,
+ * -ESTALE for HTTP 410, -errno otherwise (message in @err).
+ */
+int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), void *userdata,
+		   char *err, size_t errlen);
+
+#endif

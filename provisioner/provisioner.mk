@@ -1,0 +1,47 @@
+# provisioner/provisioner.mk - flexvol-provisioner, the dynamic provisioner for flexvol/nfs.
+# Included by the top Makefile.
+#
+#   make                        also builds $(O)/flexvol-provisioner
+#   make check                  its unit tests (tests/unit/test-provisioner.c) and the
+#                               integration test against a fake API server
+#                               (tests/provisioner/run.py) run with the rest
+#   make check-provisioner      the integration test alone
+#
+# It links the op layer's objects and the nfs driver for one reason: the PV's
+# nfs options go through the nfs driver's own checks (fv_nfs_check_options).
+
+PROV_PKGS  := libcurl
+PROV_SRCS  := $(sort $(wildcard provisioner/*.c))
+PROV_OBJS  := $(patsubst %.c,$(O)/obj/%.o,$(PROV_SRCS))
+# the nfs driver's sources, wherever the tree keeps them (drivers/nfs.c or drivers/nfs/*.c)
+PROV_NFS_SRCS := $(or $(wildcard drivers/nfs/*.c),$(wildcard drivers/nfs.c))
+PROV_NFS_OBJS := $(patsubst %.c,$(O)/obj/%.o,$(PROV_NFS_SRCS))
+# params.o and what it needs: shared with the unit test
+PROV_LIB_OBJS := $(O)/obj/provisioner/params.o $(O)/obj/provisioner/dir.o $(PROV_NFS_OBJS) \
+	$(CORE_OBJS)
+PROV_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PROV_PKGS) 2>/dev/null)
+PROV_LIBS  ?= $(shell $(PKG_CONFIG) --libs $(PROV_PKGS) 2>/dev/null)
+
+.PHONY: check-provisioner
+
+all: $(O)/flexvol-provisioner
+
+# only kube.c includes curl (its -I may name the host's multiarch include dir)
+$(O)/obj/provisioner/kube.o: FV_CFLAGS += $(PROV_CFLAGS)
+
+$(O)/flexvol-provisioner: $(PROV_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS)
+	@[ -n "$(Q)" ] && echo "  LD      $@" || true
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(PROV_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS) \
+		$(PROV_LIBS) $(FV_LIBS)
+
+$(O)/tests/test-provisioner: tests/unit/test-provisioner.c $(PROV_LIB_OBJS) tests/unit/unit.h
+	@mkdir -p $(dir $@)
+	@[ -n "$(Q)" ] && echo "  TEST-CC $<" || true
+	$(Q)$(CC) $(FV_CFLAGS) $(CFLAGS) -Itests/unit -Iprovisioner $(LDFLAGS) -o $@ $< \
+		$(PROV_LIB_OBJS) $(FV_LIBS)
+
+check-provisioner: $(O)/flexvol-provisioner
+	$(Q)python3 tests/provisioner/run.py --build $(O)
+
+# header dependencies of the provisioner's own objects (the top Makefile includes the drivers')
+-include $(PROV_OBJS:.o=.d)

@@ -1,0 +1,491 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A fake Kubernetes API server for flexvol-provisioner's integration test.
+
+It speaks the wire format the provisioner sees from a real kube-apiserver:
+
+- lists: {"kind":"...List","apiVersion":"v1","metadata":{"resourceVersion":"N",
+  "continue":"..."},"items":[...]}, paged with ?limit= and ?continue=; an
+  expired continue token is HTTP 410 with a Status body (reason "Expired");
+- watches: ?watch=1&resourceVersion=N, HTTP/1.1 chunked, one
+  {"type":"ADDED|MODIFIED|DELETED|BOOKMARK|ERROR","object":{...}} per line;
+  a resourceVersion older than the compaction point is answered as the real
+  server does: HTTP 200 and one ERROR event whose object is a Status with
+  code 410, reason "Expired", then the stream ends; timeoutSeconds ends it;
+- GET of one object, 404 with a Status (reason "NotFound");
+- POST, 201 with the stored object (uid, resourceVersion, creationTimestamp
+  set), 409 with a Status (reason "AlreadyExists");
+- DELETE with DeleteOptions.preconditions.uid: 200, 404, 409 (Conflict);
+- a bearer token check (401) when a token is configured; HTTPS when a
+  certificate is given.
+
+A small PV controller is built in (the part provisioning relies on): a PV
+whose claimRef names an existing pending claim by uid binds it (both become
+Bound); deleting a claim makes its bound PV Released.
+
+Test hooks (called from the test, in-process): expire_next_watches(),
+inject_watch_error(), drop_watches(), race_next_pv_create, stall_pv_create.
+"""
+
+import base64
+import json
+import ssl
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+KINDS = {
+    # path prefix -> (kind, namespaced)
+    "persistentvolumeclaims": ("PersistentVolumeClaim", True),
+    "persistentvolumes": ("PersistentVolume", False),
+    "storageclasses": ("StorageClass", False),
+    "events": ("Event", True),
+}
+
+
+def status(code, reason, message, details=None):
+    s = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+         "message": message, "reason": reason, "code": code}
+    if details:
+        s["details"] = details
+    return s
+
+
+def now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Store:
+    def __init__(self):
+        self.lock = threading.Condition()
+        self.rv = 100
+        self.objs = {k: {} for k in KINDS}  # kind -> {(ns, name): obj}
+        self.history = []                   # (rv, resource, type, obj)
+        self.compacted = 0                  # watches from an rv below this get 410
+        self.requests = []                  # (method, path, status)
+        self.watch_generation = 0           # bump to drop every open watch
+        self.error_generation = 0           # bump to send an ERROR 410 into open watches
+        self.expire_watches = 0             # the next N watches get 410 whatever their rv
+        self.race_next_pv_create = False    # the next PV POST finds the PV made meanwhile: 409
+        self.stall_pv_create = False        # PV POSTs hang until released
+        self.expire_next_continue = False   # the next continue token is too old (410)
+        self.conflict_next_put = False      # the next update is a 409 Conflict
+        self.split_events = False           # watch events cut into 7-byte chunks
+        self.coalesce_events = False        # pending watch events sent as one chunk
+        self.stalled = threading.Event()    # set when a PV POST is hanging
+        self.release = threading.Event()
+        self.token = None
+
+    # --- state changes (under the lock) -------------------------------------------------
+    def _record(self, res, typ, obj):
+        self.history.append((int(obj["metadata"]["resourceVersion"]), res, typ, json.loads(json.dumps(obj))))
+        self.lock.notify_all()
+
+    def _next_rv(self):
+        self.rv += 1
+        return str(self.rv)
+
+    def put(self, res, obj, typ=None):
+        with self.lock:
+            m = obj.setdefault("metadata", {})
+            key = (m.get("namespace", ""), m["name"])
+            existed = key in self.objs[res]
+            m.setdefault("uid", str(uuid.uuid4()))
+            m.setdefault("creationTimestamp", now())
+            m["resourceVersion"] = self._next_rv()
+            self.objs[res][key] = obj
+            self._record(res, typ or ("MODIFIED" if existed else "ADDED"), obj)
+            self._controller(res, obj)
+            return obj
+
+    def remove(self, res, ns, name):
+        with self.lock:
+            obj = self.objs[res].pop((ns, name), None)
+            if obj is None:
+                return None
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+            self._record(res, "DELETED", obj)
+            if res == "persistentvolumeclaims":
+                # the PV controller: a bound PV of a deleted claim is Released
+                for pv in list(self.objs["persistentvolumes"].values()):
+                    ref = pv["spec"].get("claimRef") or {}
+                    if ref.get("uid") == obj["metadata"]["uid"] and \
+                            pv.get("status", {}).get("phase") == "Bound":
+                        pv["status"] = {"phase": "Released"}
+                        self.put("persistentvolumes", pv)
+            return obj
+
+    def api_delete(self, res, ns, name):
+        """DELETE as the API does it: with finalizers, only a deletionTimestamp (MODIFIED)."""
+        with self.lock:
+            o = self.objs[res].get((ns, name))
+            if o is None:
+                return None
+            if o["metadata"].get("finalizers"):
+                if not o["metadata"].get("deletionTimestamp"):
+                    o["metadata"]["deletionTimestamp"] = now()
+                    o["metadata"]["resourceVersion"] = self._next_rv()
+                    self._record(res, "MODIFIED", o)
+                return o
+            return self.remove(res, ns, name)
+
+    def _controller(self, res, obj):
+        """Bind a new PV to the pending claim its claimRef names (uid must match)."""
+        if res != "persistentvolumes" or obj.get("status", {}).get("phase"):
+            return
+        ref = obj["spec"].get("claimRef") or {}
+        pvc = self.objs["persistentvolumeclaims"].get((ref.get("namespace"), ref.get("name")))
+        if pvc is None or pvc["metadata"]["uid"] != ref.get("uid") or \
+                pvc.get("spec", {}).get("volumeName"):
+            obj["status"] = {"phase": "Available"}
+            return
+        obj["status"] = {"phase": "Bound"}
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        self._record(res, "MODIFIED", obj)
+        pvc["spec"]["volumeName"] = obj["metadata"]["name"]
+        pvc["status"] = {"phase": "Bound"}
+        pvc["metadata"]["resourceVersion"] = self._next_rv()
+        self._record("persistentvolumeclaims", "MODIFIED", pvc)
+
+    # --- test helpers ---------------------------------------------------------------------
+    def get(self, res, name, ns=""):
+        with self.lock:
+            o = self.objs[res].get((ns, name))
+            return json.loads(json.dumps(o)) if o else None
+
+    def items(self, res):
+        with self.lock:
+            return [json.loads(json.dumps(o)) for o in self.objs[res].values()]
+
+    def count(self, method, prefix, code=None):
+        with self.lock:
+            return sum(1 for m, p, c in self.requests
+                       if m == method and p.startswith(prefix) and (code is None or c == code))
+
+    def compact(self):
+        """Forget history: every resourceVersion older than the current one is too old."""
+        with self.lock:
+            self.compacted = self.rv
+            self.history = [h for h in self.history if h[0] > self.rv]
+
+    def expire_next_watches(self, n=2):
+        with self.lock:
+            self.expire_watches += n
+
+    def inject_watch_error(self):
+        with self.lock:
+            self.error_generation += 1
+            self.lock.notify_all()
+
+    def drop_watches(self):
+        with self.lock:
+            self.watch_generation += 1
+            self.lock.notify_all()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "fake-kube-apiserver"
+    # headers and body are two writes: without TCP_NODELAY every response
+    # waits for the client's delayed ACK (40 ms)
+    disable_nagle_algorithm = True
+
+    def log_message(self, fmt, *args):
+        pass
+
+    @property
+    def store(self):
+        return self.server.store
+
+    def send_json(self, code, obj):
+        body = (json.dumps(obj) + "\n").encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        with self.store.lock:
+            self.store.requests.append((self.command, self.path, code))
+
+    def read_body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(n)) if n else None
+
+    def route(self):
+        """-> (resource, namespace, name, query) or None"""
+        u = urlsplit(self.path)
+        q = {k: v[-1] for k, v in parse_qs(u.query).items()}
+        parts = [p for p in u.path.split("/") if p]
+        if parts[:2] == ["api", "v1"]:
+            rest = parts[2:]
+        elif parts[:3] == ["apis", "storage.k8s.io", "v1"]:
+            rest = parts[3:]
+        else:
+            return None
+        ns = ""
+        if rest[:1] == ["namespaces"] and len(rest) >= 3:
+            ns, rest = rest[1], rest[2:]
+        if not rest or rest[0] not in KINDS:
+            return None
+        return rest[0], ns, (rest[1] if len(rest) > 1 else None), q
+
+    def authorized(self):
+        if self.store.token is None:
+            return True
+        if self.headers.get("Authorization") == "Bearer " + self.store.token:
+            return True
+        self.send_json(401, status(401, "Unauthorized", "Unauthorized"))
+        return False
+
+    def do_GET(self):
+        if not self.authorized():
+            return
+        r = self.route()
+        if not r:
+            return self.send_json(404, status(404, "NotFound", "the server could not find the requested resource"))
+        res, ns, name, q = r
+        if name:
+            o = self.store.get(res, name, ns)
+            if o is None:
+                return self.send_json(404, status(404, "NotFound", '%s "%s" not found' % (res, name),
+                                                  {"name": name, "kind": res}))
+            return self.send_json(200, o)
+        if q.get("watch") in ("1", "true"):
+            return self.watch(res, ns, q)
+        return self.list(res, ns, q)
+
+    def list(self, res, ns, q):
+        st = self.store
+        with st.lock:
+            items = sorted((o for (n, _), o in st.objs[res].items() if not ns or n == ns),
+                           key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+            rv = st.rv
+            start = 0
+            if q.get("continue"):
+                try:
+                    tok = json.loads(base64.urlsafe_b64decode(q["continue"]))
+                    start, trv = tok["start"], tok["rv"]
+                except Exception:
+                    return self.send_json(400, status(400, "BadRequest", "invalid continue token"))
+                if trv < st.compacted or st.expire_next_continue:
+                    st.expire_next_continue = False
+                    return self.send_json(410, status(
+                        410, "Expired", "The provided continue parameter is too old to display a "
+                        "consistent list result. You can start a new list without the continue "
+                        "parameter, or use the continue token in this response to retrieve the "
+                        "remainder of the results."))
+                rv = trv
+            limit = int(q.get("limit") or 0) or len(items) + 1
+            page = items[start:start + limit]
+            meta = {"resourceVersion": str(rv)}
+            if start + limit < len(items):
+                meta["continue"] = base64.urlsafe_b64encode(
+                    json.dumps({"start": start + limit, "rv": rv}).encode()).decode()
+        kind = KINDS[res][0]
+        self.send_json(200, {"kind": kind + "List", "apiVersion": "v1", "metadata": meta,
+                             "items": page})
+
+    def chunk(self, obj):
+        data = (json.dumps(obj) + "\n").encode()
+        if self.store.split_events:
+            # one event over many HTTP chunks and TCP writes, cut anywhere (inside strings too)
+            for i in range(0, len(data), 7):
+                piece = data[i:i + 7]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.flush()
+                time.sleep(0.001)
+            return
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def chunks(self, events):
+        if self.store.coalesce_events and len(events) > 1:
+            # several events in one chunk (and one write), as a busy server flushes them
+            data = b"".join((json.dumps(e) + "\n").encode() for e in events)
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+            return
+        for e in events:
+            self.chunk(e)
+
+    def watch(self, res, ns, q):
+        st = self.store
+        rv = int(q.get("resourceVersion") or 0)
+        deadline = time.time() + int(q.get("timeoutSeconds") or 1800)
+        with st.lock:
+            st.requests.append(("WATCH", self.path, 200))
+            gen, errgen = st.watch_generation, st.error_generation
+            expired = rv < st.compacted or st.expire_watches > 0
+            if st.expire_watches > 0 and rv >= st.compacted:
+                st.expire_watches -= 1
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            if expired:
+                self.chunk({"type": "ERROR", "object": status(
+                    410, "Expired", "too old resource version: %d (%d)" % (rv, st.compacted))})
+                self.wfile.write(b"0\r\n\r\n")
+                return
+            sent = rv
+            while True:
+                with st.lock:
+                    while True:
+                        if st.watch_generation != gen:
+                            # a dropped connection: no terminating chunk
+                            self.close_connection = True
+                            self.connection.shutdown(2)
+                            return
+                        if st.error_generation != errgen:
+                            ev = [{"type": "ERROR", "object": status(
+                                410, "Expired", "too old resource version: %d (%d)" % (sent, st.rv))}]
+                            break
+                        ev = [{"type": t, "object": o} for (r, rs, t, o) in st.history
+                              if rs == res and r > sent and
+                              (not ns or o["metadata"].get("namespace") == ns)]
+                        if ev or time.time() >= deadline:
+                            break
+                        st.lock.wait(0.2)
+                    if ev and ev[0]["type"] != "ERROR":
+                        sent = max(int(e["object"]["metadata"]["resourceVersion"]) for e in ev)
+                self.chunks(ev)
+                if (ev and ev[0]["type"] == "ERROR") or time.time() >= deadline:
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                    return
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.close_connection = True
+
+    def do_POST(self):
+        if not self.authorized():
+            return
+        r = self.route()
+        body = self.read_body()
+        if not r or r[2] or not isinstance(body, dict):
+            return self.send_json(400, status(400, "BadRequest", "bad request"))
+        res, ns, _, _ = r
+        st = self.store
+        name = body.get("metadata", {}).get("name")
+        if not name:
+            return self.send_json(422, status(422, "Invalid", "metadata.name: Required value"))
+        if ns:
+            body["metadata"]["namespace"] = ns
+        if res == "persistentvolumes":
+            with st.lock:
+                if st.stall_pv_create:
+                    st.requests.append(("POST-STALLED", self.path, 0))
+                    st.stalled.set()
+            if st.stalled.is_set() and st.stall_pv_create:
+                st.release.wait(60)
+                # the client is gone (killed): nothing is created, the connection just ends
+                self.close_connection = True
+                return
+            with st.lock:
+                if st.race_next_pv_create:
+                    # another replica created it between our GET and this POST
+                    st.race_next_pv_create = False
+                    other = json.loads(json.dumps(body))
+                    other["metadata"].setdefault("annotations", {})["test/created-by"] = "other-replica"
+                    st.put(res, other)
+        with st.lock:
+            if (ns, name) in st.objs[res]:
+                return self.send_json(409, status(
+                    409, "AlreadyExists", '%s "%s" already exists' % (res, name),
+                    {"name": name, "kind": res}))
+            body.pop("status", None)
+            o = st.put(res, body)
+            out = json.loads(json.dumps(o))
+        self.send_json(201, out)
+
+    def do_PUT(self):
+        """Update (claims): optimistic concurrency on metadata.resourceVersion; status and
+        deletionTimestamp are the server's; no finalizers left on a deleted object removes it."""
+        if not self.authorized():
+            return
+        r = self.route()
+        body = self.read_body()
+        if not r or not r[2] or not isinstance(body, dict):
+            return self.send_json(400, status(400, "BadRequest", "bad request"))
+        res, ns, name, _ = r
+        st = self.store
+        with st.lock:
+            o = st.objs[res].get((ns, name))
+            if o is None:
+                return self.send_json(404, status(404, "NotFound", '%s "%s" not found' % (res, name)))
+            m = body.get("metadata") or {}
+            if m.get("resourceVersion") != o["metadata"]["resourceVersion"] or st.conflict_next_put:
+                st.conflict_next_put = False
+                return self.send_json(409, status(
+                    409, "Conflict", 'Operation cannot be fulfilled on %s "%s": the object has been '
+                    "modified; please apply your changes to the latest version and try again"
+                    % (res, name)))
+            for k in ("uid", "creationTimestamp", "deletionTimestamp", "namespace", "name"):
+                if k in o["metadata"]:
+                    m[k] = o["metadata"][k]
+                else:
+                    m.pop(k, None)
+            body["metadata"] = m
+            body["status"] = o.get("status", {})
+            if m.get("deletionTimestamp") and not m.get("finalizers"):
+                st.objs[res][(ns, name)] = body
+                st.remove(res, ns, name)
+                out = json.loads(json.dumps(body))
+            else:
+                out = json.loads(json.dumps(st.put(res, body)))
+        self.send_json(200, out)
+
+    def do_DELETE(self):
+        if not self.authorized():
+            return
+        r = self.route()
+        body = self.read_body() or {}
+        if not r or not r[2]:
+            return self.send_json(405, status(405, "MethodNotAllowed", "no"))
+        res, ns, name, _ = r
+        st = self.store
+        with st.lock:
+            o = st.objs[res].get((ns, name))
+            if o is None:
+                return self.send_json(404, status(404, "NotFound", '%s "%s" not found' % (res, name)))
+            pre = (body.get("preconditions") or {}).get("uid")
+            if pre and pre != o["metadata"]["uid"]:
+                return self.send_json(409, status(
+                    409, "Conflict", "Precondition failed: UID in precondition: %s, UID in object "
+                    "meta: %s" % (pre, o["metadata"]["uid"])))
+            st.remove(res, ns, name)
+        self.send_json(200, status(200, "", "") | {"status": "Success"})
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # a client killed on purpose (kill -9 tests) resets its connections
+        if not isinstance(sys.exc_info()[1], (ConnectionError, BrokenPipeError, ssl.SSLError)):
+            super().handle_error(request, client_address)
+
+
+class FakeAPI:
+    def __init__(self, certfile=None, keyfile=None, token=None):
+        self.store = Store()
+        self.store.token = token
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.httpd.store = self.store
+        scheme = "http"
+        if certfile:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(certfile, keyfile)
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+            scheme = "https"
+        self.url = "%s://127.0.0.1:%d" % (scheme, self.httpd.server_address[1])
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.store.release.set()
+        self.store.drop_watches()
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Provisioning throughput and memory of flexvol-provisioner against the fake API.
+
+    python3 tests/provisioner/measure.py BUILD[,BUILD...] N
+    (e.g. build,build/static 200)
+
+Starts each BUILD/flexvol-provisioner on a fresh fake API server with one
+class, creates N claims at once, and prints the wall time until N PVs exist
+and the process's VmHWM/VmRSS.  Not a test (numbers only).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fakeapi import FakeAPI  # noqa: E402
+
+N = int(sys.argv[2])
+for b in sys.argv[1].split(","):
+    d = tempfile.mkdtemp(); os.mkdir(d + "/share")
+    api = FakeAPI(); st = api.store
+    st.put("storageclasses", {"metadata": {"name": "nfs"}, "provisioner": "flexvol/nfs", "parameters": {"server": "s", "share": "/x"}})
+    p = subprocess.Popen([b + "/flexvol-provisioner", "--server", api.url, "--root", d + "/share"], stderr=subprocess.DEVNULL)
+    time.sleep(1)
+    t0 = time.time()
+    for i in range(N):
+        st.put("persistentvolumeclaims", {"metadata": {"name": "m%d" % i, "namespace": "default", "uid": str(uuid.uuid4()), "annotations": {}}, "spec": {"storageClassName": "nfs", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}, "status": {"phase": "Pending"}})
+    while len(st.items("persistentvolumes")) < N:
+        time.sleep(0.02)
+    dt = time.time() - t0
+    rss = [l for l in open("/proc/%d/status" % p.pid) if l.startswith(("VmRSS", "VmHWM"))]
+    print(b, "%d claims provisioned in %.2f s" % (N, dt), " ".join(x.split()[0] + x.split()[1] + "kB" for x in rss), "requests", len(st.requests))
+    p.terminate(); p.wait(); api.close()
+    subprocess.run(["rm", "-rf", d])

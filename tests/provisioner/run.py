@@ -1,0 +1,613 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Integration test of flexvol-provisioner against a fake API server (fakeapi.py).
+
+    python3 tests/provisioner/run.py --build build [-k NAME]
+
+Every case starts a fresh fake API server, a fresh --root directory (standing
+in for the share that kubelet mounts into the provisioner's pod) and the real
+build/flexvol-provisioner, and checks the API objects, the events and the
+directories it leaves.  Prints "N passed, N failed" last.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fakeapi import FakeAPI  # noqa: E402
+
+PROV = "flexvol/nfs"
+CASES = []
+CHROOT = False
+
+
+def case(fn):
+    CASES.append(fn)
+    return fn
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Fail(what)
+
+
+def wait_for(fn, what, timeout=15.0):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise Fail("timed out waiting for: " + what)
+
+
+class Env:
+    def __init__(self, build, https=False, token=None, resync=5):
+        self.build = build
+        self.tmp = tempfile.mkdtemp(prefix="fvprov-")
+        self.root = os.path.join(self.tmp, "share")
+        os.mkdir(self.root)
+        self.procs = []
+        self.logs = []
+        self.resync = resync
+        cert = key = None
+        if https:
+            cert, key = os.path.join(self.tmp, "cert.pem"), os.path.join(self.tmp, "key.pem")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                            "-keyout", key, "-out", cert], check=True, capture_output=True)
+            self.ca = cert
+        self.api = FakeAPI(cert, key, token)
+        self.st = self.api.store
+
+    def start(self, *extra, server=None):
+        log = os.path.join(self.tmp, "prov-%d.log" % len(self.procs))
+        args = [os.path.join(self.build, "flexvol-provisioner"), "--server", server or self.api.url,
+                "--root", self.root, "--resync", str(self.resync)] + list(extra)
+        if CHROOT:
+            # alone in an empty root: the binary, the share, the CA and token files; no
+            # libc, no /etc, no /proc (the static binary for the distroless image)
+            shutil.copy(args[0], os.path.join(self.tmp, "flexvol-provisioner"))
+            args = ["chroot", self.tmp, "/flexvol-provisioner"] + [
+                "/" + os.path.relpath(a, self.tmp) if a.startswith(self.tmp + "/") else a
+                for a in args[1:]]
+        p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        self.logs.append(log)
+        return p
+
+    def log(self, i=-1):
+        with open(self.logs[i]) as f:
+            return f.read()
+
+    def all_logs(self):
+        return "".join(open(l).read() for l in self.logs)
+
+    def kill(self, p, sig=signal.SIGKILL):
+        if p.poll() is None:
+            p.send_signal(sig)
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+    def close(self):
+        for p in self.procs:
+            self.kill(p, signal.SIGTERM)
+        self.api.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # --- objects ---------------------------------------------------------------------------
+    def sc(self, name="nfs", params=None, reclaim=None, provisioner=PROV):
+        p = {"server": "nfs.example.com", "share": "/export/k8s"}
+        if params is not None:
+            p = params
+        o = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+             "metadata": {"name": name}, "provisioner": provisioner, "parameters": p}
+        if reclaim:
+            o["reclaimPolicy"] = reclaim
+        return self.st.put("storageclasses", o)
+
+    def pvc(self, name, ns="default", sc="nfs", size="1Gi", labels=None, annotations=None,
+            modes=("ReadWriteMany",), provisioner=PROV, beta=False):
+        ann = dict(annotations or {})
+        if provisioner:
+            ann["volume.beta.kubernetes.io/storage-provisioner" if beta else
+                "volume.kubernetes.io/storage-provisioner"] = provisioner
+        o = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid4()),
+                          "labels": labels or {}, "annotations": ann},
+             "spec": {"accessModes": list(modes), "storageClassName": sc,
+                      "resources": {"requests": {"storage": size}}, "volumeMode": "Filesystem"},
+             "status": {"phase": "Pending"}}
+        return self.st.put("persistentvolumeclaims", o)
+
+    def pv_of(self, claim):
+        return self.st.get("persistentvolumes", "pvc-" + claim["metadata"]["uid"])
+
+    def events(self, claim=None, reason=None):
+        return [e for e in self.st.items("events")
+                if (claim is None or e["involvedObject"]["uid"] == claim["metadata"]["uid"]) and
+                (reason is None or e["reason"] == reason)]
+
+    def tree(self):
+        out = []
+        for d, dirs, files in os.walk(self.root):
+            for n in dirs + files:
+                out.append(os.path.relpath(os.path.join(d, n), self.root))
+        return sorted(out)
+
+    def bound(self, claim):
+        pv = self.pv_of(claim)
+        c = self.st.get("persistentvolumeclaims", claim["metadata"]["name"], claim["metadata"]["namespace"])
+        return pv and pv["status"]["phase"] == "Bound" and c and c["status"]["phase"] == "Bound"
+
+
+def dirname_of(claim):
+    m = claim["metadata"]
+    return "%s-%s-pvc-%s" % (m["namespace"], m["name"], m["uid"])
+
+
+# --- cases -----------------------------------------------------------------------------------
+
+@case
+def provision_basic(e):
+    """one claim: one directory (default pattern, mode 0777), one PV with every field, bound, event"""
+    e.sc(params={"server": "nfs.example.com", "share": "/export/k8s", "nfsVersion": "4.1",
+                 "mountOptions": "hard,timeo=600"})
+    e.start()
+    c = e.pvc("data", ns="team-a", size="5Gi", modes=("ReadWriteMany", "ReadOnlyMany"))
+    wait_for(lambda: e.bound(c), "claim bound")
+    pv = e.pv_of(c)
+    d = dirname_of(c)
+    check(e.tree() == [d], "one directory: %s" % e.tree())
+    st = os.stat(os.path.join(e.root, d))
+    check(stat.S_IMODE(st.st_mode) == 0o777, "mode 0777: %o" % st.st_mode)
+    s = pv["spec"]
+    check(pv["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"] == PROV, "provisioned-by")
+    check(s["capacity"] == {"storage": "5Gi"}, "capacity %s" % s["capacity"])
+    check(s["accessModes"] == ["ReadWriteMany", "ReadOnlyMany"], "access modes")
+    check(s["persistentVolumeReclaimPolicy"] == "Delete", "reclaim policy")
+    check(s["storageClassName"] == "nfs", "storageClassName")
+    check(s["claimRef"]["uid"] == c["metadata"]["uid"] and s["claimRef"]["name"] == "data" and
+          s["claimRef"]["namespace"] == "team-a", "claimRef %s" % s["claimRef"])
+    check(s["flexVolume"] == {"driver": PROV, "options": {
+        "server": "nfs.example.com", "share": "/export/k8s", "subPath": d, "nfsVersion": "4.1",
+        "mountOptions": "hard,timeo=600"}}, "flexVolume %s" % s["flexVolume"])
+    wait_for(lambda: "flexvol/provisioning" not in (e.st.get("persistentvolumeclaims", "data", "team-a")
+                                                    ["metadata"].get("finalizers") or []),
+             "the provisioning finalizer removed once the PV exists")
+    ev = wait_for(lambda: e.events(c, "ProvisioningSucceeded"), "ProvisioningSucceeded event")
+    check(len(ev) == 1 and ev[0]["type"] == "Normal" and ev[0]["involvedObject"]["kind"] ==
+          "PersistentVolumeClaim" and ev[0]["metadata"]["namespace"] == "team-a", "event %s" % ev)
+    check("provision" in e.log().lower() or "directory" in e.log(), "a log line per action")
+
+
+@case
+def pattern_labels_mode_owner(e):
+    """pathPattern with claim labels/annotations and nested directories; mode, uid, gid; readOnly"""
+    e.sc(params={"server": "10.0.0.5", "share": "/srv", "readOnly": "true",
+                 "pathPattern": "${.PVC.namespace}/${.PVC.labels.app}/${.PVC.annotations.tier}-${pvc}",
+                 "mode": "2770", "uid": "1234", "gid": "5678", "onDelete": "retain"})
+    e.start()
+    c = e.pvc("db", ns="shop", labels={"app": "pg"}, annotations={"tier": "gold"})
+    wait_for(lambda: e.bound(c), "claim bound")
+    check(e.tree() == ["shop", "shop/pg", "shop/pg/gold-db"], "tree %s" % e.tree())
+    st = os.stat(os.path.join(e.root, "shop/pg/gold-db"))
+    check(stat.S_IMODE(st.st_mode) == 0o2770 and st.st_uid == 1234 and st.st_gid == 5678,
+          "mode/owner %o %d %d" % (st.st_mode, st.st_uid, st.st_gid))
+    fx = e.pv_of(c)["spec"]["flexVolume"]
+    check(fx.get("readOnly") is True and fx["options"]["subPath"] == "shop/pg/gold-db", "pv %s" % fx)
+    check(e.pv_of(c)["metadata"]["annotations"]["flexvol/on-delete"] == "retain", "on-delete recorded")
+
+
+@case
+def bad_parameters_are_events(e):
+    """unknown parameter, bad values, options the nfs driver refuses, a missing label: a
+    ProvisioningFailed event each, no PV, no directory, no crash; a fixed class then works"""
+    bad = [
+        ("unknown", {"server": "s", "share": "/x", "colour": "blue"}, "unknown parameter 'colour'"),
+        ("badmode", {"server": "s", "share": "/x", "mode": "999"}, "mode"),
+        ("badondelete", {"server": "s", "share": "/x", "onDelete": "shred"}, "onDelete"),
+        ("badserver", {"server": "a b", "share": "/x"}, "option 'server'"),
+        ("badshare", {"server": "s", "share": "/x/../etc"}, "option 'share'"),
+        ("badmo", {"server": "s", "share": "/x", "mountOptions": "suid"}, "mountOptions"),
+        ("badvers", {"server": "s", "share": "/x", "nfsVersion": "5"}, "nfsVersion"),
+        ("dotdot", {"server": "s", "share": "/x", "pathPattern": "../${pvc}"}, "'..'"),
+        ("abs", {"server": "s", "share": "/x", "pathPattern": "/etc/${pvc}"}, "relative"),
+        ("nolabel", {"server": "s", "share": "/x", "pathPattern": "${.PVC.labels.missing}"}, "no label"),
+        ("unknownvar", {"server": "s", "share": "/x", "pathPattern": "${nope}"}, "unknown variable"),
+        ("noserver", {"share": "/x"}, "'server' is required"),
+    ]
+    for name, params, _ in bad:
+        e.sc(name=name, params=params)
+    e.start()
+    claims = [(e.pvc("c-" + name, sc=name), why) for name, _, why in bad]
+    for c, why in claims:
+        ev = wait_for(lambda c=c: e.events(c, "ProvisioningFailed"), "ProvisioningFailed for " + why)
+        check(why in ev[0]["message"] and ev[0]["type"] == "Warning",
+              "message names the problem (%s): %s" % (why, ev[0]["message"]))
+    check(not e.st.items("persistentvolumes"), "no PV")
+    check(e.tree() == [], "no directory: %s" % e.tree())
+    check(e.procs[0].poll() is None, "still running")
+    # the same failure is not repeated at every re-list (events are deduplicated)
+    n = len(e.events(reason="ProvisioningFailed"))
+    wait_for(lambda: e.st.count("GET", "/api/v1/persistentvolumeclaims?limit") >= 2, "a re-list", 20)
+    check(len(e.events(reason="ProvisioningFailed")) == n, "no repeated events")
+    # fix one class: the next re-list provisions its claim
+    e.sc(name="unknown", params={"server": "s", "share": "/x"})
+    wait_for(lambda: e.bound(claims[0][0]), "fixed class provisions", 20)
+
+
+@case
+def foreign_claims_ignored(e):
+    """claims of another provisioner's class, without a class, or bound already: untouched"""
+    e.sc(name="other", provisioner="example.com/other")
+    e.sc(name="nfs")
+    e.start()
+    a = e.pvc("a", sc="other", provisioner="example.com/other")
+    b = e.pvc("b", sc="other", provisioner=None)
+    c = e.pvc("c", sc="nfs", beta=True)  # the older annotation: ours
+    wait_for(lambda: e.bound(c), "beta-annotated claim bound")
+    time.sleep(1)
+    check(e.pv_of(a) is None and e.pv_of(b) is None, "no PV for foreign claims")
+    check(not e.events(a) and not e.events(b), "no events for foreign claims")
+    check(e.tree() == [dirname_of(c)], "one directory")
+
+
+@case
+def wait_for_first_consumer(e):
+    """volumeBindingMode WaitForFirstConsumer: nothing until the scheduler's selected-node"""
+    o = e.sc()
+    o["volumeBindingMode"] = "WaitForFirstConsumer"
+    e.st.put("storageclasses", o)
+    e.start()
+    c = e.pvc("late")
+    time.sleep(1.5)
+    check(e.pv_of(c) is None and e.tree() == [], "nothing before a node is selected")
+    c = e.st.get("persistentvolumeclaims", "late", "default")
+    c["metadata"]["annotations"]["volume.kubernetes.io/selected-node"] = "node-1"
+    e.st.put("persistentvolumeclaims", c)
+    wait_for(lambda: e.bound(c), "bound after selected-node")
+
+
+@case
+def watch_expired_410(e):
+    """a watch answered with ERROR 410 Expired (compaction between list and watch, and in the
+    middle of a stream) and an expired continue token: re-list, nothing missed"""
+    e.sc()
+    e.st.expire_next_watches(2)
+    e.start()
+    wait_for(lambda: "410" in e.log() or "xpired" in e.log(), "the provisioner saw 410")
+    c1 = e.pvc("one")
+    wait_for(lambda: e.bound(c1), "claim bound after re-list")
+    lists = e.st.count("GET", "/api/v1/persistentvolumeclaims?limit")
+    check(lists >= 2, "re-listed (%d lists)" % lists)
+    # in the middle of an open watch stream
+    wait_for(lambda: e.st.count("WATCH", "/api/v1/persistentvolumeclaims") >= 3, "watching again")
+    e.st.compact()
+    e.st.inject_watch_error()
+    c2 = e.pvc("two")
+    wait_for(lambda: e.bound(c2), "claim bound after mid-stream 410")
+    check(e.st.count("GET", "/api/v1/persistentvolumeclaims?limit") > lists, "re-listed again")
+    check(len(e.st.items("persistentvolumes")) == 2 and len(e.tree()) == 2, "one PV and dir each")
+
+
+@case
+def paged_list_and_expired_continue(e):
+    """1200 objects: the list is paged (limit/continue); an expired continue token (410) restarts it"""
+    e.sc(name="other", provisioner="example.com/other")
+    for i in range(1200):
+        e.pvc("f%04d" % i, sc="other", provisioner="example.com/other")
+    e.sc()
+    c = e.pvc("zz-ours")
+    e.st.expire_next_continue = True  # compaction between the first and second page
+    e.start()
+    wait_for(lambda: e.bound(c), "claim on the third page bound", 30)
+    check(e.st.count("GET", "/api/v1/persistentvolumeclaims?limit=500&continue=", 410) == 1,
+          "one expired continue")
+    check(e.st.count("GET", "/api/v1/persistentvolumeclaims?limit=500&continue=", 200) >= 2,
+          "paged")
+    check("continue parameter is too old" in e.log(), "410 logged")
+
+
+@case
+def watch_stream_framing(e):
+    """watch events cut into 7-byte chunks, and many events in one chunk: all parsed"""
+    e.sc()
+    e.start()
+    wait_for(lambda: e.st.count("WATCH", "/api/v1/persistentvolumeclaims") >= 1, "watching")
+    e.st.split_events = True
+    a = e.pvc("split", labels={"k": "v" * 200}, annotations={"note": "a \\\" quoted, {braced} \\u00e9"})
+    wait_for(lambda: e.bound(a), "claim seen through split chunks")
+    e.st.split_events = False
+    e.st.coalesce_events = True
+    with e.st.lock:  # make all ten at once, so the watch sends them together
+        many = [e.pvc("many%d" % i) for i in range(10)]
+    for c in many:
+        wait_for(lambda c=c: e.bound(c), "claim seen in a coalesced chunk")
+    check(e.st.count("WATCH", "/api/v1/persistentvolumeclaims") == 1, "one watch, never re-listed")
+
+
+@case
+def dropped_connection(e):
+    """the watch connections drop without a last chunk: re-list, then claims made meanwhile work"""
+    e.sc()
+    e.start()
+    wait_for(lambda: e.st.count("WATCH", "/api/v1/persistentvolumeclaims") >= 1, "watching")
+    e.st.drop_watches()
+    c = e.pvc("after-drop")
+    wait_for(lambda: e.bound(c), "claim bound after the drop")
+    wait_for(lambda: e.st.count("WATCH", "/api/v1/persistentvolumeclaims") >= 2, "watch restarted")
+    check("outstanding read data" in e.log() or "watch:" in e.log(), "the drop is logged")
+
+
+@case
+def create_conflict_409(e):
+    """the PV appears between the provisioner's GET and POST (another replica): 409 is success,
+    one PV, one directory, no failure event"""
+    e.sc()
+    e.st.race_next_pv_create = True
+    e.start()
+    c = e.pvc("raced")
+    wait_for(lambda: e.st.count("POST", "/api/v1/persistentvolumes", 409) >= 1, "a 409")
+    wait_for(lambda: e.bound(c), "claim bound")
+    check(e.pv_of(c)["metadata"]["annotations"].get("test/created-by") == "other-replica", "the other's PV")
+    check(len(e.st.items("persistentvolumes")) == 1 and e.tree() == [dirname_of(c)], "one PV, one dir")
+    check(not e.events(c, "ProvisioningFailed"), "no failure event")
+    wait_for(lambda: "exists already" in e.log(), "409 logged")
+
+
+@case
+def two_replicas(e):
+    """two provisioners on one share and one API: every claim gets exactly one PV and one dir"""
+    e.sc()
+    e.start()
+    e.start()
+    claims = [e.pvc("r%02d" % i) for i in range(12)]
+    for c in claims:
+        wait_for(lambda c=c: e.bound(c), "claim bound")
+    time.sleep(1)
+    check(len(e.st.items("persistentvolumes")) == 12, "12 PVs")
+    check(e.tree() == sorted(dirname_of(c) for c in claims), "12 dirs")
+    check(not e.events(reason="ProvisioningFailed"), "no failure events")
+
+
+@case
+def restart_between_mkdir_and_pv_create(e):
+    """kill -9 while the PV create is on the wire (after mkdir), restart: one dir, one PV"""
+    e.sc(params={"server": "s", "share": "/x", "mode": "0750"})
+    e.st.stall_pv_create = True
+    p = e.start()
+    c = e.pvc("crash")
+    wait_for(lambda: e.st.stalled.is_set(), "PV create in flight")
+    check(e.tree() == [dirname_of(c)], "directory made before the PV")
+    e.kill(p)
+    check(e.pv_of(c) is None, "no PV yet")
+    e.st.stall_pv_create = False
+    e.st.release.set()
+    e.start()
+    wait_for(lambda: e.bound(c), "claim bound after restart")
+    check(e.tree() == [dirname_of(c)], "still one directory")
+    check(len(e.st.items("persistentvolumes")) == 1, "one PV")
+    check("exists already, reused" in e.log(), "directory reused")
+    check(stat.S_IMODE(os.stat(os.path.join(e.root, dirname_of(c))).st_mode) == 0o750, "mode")
+
+
+@case
+def claim_deleted_while_down(e):
+    """kill -9 between mkdir and PV create, the claim deleted while the provisioner is down:
+    the claim waits (finalizer) until the restarted provisioner removes the empty directory"""
+    e.sc()
+    e.st.stall_pv_create = True
+    p = e.start()
+    c = e.pvc("short-lived")
+    wait_for(lambda: e.st.stalled.is_set(), "PV create in flight")
+    e.kill(p)
+    check(e.tree() == [dirname_of(c)], "directory made")
+    check("flexvol/provisioning" in e.st.get("persistentvolumeclaims", "short-lived", "default")
+          ["metadata"]["finalizers"], "finalizer on the claim before mkdir")
+    e.st.api_delete("persistentvolumeclaims", "default", "short-lived")
+    check(e.st.get("persistentvolumeclaims", "short-lived", "default") is not None, "claim held")
+    e.st.stall_pv_create = False
+    e.st.release.set()
+    e.start()
+    wait_for(lambda: e.st.get("persistentvolumeclaims", "short-lived", "default") is None,
+             "claim gone after the restart")
+    check(e.tree() == [], "no orphan directory: %s" % e.tree())
+    check(not e.st.items("persistentvolumes"), "no PV")
+
+
+@case
+def finalizer_conflict(e):
+    """a 409 Conflict on the claim update (someone changed it): retried with the newer claim"""
+    e.sc()
+    e.st.conflict_next_put = True
+    e.start()
+    c = e.pvc("busy")
+    wait_for(lambda: e.st.count("PUT", "/api/v1/namespaces/default/persistentvolumeclaims/busy", 409),
+             "a 409 on the update")
+    # someone else's change: a MODIFIED event with the newer claim
+    cur = e.st.get("persistentvolumeclaims", "busy", "default")
+    cur["metadata"]["labels"]["touched"] = "yes"
+    e.st.put("persistentvolumeclaims", cur)
+    wait_for(lambda: e.bound(c), "bound after the conflict")
+    check(len(e.tree()) == 1 and len(e.st.items("persistentvolumes")) == 1, "one dir, one PV")
+
+
+def delete_case(e, on_delete, reclaim=None):
+    params = {"server": "s", "share": "/x"}
+    if on_delete:
+        params["onDelete"] = on_delete
+    e.sc(params=params, reclaim=reclaim)
+    e.start()
+    c = e.pvc("gone")
+    wait_for(lambda: e.bound(c), "claim bound")
+    d = dirname_of(c)
+    with open(os.path.join(e.root, d, "data.txt"), "w") as f:
+        f.write("precious")
+    os.mkdir(os.path.join(e.root, d, "sub"))
+    os.symlink("/etc", os.path.join(e.root, d, "sub", "etc-link"))
+    pv_uid = e.pv_of(c)["metadata"]["uid"]
+    wait_for(lambda: not e.st.get("persistentvolumeclaims", "gone", "default")["metadata"].get("finalizers"),
+             "no finalizer left on a bound claim")
+    e.st.api_delete("persistentvolumeclaims", "default", "gone")
+    check(e.st.get("persistentvolumeclaims", "gone", "default") is None, "claim deleted at once")
+    return c, d, pv_uid
+
+
+@case
+def delete_archive(e):
+    """claim deleted, default onDelete (archive): directory renamed archived-<name>, PV deleted"""
+    c, d, _ = delete_case(e, None)
+    wait_for(lambda: e.pv_of(c) is None, "PV deleted")
+    check(e.tree() == ["archived-" + d, "archived-%s/data.txt" % d, "archived-%s/sub" % d,
+                       "archived-%s/sub/etc-link" % d], "archived: %s" % e.tree())
+    check(os.path.exists("/etc/passwd"), "symlink target untouched")
+
+
+@case
+def delete_delete(e):
+    """onDelete=delete: the directory and everything in it removed (symlinks not followed)"""
+    c, d, _ = delete_case(e, "delete")
+    wait_for(lambda: e.pv_of(c) is None, "PV deleted")
+    check(e.tree() == [], "removed: %s" % e.tree())
+    check(os.path.exists("/etc/passwd"), "symlink target untouched")
+
+
+@case
+def delete_retain(e):
+    """onDelete=retain: directory kept as it is, PV deleted"""
+    c, d, _ = delete_case(e, "retain")
+    wait_for(lambda: e.pv_of(c) is None, "PV deleted")
+    check(e.tree() == [d, d + "/data.txt", d + "/sub", d + "/sub/etc-link"], "kept: %s" % e.tree())
+
+
+@case
+def reclaim_retain_left_alone(e):
+    """reclaimPolicy Retain: a Released PV and its directory are left alone"""
+    c, d, _ = delete_case(e, "delete", reclaim="Retain")
+    wait_for(lambda: e.pv_of(c)["status"]["phase"] == "Released", "released")
+    check(e.pv_of(c)["spec"]["persistentVolumeReclaimPolicy"] == "Retain", "Retain on the PV")
+    time.sleep(2)
+    check(e.pv_of(c) is not None and d in e.tree(), "PV and directory kept")
+
+
+@case
+def delete_on_restart(e):
+    """a PV released while the provisioner was down is reclaimed at the next start (list)"""
+    e.sc(params={"server": "s", "share": "/x", "onDelete": "delete"})
+    p = e.start()
+    c = e.pvc("later")
+    wait_for(lambda: e.bound(c), "claim bound")
+    e.kill(p)
+    e.st.api_delete("persistentvolumeclaims", "default", "later")
+    e.start()
+    wait_for(lambda: e.pv_of(c) is None, "PV deleted after restart")
+    check(e.tree() == [], "dir removed")
+
+
+@case
+def confined_no_symlinks(e):
+    """a symlink where the claim's directory (or a parent) would go: ProvisioningFailed,
+    nothing created outside the root; a released PV whose dir is a symlink: the link only"""
+    outside = os.path.join(e.tmp, "outside")
+    os.mkdir(outside)
+    e.sc(name="flat", params={"server": "s", "share": "/x", "pathPattern": "${pvc}"})
+    e.sc(name="nested", params={"server": "s", "share": "/x", "pathPattern": "nest/${pvc}"})
+    os.symlink(outside, os.path.join(e.root, "evil"))
+    os.symlink(outside, os.path.join(e.root, "nest"))
+    e.start()
+    a = e.pvc("evil", sc="flat")
+    b = e.pvc("inner", sc="nested")
+    for c in (a, b):
+        ev = wait_for(lambda c=c: e.events(c, "ProvisioningFailed"), "ProvisioningFailed")
+        check("cannot create directory" in ev[0]["message"], ev[0]["message"])
+    check(os.listdir(outside) == [], "nothing outside the root")
+    check(not e.st.items("persistentvolumes"), "no PV")
+
+
+@case
+def https_token_and_ca(e):
+    """HTTPS with --certificate-authority and --token-file; a wrong CA never talks"""
+    e.close()
+    tok = "s3cr3t-token-" + uuid.uuid4().hex
+    e.__init__(e.build, https=True, token=tok)
+    tf = os.path.join(e.tmp, "token")
+    with open(tf, "w") as f:
+        f.write(tok + "\n")
+    e.sc()
+    other_ca = os.path.join(e.tmp, "other.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-keyout", os.path.join(e.tmp, "k2"), "-out",
+                    other_ca], check=True, capture_output=True)
+    bad = e.start("--token-file", tf, "--certificate-authority", other_ca)
+    wait_for(lambda: "re-list failed" in e.log(), "TLS failure logged")
+    check(not any(m == "GET" for m, _, _ in e.st.requests), "no request got through")
+    e.kill(bad)
+    e.start("--token-file", tf, "--certificate-authority", e.ca)
+    c = e.pvc("tls")
+    wait_for(lambda: e.bound(c), "claim bound over HTTPS")
+    check(tok not in e.all_logs(), "the token is never logged")
+    check(e.st.count("GET", "/", 401) == 0, "authorized")
+
+
+@case
+def plain_http_only_loopback(e):
+    """http:// is refused for anything but a loopback server"""
+    p = e.start(server="http://10.1.2.3:6443")
+    check(p.wait(10) == 2, "exit 2")
+    check("https://" in e.log(), e.log())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("-k", action="append", default=[])
+    ap.add_argument("--chroot", action="store_true",
+                    help="run the (static) provisioner alone in an empty chroot")
+    a = ap.parse_args()
+    global CHROOT
+    CHROOT = a.chroot
+    build = os.path.abspath(a.build)
+    passed = failed = 0
+    for fn in CASES:
+        if a.k and not any(k in fn.__name__ for k in a.k):
+            continue
+        e = Env(build)
+        t0 = time.time()
+        try:
+            fn(e)
+            passed += 1
+            print("ok   %s (%.1f s)" % (fn.__name__, time.time() - t0), flush=True)
+        except Exception as ex:
+            failed += 1
+            print("FAIL %s: %s" % (fn.__name__, ex), flush=True)
+            if not isinstance(ex, Fail):
+                traceback.print_exc()
+            for i in range(len(e.logs)):
+                print("  --- provisioner log %d:" % i)
+                print("".join("  | " + l for l in e.log(i).splitlines(True)[-25:]))
+        finally:
+            e.close()
+    print("provisioner: %d passed, %d failed" % (passed, failed))
+    sys.exit(0 if failed == 0 else 1)
+
+
+if __name__ == "__main__":
+    main()

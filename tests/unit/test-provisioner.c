@@ -1,0 +1,347 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * flexvol-provisioner's pure parts: the path pattern, the StorageClass
+ * parameters, the PV's nfs options (checked by the nfs driver's own code),
+ * and the confined directory operations on a scratch tree.
+ */
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "unit.h"
+#include "dir.h"
+#include "params.h"
+
+static json_object *claim(void)
+{
+	return json_tokener_parse(
+		"{\"metadata\":{\"name\":\"data\",\"namespace\":\"team-a\",\"uid\":\"u-1\","
+		"\"labels\":{\"app\":\"pg\",\"bad\":\"\"},"
+		"\"annotations\":{\"tier\":\"gold\",\"evil\":\"../x\",\"slash\":\"a/b\","
+		"\"space\":\"a b\"}}}");
+}
+
+static int expand(const char *pattern, char *out, char *err)
+{
+	json_object *c = claim();
+	int r = fvp_path_expand(pattern, c, "pvc-u-1", out, FVP_PATH_MAX + 1, err, FVP_ERR_MAX);
+
+	json_object_put(c);
+	return r;
+}
+
+TEST(pattern_default_and_variables)
+{
+	char out[FVP_PATH_MAX + 1], err[FVP_ERR_MAX];
+
+	CHECK_INT(expand("${namespace}-${pvc}-${pv}", out, err), 0);
+	CHECK_STR(out, "team-a-data-pvc-u-1");
+	CHECK_INT(expand("${.PVC.namespace}/${.PVC.name}", out, err), 0);
+	CHECK_STR(out, "team-a/data");
+	CHECK_INT(expand("k8s/${.PVC.labels.app}/${.PVC.annotations.tier}_${pvc}.d", out, err), 0);
+	CHECK_STR(out, "k8s/pg/gold_data.d");
+	CHECK_INT(expand("fixed-name", out, err), 0);
+	CHECK_STR(out, "fixed-name");
+}
+
+TEST(pattern_refusals)
+{
+	char out[FVP_PATH_MAX + 1], err[FVP_ERR_MAX], big[600];
+
+	/* leaving the root, absolute, empty components, trailing slash */
+	CHECK_INT(expand("../${pvc}", out, err), -EINVAL);
+	CHECK_INT(expand("a/../${pvc}", out, err), -EINVAL);
+	CHECK_INT(expand("./${pvc}", out, err), -EINVAL);
+	CHECK_INT(expand("/abs/${pvc}", out, err), -EINVAL);
+	CHECK_CONTAINS(err, "relative");
+	CHECK_INT(expand("a//${pvc}", out, err), -EINVAL);
+	CHECK_INT(expand("${pvc}/", out, err), -EINVAL);
+	CHECK_INT(expand("", out, err), -EINVAL);
+	/* values never bring '/', '..' pieces, spaces or emptiness */
+	CHECK_INT(expand("${.PVC.annotations.evil}", out, err), -EINVAL);
+	CHECK_CONTAINS(err, "../x");
+	CHECK_INT(expand("${.PVC.annotations.slash}", out, err), -EINVAL);
+	CHECK_INT(expand("${.PVC.annotations.space}", out, err), -EINVAL);
+	CHECK_INT(expand("${.PVC.labels.bad}", out, err), -EINVAL);
+	CHECK_INT(expand("x/${.PVC.labels.bad}/y", out, err), -EINVAL);
+	/* missing keys and unknown variables are errors, not "" */
+	CHECK_INT(expand("${.PVC.labels.nope}", out, err), -EINVAL);
+	CHECK_CONTAINS(err, "no label 'nope'");
+	CHECK_INT(expand("${.PVC.annotations.nope}", out, err), -EINVAL);
+	CHECK_CONTAINS(err, "no annotation 'nope'");
+	CHECK_INT(expand("${frobnicate}", out, err), -EINVAL);
+	CHECK_CONTAINS(err, "unknown variable");
+	CHECK_INT(expand("$pvc", out, err), -EINVAL);
+	CHECK_INT(expand("${pvc", out, err), -EINVAL);
+	/* characters the nfs driver's subPath check or a mount option would choke on */
+	CHECK_INT(expand("a,b", out, err), -EINVAL);
+	CHECK_INT(expand("a=b", out, err), -EINVAL);
+	CHECK_INT(expand("a:b", out, err), -EINVAL);
+	CHECK_INT(expand("a b", out, err), -EINVAL);
+	CHECK_INT(expand("caf\xc3\xa9", out, err), -EINVAL);
+	/* lengths: 255 per component */
+	memset(big, 'a', 256);
+	big[256] = '\0';
+	CHECK_INT(expand(big, out, err), -ENAMETOOLONG);
+	big[255] = '\0';
+	CHECK_INT(expand(big, out, err), 0);
+}
+
+TEST(subpath_check)
+{
+	CHECK(fvp_check_subpath("a"));
+	CHECK(fvp_check_subpath("a/b-c/d_e.f"));
+	CHECK(!fvp_check_subpath(""));
+	CHECK(!fvp_check_subpath(NULL));
+	CHECK(!fvp_check_subpath("."));
+	CHECK(!fvp_check_subpath(".."));
+	CHECK(!fvp_check_subpath("a/.."));
+	CHECK(!fvp_check_subpath("/a"));
+	CHECK(!fvp_check_subpath("a/"));
+	CHECK(!fvp_check_subpath("a//b"));
+	CHECK(!fvp_check_subpath("a b"));
+}
+
+static int class_parse(const char *json, struct fvp_class *c, char *err, json_object **keep)
+{
+	json_object *sc = json_tokener_parse(json);
+	int r;
+
+	if (!sc)
+		return -999;
+	r = fvp_class_parse(sc, c, err, FVP_ERR_MAX);
+	*keep = sc; /* the class's strings are borrowed from it */
+	return r;
+}
+
+#define SC(params) "{\"metadata\":{\"name\":\"nfs\"},\"provisioner\":\"flexvol/nfs\",\"parameters\":" params "}"
+
+TEST(class_defaults)
+{
+	struct fvp_class c;
+	char err[FVP_ERR_MAX];
+	json_object *sc = NULL;
+
+	REQUIRE_INT(class_parse(SC("{\"server\":\"nfs.example.com\",\"share\":\"/export\"}"), &c, err, &sc), 0);
+	CHECK_STR(c.name, "nfs");
+	CHECK_STR(c.path_pattern, "${namespace}-${pvc}-${pv}");
+	CHECK_INT(c.on_delete, FVP_ARCHIVE);
+	CHECK_INT(c.mode, 0777);
+	CHECK(!c.has_uid && !c.has_gid && !c.read_only);
+	CHECK(!c.nfs_version && !c.mount_options);
+	CHECK_STR(c.reclaim_policy, "Delete");
+	json_object_put(sc);
+}
+
+TEST(class_all_parameters)
+{
+	struct fvp_class c;
+	char err[FVP_ERR_MAX];
+	json_object *sc = NULL;
+
+	REQUIRE_INT(class_parse("{\"metadata\":{\"name\":\"x\"},\"reclaimPolicy\":\"Retain\","
+				"\"parameters\":{\"server\":\"[fd00::5]\",\"share\":\"/srv/k8s\","
+				"\"pathPattern\":\"${namespace}/${pvc}\",\"onDelete\":\"delete\","
+				"\"mode\":\"2770\",\"uid\":\"1000\",\"gid\":\"0\",\"nfsVersion\":\"4.2\","
+				"\"mountOptions\":\"hard,timeo=600,nconnect=4\",\"readOnly\":\"true\"}}",
+				&c, err, &sc),
+		    0);
+	CHECK_INT(c.on_delete, FVP_DELETE);
+	CHECK_INT(c.mode, 02770);
+	CHECK(c.has_uid && c.uid == 1000 && c.has_gid && c.gid == 0);
+	CHECK_STR(c.nfs_version, "4.2");
+	CHECK(c.read_only);
+	CHECK_STR(c.reclaim_policy, "Retain");
+	json_object_put(sc);
+}
+
+TEST(class_refusals)
+{
+	static const struct {
+		const char *json, *why;
+	} bad[] = {
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"size\":\"1\"}"), "unknown parameter 'size'" },
+		{ SC("{\"share\":\"/x\"}"), "'server' is required" },
+		{ SC("{\"server\":\"s\"}"), "'share' is required" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"onDelete\":\"Archive\"}"), "onDelete" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"mode\":\"0888\"}"), "mode" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"mode\":\"17777\"}"), "mode" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"mode\":\"\"}"), "mode" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"uid\":\"-1\"}"), "uid" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"uid\":\"4294967295\"}"), "uid" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"gid\":\"root\"}"), "gid" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"readOnly\":\"yes\"}"), "readOnly" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"../up\"}"), "pathPattern" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"a/./${pvc}\"}"), "'.'" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"a//${pvc}\"}"), "empty" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"${pvc}/..\"}"), "'..'" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"${bogus}\"}"), "unknown variable" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"uid\":1}"), "not a string" },
+		{ "{\"reclaimPolicy\":\"Recycle\",\"parameters\":{\"server\":\"s\",\"share\":\"/x\"}}",
+		  "reclaimPolicy" },
+		/* the nfs driver's own checks, with its own words */
+		{ SC("{\"server\":\"fd00::5\",\"share\":\"/x\"}"), "must be in brackets" },
+		{ SC("{\"server\":\"-bad-\",\"share\":\"/x\"}"), "option 'server'" },
+		{ SC("{\"server\":\"s\",\"share\":\"x\"}"), "option 'share'" },
+		{ SC("{\"server\":\"s\",\"share\":\"/a/../b\"}"), "option 'share'" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"nfsVersion\":\"2\"}"), "nfsVersion" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"mountOptions\":\"vers=3\"}"), "nfsVersion" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"mountOptions\":\"suid\"}"), "not allowed" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"mountOptions\":\"hard,,soft\"}"), "empty entry" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"mountOptions\":\"timeo=abc\"}"), "bad value" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"mountOptions\":\"fsc\"}"), "allowed list" },
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		struct fvp_class c;
+		char err[FVP_ERR_MAX] = "";
+		json_object *sc = NULL;
+
+		if (!CHECK_INT(class_parse(bad[i].json, &c, err, &sc), -EINVAL))
+			fprintf(stderr, "  (case %zu: %s)\n", i, bad[i].json);
+		if (!CHECK_CONTAINS(err, bad[i].why))
+			fprintf(stderr, "  (case %zu)\n", i);
+		json_object_put(sc);
+	}
+}
+
+TEST(pv_options_through_the_driver)
+{
+	struct fvp_class c;
+	char err[FVP_ERR_MAX];
+	json_object *sc = NULL, *o = NULL;
+
+	REQUIRE_INT(class_parse(SC("{\"server\":\"10.0.0.5\",\"share\":\"/export/\","
+				   "\"nfsVersion\":\"3\",\"mountOptions\":\"soft\",\"readOnly\":\"true\"}"),
+				&c, err, &sc),
+		    0);
+	REQUIRE_INT(fvp_pv_options(&c, "team-a/data", &o, err, sizeof(err)), 0);
+	CHECK_STR(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN),
+		  "{\"server\":\"10.0.0.5\",\"share\":\"\\/export\\/\",\"subPath\":\"team-a\\/data\","
+		  "\"nfsVersion\":\"3\",\"mountOptions\":\"soft\"}");
+	json_object_put(o);
+	o = NULL;
+	/* a subPath the driver refuses is refused here */
+	CHECK_INT(fvp_pv_options(&c, "a/../b", &o, err, sizeof(err)), -EINVAL);
+	CHECK_CONTAINS(err, "subPath");
+	CHECK(!o);
+	json_object_put(sc);
+}
+
+/* --- directories on a scratch tree --------------------------------------------------------- */
+
+static char scratch[] = "/tmp/fvp-unit-XXXXXX";
+
+static int scratch_root(void)
+{
+	char cmd[128];
+
+	if (scratch[sizeof(scratch) - 2] != 'X') {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", scratch);
+		if (system(cmd) != 0)
+			return -1;
+		memcpy(scratch + sizeof(scratch) - 7, "XXXXXX", 6);
+	}
+	if (!mkdtemp(scratch))
+		return -1;
+	return fvp_root_open(scratch);
+}
+
+static bool exists(const char *rel)
+{
+	char p[512];
+	struct stat st;
+
+	snprintf(p, sizeof(p), "%s/%s", scratch, rel);
+	return lstat(p, &st) == 0;
+}
+
+static int mk(const char *rel)
+{
+	char p[512];
+
+	snprintf(p, sizeof(p), "%s/%s", scratch, rel);
+	return mkdir(p, 0755);
+}
+
+TEST(dir_make_idempotent_and_confined)
+{
+	int root = scratch_root();
+	char p[512], out[512];
+	struct stat st;
+	bool created = false;
+
+	REQUIRE(root >= 0);
+	umask(022);
+	if (fvp_dir_make(root, "probe", 0700, (uid_t)-1, (gid_t)-1, NULL) == -ENOSYS)
+		SKIP("openat2() is not available here (qemu-user)");
+	CHECK_INT(fvp_dir_make(root, "a/b/c", 0770, (uid_t)-1, (gid_t)-1, &created), 0);
+	CHECK(created);
+	snprintf(p, sizeof(p), "%s/a/b/c", scratch);
+	CHECK(stat(p, &st) == 0 && (st.st_mode & 07777) == 0770);
+	/* a second call (a restart) reuses it and sets the mode again */
+	chmod(p, 0700);
+	CHECK_INT(fvp_dir_make(root, "a/b/c", 0770, (uid_t)-1, (gid_t)-1, &created), 0);
+	CHECK(!created);
+	CHECK(stat(p, &st) == 0 && (st.st_mode & 07777) == 0770);
+	/* a symlink in the way, as the last or an inner component: refused, nothing made outside */
+	snprintf(p, sizeof(p), "%s/link", scratch);
+	REQUIRE(symlink("/tmp", p) == 0);
+	CHECK_INT(fvp_dir_make(root, "link", 0777, (uid_t)-1, (gid_t)-1, NULL), -ENOTDIR);
+	CHECK_INT(fvp_dir_make(root, "link/escaped", 0777, (uid_t)-1, (gid_t)-1, NULL), -ENOTDIR);
+	CHECK(access("/tmp/escaped", F_OK) != 0);
+	/* archive: renamed next to itself; again: absent is fine; a taken name gets a stamp */
+	CHECK_INT(fvp_dir_archive(root, "a/b/c", out, sizeof(out)), 0);
+	CHECK_STR(out, "a/b/archived-c");
+	CHECK(exists("a/b/archived-c") && !exists("a/b/c"));
+	CHECK_INT(fvp_dir_archive(root, "a/b/c", out, sizeof(out)), 0);
+	REQUIRE_INT(mk("a/b/c"), 0);
+	CHECK_INT(fvp_dir_archive(root, "a/b/c", out, sizeof(out)), 0);
+	CHECK_CONTAINS(out, "a/b/archived-c-");
+	CHECK(!exists("a/b/c"));
+	/* the archive never follows a symlink in the parents */
+	CHECK_INT(fvp_dir_archive(root, "link/x", out, sizeof(out)), -ENOTDIR);
+	close(root);
+}
+
+TEST(dir_delete_never_follows)
+{
+	int root = scratch_root();
+	char p[512], q[512];
+	int fd;
+
+	REQUIRE(root >= 0);
+	if (fvp_dir_make(root, "probe", 0700, (uid_t)-1, (gid_t)-1, NULL) == -ENOSYS)
+		SKIP("openat2() is not available here (qemu-user)");
+	/* outside/keep must survive: reached only through symlinks inside the tree */
+	snprintf(q, sizeof(q), "%s/../fvp-outside-%d", scratch, (int)getpid());
+	REQUIRE(mkdir(q, 0755) == 0);
+	snprintf(p, sizeof(p), "%s/keep", q);
+	fd = open(p, O_CREAT | O_WRONLY, 0644);
+	REQUIRE(fd >= 0);
+	close(fd);
+	REQUIRE_INT(mk("v"), 0);
+	REQUIRE_INT(mk("v/d"), 0);
+	snprintf(p, sizeof(p), "%s/v/d/out", scratch);
+	REQUIRE(symlink(q, p) == 0);
+	snprintf(p, sizeof(p), "%s/v/file", scratch);
+	fd = open(p, O_CREAT | O_WRONLY, 0644);
+	REQUIRE(fd >= 0);
+	close(fd);
+	CHECK_INT(fvp_dir_delete(root, "v"), 0);
+	CHECK(!exists("v"));
+	snprintf(p, sizeof(p), "%s/keep", q);
+	CHECK(access(p, F_OK) == 0);
+	/* absent: fine; remove_empty leaves a non-empty directory alone */
+	CHECK_INT(fvp_dir_delete(root, "v"), 0);
+	REQUIRE_INT(mk("w"), 0);
+	REQUIRE_INT(mk("w/x"), 0);
+	CHECK_INT(fvp_dir_remove_empty(root, "w"), -ENOTEMPTY);
+	CHECK_INT(fvp_dir_remove_empty(root, "w/x"), 0);
+	CHECK(!exists("w/x"));
+	CHECK_INT(fvp_dir_remove_empty(root, "w/x"), 0);
+	snprintf(p, sizeof(p), "rm -rf '%s' '%s'", q, scratch);
+	CHECK_INT(system(p), 0);
+	close(root);
+}
