@@ -220,7 +220,7 @@ static int reply(int fd, enum fv_status st, struct fv_ctx *cx, const struct call
 	struct fv_caps cp = cx->drv->caps;
 	struct fv_reply r = { .status = st, .caps = caps ? &cp : NULL };
 
-	/* node mode: kubelet then calls only mount and unmount (design.md, "Two attach modes") */
+	/* node mode: kubelet then calls only mount and unmount (docs/design.md, "Two attach modes") */
 	if (cx->drv->blk && cx->config_ok && fv_blkvol_node_mode(cx))
 		cp.attach = false;
 
@@ -419,7 +419,7 @@ int main(int argc, char **argv)
 		fixed = FV_NOT_SUPPORTED;
 	/*
 	 * Except for one setting: a block driver's init says which attach mode
-	 * this node runs (design.md, "Two attach modes"), so it reads the
+	 * this node runs (docs/design.md, "Two attach modes"), so it reads the
 	 * config - and answers controller mode when there is none to read.
 	 */
 	if (fixed == FV_SUCCESS && cx->drv->blk && !fv_log_debug_wanted()) {

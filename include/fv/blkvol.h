@@ -4,7 +4,7 @@
  * lifecycle of attachable block volumes - waitforattach, mountdevice,
  * mount, unmount, unmountdevice, detach, isattached, expandfs - with the
  * state record, the locking keys and the empty-directory rule, in both
- * attach modes (design.md, "Two attach modes").  A driver (loop, iscsi)
+ * attach modes (docs/design.md, "Two attach modes").  A driver (loop, iscsi)
  * supplies only its backend steps in a struct fv_blkvol_ops and fills its
  * op table with FV_BLKVOL_OPS(&ops).
  *
