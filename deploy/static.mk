@@ -100,7 +100,7 @@ STATIC_UNIT_BINS := $(patsubst tests/unit/%.c,$(STATIC_O)/tests/%,$(UNIT_SRCS))
 # Tests that may skip under the emulator even in CI: bookworm's qemu-user
 # (7.2) answers openat2() with ENOSYS, so fv_open_beneath() cannot be
 # exercised there (the host lane and a real arm64 kernel do run it).
-STATIC_UNIT_SKIP_OK := open_beneath
+STATIC_UNIT_SKIP_OK := open_beneath,open_regular_beneath
 static-unit: static
 	$(Q)set -e; p=$$($(STATIC_DEPS) --print-prefix); \
 	libs=$$(env PKG_CONFIG_LIBDIR=$$p/lib/pkgconfig PKG_CONFIG_PATH= $(PKG_CONFIG) --static --libs $(PKGS)); \
@@ -137,7 +137,7 @@ image-context: static
 	$(Q)rm -rf $(IMAGE_O) && mkdir -p $(IMAGE_O)/bin
 	$(Q)sed 's/^ARG FLEXVOL_VERSION=.*/ARG FLEXVOL_VERSION=$(FV_VERSION)/' deploy/Containerfile >$(IMAGE_O)/Containerfile
 	$(Q)cp deploy/install.sh $(IMAGE_O)/
-	$(Q)deploy/licenses.sh $(IMAGE_O)/LICENSES $(STATIC_O) "$$($(STATIC_DEPS) --print-prefix)" $(CC)
+	$(Q)deploy/licenses.sh $(IMAGE_O)/LICENSES $(STATIC_O) "$$($(STATIC_DEPS) --print-prefix)" $(if $(STATIC_CROSS),$(STATIC_TRIPLET_$(ARCH))-gcc,$(CC))
 	$(Q)for d in $(DRIVERS); do cp $(STATIC_O)/$$d $(IMAGE_O)/bin/$$d; done
 	$(Q)cp "$$($(STATIC_DEPS) --print-prefix)/BUILDINFO" $(IMAGE_O)/BUILDINFO.static-deps
 	$(Q)BUSYBOX_LICENSE_DIR=$(IMAGE_O)/LICENSES/busybox ci/fetch-busybox $(ARCH) $(IMAGE_O)/busybox $(IMAGE_APPLETS) >> $(IMAGE_O)/BUILDINFO.static-deps

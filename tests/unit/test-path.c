@@ -264,6 +264,11 @@ TEST(open_regular_beneath)
 	REQUIRE(mknod(p, S_IFCHR | 0600, makedev(1, 3)) == 0);
 
 	fd = fv_open_regular_beneath(rootfd, "a.img", O_RDWR, &st);
+	if (fd == -ENOSYS) { /* qemu-user (the arm64 static lane) has no openat2() */
+		close(rootfd);
+		teardown_tree();
+		SKIP("openat2() not available");
+	}
 	if (CHECK(fd >= 0)) {
 		CHECK_STR(content(fd, buf, sizeof(buf)), "inside");
 		CHECK((fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDWR);
