@@ -38,7 +38,14 @@ UL=$(ver util-linux) SD=$(ver systemd) JC=$(ver json-c) GL=$(ver glibc)
 VERSION=$(cat "$SO/version.txt" 2> /dev/null || echo unknown)
 
 # The drivers' objects and the exact link line, so that anyone can relink.
-(cd "$SO" && tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -czf - obj/src obj/drivers) \
+# Exactly the objects of today's sources: a build directory can hold stale
+# ones (a driver moved into its own directory) that would clash at relink.
+objs=$(cd "$ROOT" && ls src/*.c drivers/registry.c drivers/*/*.c | sed 's|^\(.*\)\.c$|obj/\1.o|')
+for o in $objs; do
+	[ -f "$SO/$o" ] || { echo "licenses.sh: $SO/$o is missing (make static)" >&2; exit 1; }
+done
+# shellcheck disable=SC2086 # one word per object
+(cd "$SO" && tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -czf - $objs) \
 	> "$OUT/relink/flexvol-objects.tar.gz"
 libs=$(PKG_CONFIG_LIBDIR=$PREFIX/lib/pkgconfig PKG_CONFIG_PATH= pkg-config --static --libs json-c mount blkid libudev |
 	sed "s|$PREFIX|\$PREFIX|g")
