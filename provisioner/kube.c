@@ -12,6 +12,7 @@
 
 #include "fv/macro.h"
 #include "kube.h"
+#include "params.h"
 
 #define BODY_MAX (256u << 20)  /* a list of many objects */
 #define EVENT_MAX (16u << 20)  /* one watch event */
@@ -44,16 +45,6 @@ struct kube {
 	time_t token_read;
 };
 
-static int fail(char *err, size_t len, int r, const char *fmt, ...) _printf_(4, 5);
-static int fail(char *err, size_t len, int r, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-	return r;
-}
 
 /* http:// is accepted for a loopback server only (the tests' fake API server). */
 static bool loopback_http(const char *url)
@@ -73,12 +64,12 @@ int kube_new(const struct kube_config *cfg, struct kube **ret, char *err, size_t
 	size_t n;
 
 	if (strncmp(cfg->server, "https://", 8) && !loopback_http(cfg->server))
-		return fail(err, errlen, -EINVAL,
+		return prov_fail(err, errlen, -EINVAL,
 			    "--server must be an https:// URL (http:// only for 127.0.0.1, [::1] "
 			    "or localhost): '%s'",
 			    cfg->server);
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
-		return fail(err, errlen, -ENOMEM, "curl_global_init failed");
+		return prov_fail(err, errlen, -ENOMEM, "curl_global_init failed");
 	k = calloc(1, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
@@ -125,7 +116,7 @@ static int token(struct kube *k, char *err, size_t errlen)
 		return 0;
 	f = fopen(k->token_file, "re");
 	if (!f)
-		return fail(err, errlen, NEG_ERRNO(), "cannot read the token file '%s': %m",
+		return prov_fail(err, errlen, NEG_ERRNO(), "cannot read the token file '%s': %m",
 			    k->token_file);
 	n = fread(k->token, 1, sizeof(k->token) - 1, f);
 	fclose(f);
@@ -133,7 +124,7 @@ static int token(struct kube *k, char *err, size_t errlen)
 		n--;
 	k->token[n] = '\0';
 	if (!n || strpbrk(k->token, "\r\n"))
-		return fail(err, errlen, -EINVAL, "the token file '%s' is empty or not one line",
+		return prov_fail(err, errlen, -EINVAL, "the token file '%s' is empty or not one line",
 			    k->token_file);
 	k->token_read = now;
 	return 0;
@@ -263,7 +254,7 @@ int kube_request(struct kube *k, const char *method, const char *path, json_obje
 	curl_slist_free_all(h);
 	if (c != CURLE_OK) {
 		free(b.p);
-		return fail(err, errlen, c == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO,
+		return prov_fail(err, errlen, c == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO,
 			    "%s %s: %s", method, path,
 			    b.too_big ? "response too large" : errbuf[0] ? errbuf : curl_easy_strerror(c));
 	}
@@ -410,7 +401,7 @@ int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), voi
 		int left;
 
 		if (mc != CURLM_OK) {
-			r = fail(err, errlen, -EIO, "watch: %s", curl_multi_strerror(mc));
+			r = prov_fail(err, errlen, -EIO, "watch: %s", curl_multi_strerror(mc));
 			break;
 		}
 		/* events were queued by the callbacks: handle them outside libcurl */
@@ -430,23 +421,23 @@ int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), voi
 			if (w && w->stopped)
 				r = 0;
 			else if (msg->data.result == CURLE_OK)
-				r = fail(err, errlen, 0, "watch ended by the server");
+				r = prov_fail(err, errlen, 0, "watch ended by the server");
 			else if (msg->data.result == CURLE_HTTP_RETURNED_ERROR)
-				r = fail(err, errlen, status == 410 ? -ESTALE : -EIO,
+				r = prov_fail(err, errlen, status == 410 ? -ESTALE : -EIO,
 					 "watch: HTTP %ld", status);
 			else
-				r = fail(err, errlen, -EIO, "watch: %s",
+				r = prov_fail(err, errlen, -EIO, "watch: %s",
 					 w && w->errbuf[0] ? w->errbuf :
 							     curl_easy_strerror(msg->data.result));
 			break;
 		}
 		if (!running) {
-			r = fail(err, errlen, 0, "no watch running");
+			r = prov_fail(err, errlen, 0, "no watch running");
 			break;
 		}
 		mc = curl_multi_poll(k->multi, NULL, 0, 1000, NULL);
 		if (mc != CURLM_OK) {
-			r = fail(err, errlen, -EIO, "watch: %s", curl_multi_strerror(mc));
+			r = prov_fail(err, errlen, -EIO, "watch: %s", curl_multi_strerror(mc));
 			break;
 		}
 	}

@@ -24,8 +24,7 @@ int fv_nfs_check_options(struct fv_ctx *cx, const struct fv_opts *o);
 #define DEFAULT_PATTERN "${namespace}-${pvc}-${pv}"
 #define COMPONENT_MAX 255
 
-static int fail(char *err, size_t len, int r, const char *fmt, ...) _printf_(4, 5);
-static int fail(char *err, size_t len, int r, const char *fmt, ...)
+int prov_fail(char *err, size_t len, int r, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -95,7 +94,7 @@ static const char *lookup(const char *var, size_t n, json_object *pvc, const cha
 		size_t skip = is_lab ? sizeof(lab) - 1 : sizeof(ann) - 1;
 
 		if (n - skip >= sizeof(key)) {
-			fail(err, errlen, 0, "pathPattern: '${%.*s}' is too long", (int)n, var);
+			prov_fail(err, errlen, 0, "pathPattern: '${%.*s}' is too long", (int)n, var);
 			return NULL;
 		}
 		snprintf(key, sizeof(key), "%.*s", (int)(n - skip), var + skip);
@@ -105,12 +104,12 @@ static const char *lookup(const char *var, size_t n, json_object *pvc, const cha
 			json_object_object_get_ex(meta, is_lab ? "labels" : "annotations", &map);
 		v = str_at(map, key);
 		if (!v) {
-			fail(err, errlen, 0, "pathPattern: the claim has no %s '%s'",
+			prov_fail(err, errlen, 0, "pathPattern: the claim has no %s '%s'",
 			     is_lab ? "label" : "annotation", key);
 			return NULL;
 		}
 	} else {
-		fail(err, errlen, 0,
+		prov_fail(err, errlen, 0,
 		     "pathPattern: unknown variable '${%.*s}' (known: ${namespace} ${pvc} ${pv} "
 		     "${.PVC.namespace} ${.PVC.name} ${.PVC.labels.KEY} ${.PVC.annotations.KEY})",
 		     (int)n, var);
@@ -120,7 +119,7 @@ static const char *lookup(const char *var, size_t n, json_object *pvc, const cha
 	if (!pvc)
 		return "";
 	if (!v) {
-		fail(err, errlen, 0, "pathPattern: the claim has no '%.*s'", (int)n, var);
+		prov_fail(err, errlen, 0, "pathPattern: the claim has no '%.*s'", (int)n, var);
 		return NULL;
 	}
 	return v;
@@ -142,9 +141,9 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 	bool comp_var = false;	/* the current component holds a variable */
 
 	if (!*pattern)
-		return fail(err, errlen, -EINVAL, "pathPattern is empty");
+		return prov_fail(err, errlen, -EINVAL, "pathPattern is empty");
 	if (pattern[0] == '/')
-		return fail(err, errlen, -EINVAL, "pathPattern must be relative to the share: '%s'",
+		return prov_fail(err, errlen, -EINVAL, "pathPattern must be relative to the share: '%s'",
 			    pattern);
 	out[0] = '\0';
 	for (const char *p = pattern; *p;) {
@@ -155,7 +154,7 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 			const char *end;
 
 			if (p[1] != '{' || !(end = strchr(p + 2, '}')))
-				return fail(err, errlen, -EINVAL,
+				return prov_fail(err, errlen, -EINVAL,
 					    "pathPattern: '$' must start a '${name}' variable: '%s'",
 					    pattern);
 			v = lookup(p + 2, (size_t)(end - p - 2), pvc, pv, err, errlen);
@@ -164,7 +163,7 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 			vn = strlen(v);
 			for (size_t i = 0; i < vn; i++)
 				if (!name_char(v[i]))
-					return fail(err, errlen, -EINVAL,
+					return prov_fail(err, errlen, -EINVAL,
 						    "pathPattern: the value of '${%.*s}' may only hold "
 						    "letters, digits, '.', '_' and '-': '%s'",
 						    (int)(end - p - 2), p + 2, v);
@@ -173,11 +172,11 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 		} else if (p[0] == '/') {
 			/* without a claim (the class check), literal components only */
 			if ((pvc || !comp_var) && bad_component(out + o - comp, comp))
-				return fail(err, errlen, -EINVAL,
+				return prov_fail(err, errlen, -EINVAL,
 					    "pathPattern: empty, '.' or '..' directory in '%s'",
 					    pattern);
 			if (!p[1])
-				return fail(err, errlen, -EINVAL,
+				return prov_fail(err, errlen, -EINVAL,
 					    "pathPattern must not end with '/': '%s'", pattern);
 			v = "/";
 			vn = 1;
@@ -189,13 +188,13 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 			vn = 1;
 			p++;
 		} else {
-			return fail(err, errlen, -EINVAL,
+			return prov_fail(err, errlen, -EINVAL,
 				    "pathPattern may only hold letters, digits, '.', '_', '-', '/' "
 				    "and ${...} variables: '%s'",
 				    pattern);
 		}
 		if (o + vn + 1 > outlen || o + vn > FVP_PATH_MAX)
-			return fail(err, errlen, -ENAMETOOLONG,
+			return prov_fail(err, errlen, -ENAMETOOLONG,
 				    "pathPattern: the path is longer than %d bytes", FVP_PATH_MAX);
 		memcpy(out + o, v, vn);
 		o += vn;
@@ -203,15 +202,15 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 		if (v[0] != '/')
 			comp += vn;
 		if (comp > COMPONENT_MAX)
-			return fail(err, errlen, -ENAMETOOLONG,
+			return prov_fail(err, errlen, -ENAMETOOLONG,
 				    "pathPattern: a directory name is longer than %d bytes",
 				    COMPONENT_MAX);
 	}
 	if (!pvc && !comp_var && bad_component(out + o - comp, comp))
-		return fail(err, errlen, -EINVAL, "pathPattern: empty, '.' or '..' directory in '%s'",
+		return prov_fail(err, errlen, -EINVAL, "pathPattern: empty, '.' or '..' directory in '%s'",
 			    pattern);
 	if (pvc && !fvp_check_subpath(out))
-		return fail(err, errlen, -EINVAL, "pathPattern: '%s' gives an empty, '.' or '..' "
+		return prov_fail(err, errlen, -EINVAL, "pathPattern: '%s' gives an empty, '.' or '..' "
 			    "directory: '%s'", pattern, out);
 	return 0;
 }
@@ -310,7 +309,7 @@ int fvp_pv_options(const struct fvp_class *c, const char *subpath, json_object *
 		json_object_put(opts);
 		if (r == -ENOMEM)
 			return r;
-		return fail(err, errlen, -EINVAL, "%s", cx.message[0] ? cx.message : "invalid nfs options");
+		return prov_fail(err, errlen, -EINVAL, "%s", cx.message[0] ? cx.message : "invalid nfs options");
 	}
 	json_object_object_del(opts, "kubernetes.io/readwrite");
 	*ret = opts;
@@ -339,7 +338,7 @@ int fvp_class_parse(json_object *sc, struct fvp_class *c, char *err, size_t errl
 
 	if (json_object_object_get_ex(sc, "parameters", &params) &&
 	    !json_object_is_type(params, json_type_object) && !json_object_is_type(params, json_type_null))
-		return fail(err, errlen, -EINVAL, "class parameters are not an object");
+		return prov_fail(err, errlen, -EINVAL, "class parameters are not an object");
 	if (params && json_object_is_type(params, json_type_object)) {
 		json_object_object_foreach(params, key, val)
 		{
@@ -348,12 +347,12 @@ int fvp_class_parse(json_object *sc, struct fvp_class *c, char *err, size_t errl
 			for (size_t i = 0; i < ARRAY_SIZE(known); i++)
 				ok = ok || streq(key, known[i]);
 			if (!ok)
-				return fail(err, errlen, -EINVAL,
+				return prov_fail(err, errlen, -EINVAL,
 					    "unknown parameter '%s' (known: server, share, pathPattern, "
 					    "onDelete, mode, uid, gid, nfsVersion, mountOptions, readOnly)",
 					    key);
 			if (!json_object_is_type(val, json_type_string))
-				return fail(err, errlen, -EINVAL, "parameter '%s' is not a string", key);
+				return prov_fail(err, errlen, -EINVAL, "parameter '%s' is not a string", key);
 		}
 	} else {
 		params = NULL;
@@ -362,30 +361,30 @@ int fvp_class_parse(json_object *sc, struct fvp_class *c, char *err, size_t errl
 	c->server = str_at(params, "server");
 	c->share = str_at(params, "share");
 	if (!c->server || !*c->server)
-		return fail(err, errlen, -EINVAL, "parameter 'server' is required");
+		return prov_fail(err, errlen, -EINVAL, "parameter 'server' is required");
 	if (!c->share || !*c->share)
-		return fail(err, errlen, -EINVAL, "parameter 'share' is required");
+		return prov_fail(err, errlen, -EINVAL, "parameter 'share' is required");
 	if ((v = str_at(params, "pathPattern")) && *v)
 		c->path_pattern = v;
 	r = expand(c->path_pattern, NULL, NULL, path, sizeof(path), err, errlen);
 	if (r < 0)
 		return r;
 	if ((v = str_at(params, "onDelete")) && fvp_on_delete_parse(v, &c->on_delete) < 0)
-		return fail(err, errlen, -EINVAL,
+		return prov_fail(err, errlen, -EINVAL,
 			    "parameter 'onDelete' must be archive, delete or retain: '%s'", v);
 	if ((v = str_at(params, "mode")) && parse_mode(v, &c->mode) < 0)
-		return fail(err, errlen, -EINVAL,
+		return prov_fail(err, errlen, -EINVAL,
 			    "parameter 'mode' must be an octal mode from 0 to 7777: '%s'", v);
 	if ((v = str_at(params, "uid"))) {
 		if (parse_id(v, &id) < 0)
-			return fail(err, errlen, -EINVAL,
+			return prov_fail(err, errlen, -EINVAL,
 				    "parameter 'uid' must be a number from 0 to 4294967294: '%s'", v);
 		c->has_uid = true;
 		c->uid = id;
 	}
 	if ((v = str_at(params, "gid"))) {
 		if (parse_id(v, &id) < 0)
-			return fail(err, errlen, -EINVAL,
+			return prov_fail(err, errlen, -EINVAL,
 				    "parameter 'gid' must be a number from 0 to 4294967294: '%s'", v);
 		c->has_gid = true;
 		c->gid = id;
@@ -394,7 +393,7 @@ int fvp_class_parse(json_object *sc, struct fvp_class *c, char *err, size_t errl
 		if (streq(v, "true"))
 			c->read_only = true;
 		else if (!streq(v, "false"))
-			return fail(err, errlen, -EINVAL,
+			return prov_fail(err, errlen, -EINVAL,
 				    "parameter 'readOnly' must be true or false: '%s'", v);
 	}
 	if ((v = str_at(params, "nfsVersion")) && *v)
@@ -403,7 +402,7 @@ int fvp_class_parse(json_object *sc, struct fvp_class *c, char *err, size_t errl
 		c->mount_options = v;
 	if ((v = str_at(sc, "reclaimPolicy"))) {
 		if (!streq(v, "Delete") && !streq(v, "Retain"))
-			return fail(err, errlen, -EINVAL,
+			return prov_fail(err, errlen, -EINVAL,
 				    "reclaimPolicy must be Delete or Retain: '%s'", v);
 		c->reclaim_policy = v;
 	}

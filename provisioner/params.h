@@ -11,6 +11,11 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "fv/macro.h"
+
+/* Write a printf-style message to @err (@len bytes) and return @r: every error path of the provisioner. */
+int prov_fail(char *err, size_t len, int r, const char *fmt, ...) _printf_(4, 5);
+
 struct json_object;
 
 #define FVP_PROVISIONER "flexvol/nfs"

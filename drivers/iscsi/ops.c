@@ -396,12 +396,5 @@ static const struct fv_blkvol_ops iscsi_ops = {
 
 const struct fv_driver fv_driver_iscsi = {
 	.name = "iscsi",
-	.caps = {
-		.attach = true,
-		.selinux_relabel = true,
-		.supports_metrics = true,
-		.fsgroup = true,
-		.requires_fs_resize = true,
-	},
 	FV_BLKVOL_OPS(&iscsi_ops),
 };

@@ -613,12 +613,5 @@ static const struct fv_blkvol_ops loop_ops = {
 
 const struct fv_driver fv_driver_loop = {
 	.name = "loop",
-	.caps = {
-		.attach = true,
-		.selinux_relabel = true,
-		.supports_metrics = true,
-		.fsgroup = true,
-		.requires_fs_resize = true,
-	},
 	FV_BLKVOL_OPS(&loop_ops),
 };

@@ -120,8 +120,15 @@ int fv_blkvol_op_unmount(struct fv_ctx *cx, const char *dir);
 int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char *device,
 			  const char *dir, uint64_t new_size, uint64_t old_size);
 
-/* The op slots of a block driver (inside its struct fv_driver initialiser). */
+/*
+ * The capabilities and op slots of a block driver (inside its struct
+ * fv_driver initialiser).  Every capability holds for a filesystem on a
+ * block device; attach is answered false in node mode (fv_blkvol_node_mode).
+ */
 #define FV_BLKVOL_OPS(ops)                                        \
+	.caps = { .attach = true, .selinux_relabel = true,        \
+		  .supports_metrics = true, .fsgroup = true,      \
+		  .requires_fs_resize = true },                   \
 	.blk = (ops), .attach = fv_blkvol_op_attach,              \
 	.isattached = fv_blkvol_op_isattached,                    \
 	.detach = fv_blkvol_op_detach,                            \
