@@ -497,6 +497,22 @@ static int node_unmount(struct fv_ctx *cx, const char *dir)
 }
 
 /*
+ * Volume @name is mounted on this node (@mi): the options must name that
+ * very device (@found and @dev are the backend's find() answer), or no pod
+ * of theirs gets it.
+ */
+static int require_named_device(struct fv_ctx *cx, const char *name, int found, const char *dev,
+				const struct fv_mntinfo *mi)
+{
+	struct stat st;
+
+	if (found == 0 && stat(dev, &st) == 0 && st.st_rdev == mi->devno)
+		return 0;
+	return fv_fail(cx, -FV_ERR_CONFLICT, "volume '%s' is mounted on this node from '%s', "
+		       "which is not the device these options name", name, mi->source);
+}
+
+/*
  * Node mode, mount <poddir> <json>: the whole node-side work, the first pod
  * attaching and mounting the device once per node, every pod binding it.
  * The volume lock makes parallel mounts and unmounts of one volume's pods
@@ -509,7 +525,6 @@ static int node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *
 	const char *name = fv_path_last(dir);
 	char path[PATH_MAX], dev[PATH_MAX];
 	struct fv_mntinfo mi;
-	struct stat st;
 	int lock, r = parse(cx, o, &v);
 
 	if (r < 0)
@@ -530,14 +545,10 @@ static int node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *
 	if (fv_dir_mounted(&gd, &mi) == 0) {
 		/* mounted for an earlier pod: these options must name that very device */
 		r = ops_of(cx)->find(cx, v, dev, sizeof(dev));
+		if (r >= 0)
+			r = require_named_device(cx, name, r, dev, &mi);
 		if (r < 0)
 			goto out;
-		if (r > 0 || stat(dev, &st) < 0 || st.st_rdev != mi.devno) {
-			r = fv_fail(cx, -FV_ERR_CONFLICT, "volume '%s' is mounted on this node from "
-				    "'%s', which is not the device these options name", name,
-				    mi.source);
-			goto out;
-		}
 		if (mi.readonly && !o->readonly) {
 			r = fv_fail(cx, -FV_ERR_CONFLICT, "volume '%s' is mounted read-only on this "
 				    "node for another pod; a read-write pod has to wait until "
@@ -601,14 +612,13 @@ int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts 
 	{
 		_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
 		struct fv_mntinfo mi;
-		struct stat st;
 
 		/* the global path is this volume's; the options must name the device mounted there */
-		if (fv_dir_open_quiet(path, &gd) == 0 && fv_dir_mounted(&gd, &mi) == 0 &&
-		    (found > 0 || stat(dev, &st) < 0 || st.st_rdev != mi.devno))
-			return fv_fail(cx, -FV_ERR_CONFLICT, "volume '%s' is mounted on this node from "
-				       "'%s', which is not the device these options name",
-				       fv_path_last(dir), mi.source);
+		if (fv_dir_open_quiet(path, &gd) == 0 && fv_dir_mounted(&gd, &mi) == 0) {
+			r = require_named_device(cx, fv_path_last(dir), found, dev, &mi);
+			if (r < 0)
+				return r;
+		}
 	}
 	return fv_blkvol_bind(cx, dir, path, o->readonly);
 }

@@ -179,16 +179,22 @@ static int run_help(struct call *c)
 	return 0;
 }
 
+/* The contract's exact argument count of @op (a Failure with a message otherwise). */
+static int check_nargs(struct fv_ctx *cx, const struct op *op, int nargs)
+{
+	if (nargs == op->nargs)
+		return 0;
+	return fv_fail(cx, -EINVAL, "%s takes %d argument%s, got %d", op->name, op->nargs,
+		       op->nargs == 1 ? "" : "s", nargs);
+}
+
 /* An OP_LOCAL op: one reply with the version; a message on Success too (--help). */
 static int run_local(int out, const struct op *op, struct call *c, int nargs)
 {
 	struct fv_reply r = { .version = fv_version };
-	int rc;
+	int rc = check_nargs(c->cx, op, nargs);
 
-	if (nargs != op->nargs)
-		rc = fv_fail(c->cx, -EINVAL, "%s takes %d argument%s, got %d", op->name, op->nargs,
-			     op->nargs == 1 ? "" : "s", nargs);
-	else
+	if (rc == 0)
 		rc = op->run(c);
 	r.status = rc < 0 ? FV_FAILURE : FV_SUCCESS;
 	r.message = c->cx->message;
@@ -442,9 +448,7 @@ int main(int argc, char **argv)
 		st = FV_FAILURE;
 		goto out;
 	}
-	if (argc - 2 != op->nargs) {
-		fv_fail(cx, -EINVAL, "%s takes %d argument%s, got %d", op->name, op->nargs,
-			op->nargs == 1 ? "" : "s", argc - 2);
+	if (check_nargs(cx, op, argc - 2) < 0) {
 		st = FV_FAILURE;
 		goto out;
 	}

@@ -12,8 +12,9 @@ struct udev_device;
 
 /*
  * fv_blk_lock() - open block device @dev and take its BSD lock (LOCK_EX,
- * systemd's BLOCK_DEVICE_LOCKING.md: udev does not probe a locked device)
- * within the configured lock timeout.  Hold it from the probe to the
+ * the block-device locking convention of systemd and udev: udev does not
+ * probe a locked device) within the configured lock timeout.  Hold it from
+ * the probe to the
  * mount: nothing else of ours probes, formats or mounts the device
  * meanwhile, and a mkfs that inherited it keeps it until it exits.
  * Returns the locked fd (close it to unlock), or -FV_ERR_TIMEOUT / -errno
