@@ -442,20 +442,12 @@ int fv_dir_bind(struct fv_ctx *cx, const struct fv_dir *src, const struct fv_dir
 	return fv_fail(cx, nfd, "read-only remount of '%s' failed: %s", dst->path, strerror(-nfd));
 }
 
-int fv_dir_is_empty(const struct fv_dir *d)
+/* Does the open directory @dir hold nothing but "." and ".."?  1 yes, 0 no.  Closes @dir. */
+static int read_empty(DIR *dir)
 {
-	int fd = openat(d->parent, d->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	DIR *dir;
 	struct dirent *e;
 	int r = 1;
 
-	if (fd < 0)
-		return errno == ENOENT ? 1 : errno == ENOTDIR ? -ENOTDIR : NEG_ERRNO();
-	dir = fdopendir(fd);
-	if (!dir) {
-		close(fd);
-		return NEG_ERRNO();
-	}
 	while ((e = readdir(dir)))
 		if (!streq(e->d_name, ".") && !streq(e->d_name, "..")) {
 			r = 0;
@@ -465,19 +457,26 @@ int fv_dir_is_empty(const struct fv_dir *d)
 	return r;
 }
 
+int fv_dir_is_empty(const struct fv_dir *d)
+{
+	int fd = openat(d->parent, d->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *dir;
+
+	if (fd < 0)
+		return errno == ENOENT ? 1 : errno == ENOTDIR ? -ENOTDIR : NEG_ERRNO();
+	dir = fdopendir(fd);
+	if (!dir) {
+		close(fd);
+		return NEG_ERRNO();
+	}
+	return read_empty(dir);
+}
+
 int fv_path_is_empty(const char *path)
 {
 	DIR *d = opendir(path);
-	struct dirent *e;
-	int r = 1;
 
 	if (!d)
 		return errno == ENOENT ? 1 : NEG_ERRNO();
-	while ((e = readdir(d)))
-		if (!streq(e->d_name, ".") && !streq(e->d_name, "..")) {
-			r = 0;
-			break;
-		}
-	closedir(d);
-	return r;
+	return read_empty(d);
 }

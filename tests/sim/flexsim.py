@@ -301,6 +301,15 @@ def cleanup(prefix):
     return not mounts_under(prefix) and not loops_under(prefix)
 
 
+def dead(pid):
+    """Has process @pid ended (gone, or a zombie nobody reaped yet)?"""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
 def in_private_mount_ns(argv):
     """Re-exec @argv in a private mount namespace (once): test mounts never reach the host."""
     if os.environ.get("FLEXSIM_NS") == "1":

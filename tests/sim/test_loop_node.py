@@ -13,7 +13,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flexsim import Driver, Fail, case_registry, check, in_parallel, loop_ro, mounted_at, mounts_under  # noqa: E402
+from flexsim import Driver, Fail, case_registry, check, dead, in_parallel, loop_ro, mounted_at, mounts_under  # noqa: E402
 import test_loop  # noqa: E402
 
 DRIVER = "loop"
@@ -313,7 +313,7 @@ def node_sigkill_during_mkfs(e):
     done = os.path.join(e.dir, "mkfs-done")
     os.mkfifo(fifo)
     with open(os.path.join(wrap, "mkfs.ext4"), "w") as f:
-        f.write("#!/bin/sh\n: > %s\nread x < %s\n/sbin/mkfs.ext4 \"$@\"\nrc=$?\n: > %s\nexit $rc\n"
+        f.write("#!/bin/sh\necho $$ > %s\nread x < %s\n/sbin/mkfs.ext4 \"$@\"\nrc=$?\n: > %s\nexit $rc\n"
                 % (started, fifo, done))
     os.chmod(os.path.join(wrap, "mkfs.ext4"), 0o755)
     o = e.opts()
@@ -328,6 +328,11 @@ def node_sigkill_during_mkfs(e):
     check(os.path.exists(started), "the mkfs wrapper never started")
     p.send_signal(signal.SIGKILL)
     p.communicate()
+
+    def wrapper_pid():
+        with open(started) as f:
+            return int(f.read().strip() or 0)
+
     try:
         g = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
         os.write(g, b"go\n")
@@ -336,7 +341,8 @@ def node_sigkill_during_mkfs(e):
         pass
     else:
         deadline = time.monotonic() + 60
-        while not os.path.exists(done) and time.monotonic() < deadline:
+        # the gate may open just as the wrapper dies with its driver: then no mkfs runs at all
+        while not os.path.exists(done) and time.monotonic() < deadline and not dead(wrapper_pid()):
             time.sleep(0.01)
     k.mount("pod-a", "pv1", o, expect="Success")
     k.mount("pod-a", "pv1", o, expect="Success")

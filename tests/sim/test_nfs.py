@@ -22,8 +22,8 @@ import subprocess
 import tempfile
 import time
 
-from flexsim import (Driver, Kubelet, case_registry, check, cleanup, in_parallel, mounted_at, mounts,
-                     mounts_under)
+from flexsim import (Driver, Kubelet, case_registry, check, cleanup, dead, in_parallel, mounted_at,
+                     mounts, mounts_under)
 
 DRIVER = "nfs"
 CASES, case = case_registry()
@@ -124,14 +124,6 @@ class NfsEnv:
 
 def make_env(build, name):
     return NfsEnv(build, name)
-
-
-def dead(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
 
 
 # --- cases ----------------------------------------------------------------------
