@@ -1,0 +1,13 @@
+# The admission policy (deploy/policy/, docs/security.md).
+#
+#   make check-policy    its CEL compiled and evaluated offline (tests/policy/: cel-go,
+#                        fetched from the Go module proxy at the version go.sum pins) on
+#                        every example of tests/kube/policy/ (allowed and refused) and on
+#                        updates; needs Go >= 1.22 (go in PATH or /usr/local/go/bin).
+#                        make check-deploy renders it in every overlay; the real API
+#                        server runs the same examples in the real-cluster lane (tests/kube/).
+
+.PHONY: check-policy
+
+check-policy:
+	$(Q)python3 tests/policy/run --build $(O)
