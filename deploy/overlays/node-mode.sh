@@ -2,14 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # deploy/overlays/node-mode.sh: regenerate the node-only overlays' ConfigMap
-# patch (kubeadm-1.36/node-mode.yaml, openshift/node-mode.yaml) from the
+# patch (kubeadm-1.36/, openshift/, gke/node-mode.yaml) from the
 # base's deploy/base/configmap.yaml: the same node config plus
 # "attach_mode = node".  Run it after every edit of the base's config;
 # tests/static/manifest-test fails while they differ otherwise.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 base=$here/../base/configmap.yaml
-for o in kubeadm-1.36 openshift; do
+for o in kubeadm-1.36 openshift gke; do
 	{
 		printf '%s\n' \
 			'# Node-only attach mode (docs/design.md, "Two attach modes"): the node' \
