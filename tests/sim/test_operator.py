@@ -1,6 +1,6 @@
 """Host-lane cases for the operator's side of every driver (run by tests/sim/run.py):
 the version op, --version/--help, the installer's check-config op, and
-"debug = true" in the node config (README.md, "Install on a cluster").
+"debug = true" in the node config (docs/operate.md, "Debug mode").
 """
 import os
 import re
