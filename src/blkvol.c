@@ -469,14 +469,26 @@ static int node_mounts(struct fv_ctx *cx, const char *a, size_t alen, char *buf,
 	return 0;
 }
 
-/* Node mode: the device mount of volume @vkey, owned by the driver under the run dir. */
+/*
+ * Node mode: the device mount of volume @vkey, owned by the driver under the
+ * run dir.  A key without '@' is a volume of a version before these keys,
+ * whose device mount is <run>/<driver>/mounts/<name> itself: it keeps that
+ * key until its last pod goes (node_legacy()).
+ */
 static int node_gmp(struct fv_ctx *cx, const char *vkey, char *buf, size_t len)
 {
 	const char *at = strchr(vkey, '@');
+	char a[NAME_MAX + 1];
 	size_t n;
 	int r;
 
-	if (!at || strchr(at + 1, '@') || strchr(vkey, '/') || at == vkey || !at[1])
+	if (!at) {
+		r = fv_name_key(vkey, a, sizeof(a) - 1);
+		if (r < 0)
+			return fv_fail(cx, r, "volume name '%s' cannot be a file name", vkey);
+		return node_mounts(cx, a, strlen(a), buf, len);
+	}
+	if (strchr(at + 1, '@') || strchr(vkey, '/') || at == vkey || !at[1])
 		return fv_fail(cx, -EINVAL, "'%s' is not a node-mode volume key", vkey);
 	r = node_mounts(cx, vkey, (size_t)(at - vkey), buf, len);
 	if (r < 0)
@@ -511,6 +523,16 @@ static int node_teardown(struct fv_ctx *cx, const char *vkey, const char *path, 
 			return fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
 		if (r > 1)
 			return 0; /* other pods on this node still use it */
+		{
+			char ident[PATH_MAX];
+
+			/* only ever a device of ours: never a filesystem someone put here */
+			r = ops_of(cx)->ident_of(cx, mi.devno, ident, sizeof(ident));
+			if (r != 0)
+				return r < 0 ? r : fv_fail(cx, -FV_ERR_CONFLICT, "'%s' holds '%s', "
+							   "not a device of this driver; leaving it",
+							   path, mi.source);
+		}
 		r = fv_blkvol_unmount(cx, path, &mi);
 		if (r < 0)
 			return r;
@@ -544,57 +566,88 @@ static int node_teardown_locked(struct fv_ctx *cx, const char *vkey, dev_t was_d
 	return r;
 }
 
+/* Is the directory @path (ours, under the run dir) a mount point? */
+static bool is_mount_point(const char *path)
+{
+	_cleanup_(fv_dir_closep) struct fv_dir d = { .parent = -1 };
+
+	return fv_dir_open_quiet(path, &d) == 0 && fv_dir_mounted(&d, NULL) == 0;
+}
+
+/* Has pod dir name @name a device mount of a version before node mode keys (node_gmp())? */
+static bool node_legacy(struct fv_ctx *cx, const char *name)
+{
+	char path[PATH_MAX];
+
+	return node_gmp(cx, name, path, sizeof(path)) == 0 && is_mount_point(path);
+}
+
 /*
- * Call @fn for each node-mode volume key with a device mount directory:
- * of the pod dir name @name only, or (NULL) of every name.  Stops at the
- * first error.  The directories are ours (the run dir), made by node_mount.
+ * Call @fn for each volume key with a device mount directory under
+ * <run>/<driver>/mounts/<a> (@a a pod dir name as node_vkey() makes it):
+ * "<a>@<ident>" for each directory in it - or "<a>" alone when it is a
+ * mount point itself (an older version's device mount: never walked into,
+ * it is a volume's filesystem).
  */
+static int node_each_name(struct fv_ctx *cx, const char *a,
+			  int (*fn)(struct fv_ctx *cx, const char *vkey, void *arg), void *arg)
+{
+	char dir[PATH_MAX], vkey[256];
+	struct dirent *f;
+	DIR *sub;
+	int r = node_mounts(cx, a, strlen(a), dir, sizeof(dir));
+
+	if (r < 0)
+		return r;
+	if (is_mount_point(dir))
+		return fn(cx, a, arg);
+	sub = opendir(dir);
+	if (!sub)
+		return 0;
+	while (r >= 0 && (f = readdir(sub))) {
+		if (f->d_name[0] == '.' || strchr(f->d_name, '@'))
+			continue;
+		if (snprintf(vkey, sizeof(vkey), "%s@%s", a, f->d_name) < (int)sizeof(vkey))
+			r = fn(cx, vkey, arg);
+	}
+	closedir(sub);
+	return r;
+}
+
+/* node_each_name() for the pod dir name @name, or (NULL) for every name. */
 static int node_each(struct fv_ctx *cx, const char *name,
 		     int (*fn)(struct fv_ctx *cx, const char *vkey, void *arg), void *arg)
 {
-	char top[PATH_MAX], dir[PATH_MAX], a[100], vkey[256];
-	DIR *d, *sub;
-	struct dirent *e, *f;
+	char top[PATH_MAX], a[100];
+	struct dirent *e;
+	DIR *d;
 	int r = 0;
 
-	if (name) {
-		if (fv_name_key(name, a, sizeof(a)) < 0)
-			return 0;
-		r = node_mounts(cx, a, strlen(a), dir, sizeof(dir));
-		if (r < 0)
-			return r;
-		snprintf(top, sizeof(top), "%s", dir);
-		*strrchr(top, '/') = '\0';
-	} else if (node_mounts(cx, "", 0, top, sizeof(top)) < 0) {
+	if (name)
+		return fv_name_key(name, a, sizeof(a)) < 0 ? 0 : node_each_name(cx, a, fn, arg);
+	if (node_mounts(cx, "", 0, top, sizeof(top)) < 0)
 		return -ENAMETOOLONG;
-	}
 	d = opendir(top);
 	if (!d)
 		return errno == ENOENT ? 0 : fv_fail(cx, NEG_ERRNO(), "cannot read '%s': %m", top);
-	while (r >= 0 && (e = readdir(d))) {
-		if (e->d_name[0] == '.' || strchr(e->d_name, '@') || (name && !streq(e->d_name, a)))
-			continue;
-		if (snprintf(dir, sizeof(dir), "%s/%s", top, e->d_name) >= (int)sizeof(dir))
-			continue;
-		sub = opendir(dir);
-		if (!sub)
-			continue;
-		while (r >= 0 && (f = readdir(sub))) {
-			if (f->d_name[0] == '.' || strchr(f->d_name, '@'))
-				continue;
-			if (snprintf(vkey, sizeof(vkey), "%s@%s", e->d_name, f->d_name) <
-			    (int)sizeof(vkey))
-				r = fn(cx, vkey, arg);
-		}
-		closedir(sub);
-	}
+	while (r >= 0 && (e = readdir(d)))
+		if (e->d_name[0] != '.' && !strchr(e->d_name, '@'))
+			r = node_each_name(cx, e->d_name, fn, arg);
 	closedir(d);
 	return r;
 }
 
 static int teardown_fn(struct fv_ctx *cx, const char *vkey, void *arg)
 {
-	return node_teardown_locked(cx, vkey, 0);
+	int r = node_teardown_locked(cx, vkey, 0);
+
+	if (r == -FV_ERR_CONFLICT) {
+		/* not this pod's business: its own mount is gone */
+		fv_log("unmount: %s", fv_ctx_message(cx));
+		fv_ctx_reset_message(cx);
+		r = 0;
+	}
+	return r;
 }
 
 /*
@@ -622,7 +675,10 @@ static int node_unmount(struct fv_ctx *cx, const char *dir)
 		if (r == 0) {
 			char path[PATH_MAX];
 
-			r = node_vkey(cx, fv_path_last(dir), ident, vkey, sizeof(vkey));
+			if (node_legacy(cx, fv_path_last(dir)))
+				snprintf(vkey, sizeof(vkey), "%s", fv_path_last(dir));
+			else
+				r = node_vkey(cx, fv_path_last(dir), ident, vkey, sizeof(vkey));
 			if (r == 0)
 				r = node_gmp(cx, vkey, path, sizeof(path));
 			if (r < 0)
@@ -676,7 +732,10 @@ static int node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *
 
 	if (r < 0)
 		return r;
-	r = node_vkey_of(cx, v, dir, vkey, sizeof(vkey));
+	if (node_legacy(cx, name) && strlen(name) < sizeof(vkey))
+		snprintf(vkey, sizeof(vkey), "%s", name); /* until the older version's last pod goes */
+	else
+		r = node_vkey_of(cx, v, dir, vkey, sizeof(vkey));
 	if (r == 0)
 		r = node_gmp(cx, vkey, path, sizeof(path));
 	if (r < 0)
@@ -912,7 +971,7 @@ static int gc_key(struct fv_ctx *cx, const char *key, void *arg)
 		g->young++;
 		goto out;
 	}
-	if (!hinted && strchr(key, '@') && fv_blkvol_node_mode(cx)) {
+	if (!hinted && fv_blkvol_node_mode(cx)) {
 		char path[PATH_MAX];
 
 		r = node_gmp(cx, key, path, sizeof(path));

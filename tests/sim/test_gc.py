@@ -210,3 +210,22 @@ def gc_node_never_releases_what_is_in_use(e):
     check(len(mounted_at(k.poddir("pod-b", "pv1"))) == 1, "pod-b kept")
     k.unmount("pod-b", "pv1", expect="Success")
     e.nothing_left("node in use")
+
+
+@case
+def gc_node_never_walks_into_a_filesystem(e):
+    """A device mount of an older version is <run>/loop/mounts/<name> itself: gc and unmount treat
+    it as one volume and never walk into it (its empty directories are a tenant's data); a
+    filesystem not on a device of ours is never unmounted."""
+    k = e.k
+    d = os.path.join(e.run, "loop", "mounts", "old")
+    os.makedirs(d)
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", d], check=True)
+    os.makedirs(os.path.join(d, "empty-dir"))
+    gc(e, grace=0)
+    os.makedirs(k.poddir("pod-a", "old"))
+    k.unmount("pod-a", "old", expect="Success")
+    check(os.path.isdir(os.path.join(d, "empty-dir")), "a directory inside a filesystem went")
+    check(len(mounted_at(d)) == 1, "a foreign filesystem was unmounted")
+    umount(d)
+    e.nothing_left("foreign filesystem")
