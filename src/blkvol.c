@@ -234,7 +234,9 @@ static int save_record(struct fv_ctx *cx, const char *name, const void *v, const
 
 	if (!rec)
 		return -ENOMEM;
-	json_object_object_add(rec, "key", json_object_new_string(name)); /* for the collector */
+	/* for the collector: whose record this is, and that it is the class's */
+	json_object_object_add(rec, "key", json_object_new_string(name));
+	json_object_object_add(rec, "blkvol", json_object_new_boolean(true));
 	json_object_object_add(rec, "device", json_object_new_string(dev));
 	json_object_object_add(rec, "readonly", json_object_new_boolean(o->readonly));
 	r = ops_of(cx)->record ? ops_of(cx)->record(cx, v, rec) : 0;
@@ -922,17 +924,28 @@ static void gc_failed(struct fv_ctx *cx, struct gc_run *g, const char *key, int 
  * volume, never the other way round - the backend's release asks the
  * kernel about its own device again.
  */
-static bool record_device_busy(struct fv_ctx *cx, const char *key)
+static bool record_device_busy(json_object *rec)
 {
-	json_object *rec = NULL, *d;
-	bool busy = false;
+	json_object *d;
 
-	if (fv_state_read(cx, key, &rec) != 0)
-		return false;
-	if (json_object_object_get_ex(rec, "device", &d) && json_object_is_type(d, json_type_string))
-		busy = fv_blk_busy(json_object_get_string(d)) != 0;
-	json_object_put(rec);
-	return busy;
+	return rec && json_object_object_get_ex(rec, "device", &d) &&
+	       json_object_is_type(d, json_type_string) &&
+	       fv_blk_busy(json_object_get_string(d)) != 0;
+}
+
+/*
+ * Is @rec a volume record of this class (save_record())?  A backend may keep
+ * records of its own in the same directory; they are none of the collector's.
+ * Records of versions before the "blkvol" mark have a "device" and no "key".
+ */
+static bool class_record(json_object *rec)
+{
+	json_object *x;
+
+	if (json_object_object_get_ex(rec, "blkvol", &x))
+		return json_object_get_boolean(x);
+	return !json_object_object_get_ex(rec, "key", &x) &&
+	       json_object_object_get_ex(rec, "device", &x);
 }
 
 /*
@@ -950,6 +963,7 @@ static int gc_key(struct fv_ctx *cx, const char *key, void *arg)
 	const char *name = hinted ? key + 1 : key;
 	unsigned int age = UINT_MAX;
 	char lockname[PATH_MAX + 64];
+	json_object *rec = NULL;
 	int lock, r;
 
 	if (g->max_release && g->released >= g->max_release)
@@ -966,7 +980,10 @@ static int gc_key(struct fv_ctx *cx, const char *key, void *arg)
 		gc_failed(cx, g, key, lock);
 		return 0;
 	}
-	/* no record (state wiped): the kernel alone decides */
+	if (fv_state_read(cx, key, &rec) != 0)
+		rec = NULL; /* no record (state wiped): the kernel alone decides */
+	if (rec && !class_record(rec))
+		goto out;
 	if (fv_state_age(cx, key, &age) == 0 && age < cx->cfg.gc_grace) {
 		g->young++;
 		goto out;
@@ -977,7 +994,7 @@ static int gc_key(struct fv_ctx *cx, const char *key, void *arg)
 		r = node_gmp(cx, key, path, sizeof(path));
 		if (r == 0)
 			r = node_teardown(cx, key, path, 0);
-	} else if (record_device_busy(cx, key)) {
+	} else if (record_device_busy(rec)) {
 		r = fv_fail(cx, -EBUSY, "its device is in use");
 	} else {
 		r = hinted ? release_record(cx, name, key, 0) : release_volume(cx, name, 0);
@@ -987,6 +1004,7 @@ static int gc_key(struct fv_ctx *cx, const char *key, void *arg)
 	else
 		g->released++;
 out:
+	json_object_put(rec);
 	fv_unlock(lock);
 	return 0;
 }
