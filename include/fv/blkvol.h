@@ -17,7 +17,10 @@
  *   detach                       its PV-name argument
  *
  * These "names" key the per-volume lock (<driver>-vol-<name>), the state
- * record and every claim a backend makes on a device (loop tags).
+ * record and every claim a backend makes on a device (loop tags).  In node
+ * mode the pod dir's name is a pod author's choice for inline volumes, so
+ * there the key is "<name>@<ident>", the backend object's identity added
+ * (ops->ident(); docs/design.md, "Node mode keys").
  *
  * waitforattach gets no directory, only the handle attach returned and the
  * options.  What identifies the volume there is the backend object the
