@@ -988,6 +988,16 @@ static int gc_key(struct fv_ctx *cx, const char *key, void *arg)
 		g->young++;
 		goto out;
 	}
+	if (!hinted) {
+		/* a fresh waitforattach of this name: kubelet is on its way to mountdevice */
+		char hkey[PATH_MAX];
+
+		hinted_key(name, hkey, sizeof(hkey));
+		if (fv_state_age(cx, hkey, &age) == 0 && age < cx->cfg.gc_grace) {
+			g->young++;
+			goto out;
+		}
+	}
 	if (!hinted && fv_blkvol_node_mode(cx)) {
 		char path[PATH_MAX];
 
