@@ -229,3 +229,29 @@ def gc_node_never_walks_into_a_filesystem(e):
     check(len(mounted_at(d)) == 1, "a foreign filesystem was unmounted")
     umount(d)
     e.nothing_left("foreign filesystem")
+
+
+@case
+def gc_killed_at_any_point(e):
+    """A SIGKILL anywhere in gc leaves a state the next gc finishes (and nothing in use touched)."""
+    k = e.k
+    env = dict(e.env, FLEXVOL_GC_GRACE="0")
+    keep = bring_up(e, "keep", e.opts("keep", file="keep.img"))
+    for delay_ms in (0, 1, 3, 6, 10, 20):
+        for i in range(3):
+            vol = "pv%d" % i
+            bring_up(e, vol, e.opts(vol, file="v%d.img" % i))
+            k.unmount("pod-a", vol, expect="Success")
+            umount(k.gmp(vol))
+        p = subprocess.Popen([e.bin, "gc"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL)
+        time.sleep(delay_ms / 1000)
+        p.kill()
+        p.communicate()
+        gc(e, grace=0)
+        check(list(e.loops()) == [keep], "gc killed at %d ms, then gc: %r" % (delay_ms, e.loops()))
+        check(len(mounted_at(k.poddir("pod-a", "keep"))) == 1, "the volume in use kept")
+    k.unmount("pod-a", "keep", expect="Success")
+    k.unmountdevice("keep", expect="Success")
+    k.detach("keep", expect="Success")
+    e.nothing_left("gc killed")
