@@ -1,0 +1,175 @@
+"""Host-lane cases of the block-volume class's hardening (issue 17), on the loop driver.
+
+Read-only binds that are never writable (point 3), mixed read-only and read-write pods of
+one volume (point 8), unmountdevice that never drops the device mount before the release
+(point 2a), lock waits in the log, and the smaller lies of point 9.  Real loop devices,
+mkfs and mounts, in the runner's private mount namespace.
+"""
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flexsim import Driver, case_registry, check, mounted_at, mounts_under  # noqa: E402
+import test_loop  # noqa: E402
+from test_loop import bring_up  # noqa: E402
+
+DRIVER = "loop"
+CASES, case = case_registry()
+
+
+class Env(test_loop.Env):
+    def __init__(self, build, name, mode="controller"):
+        super().__init__(build, name)
+        if mode == "node":
+            self.env["FLEXVOL_ATTACH_MODE"] = "node"
+            self.drv = Driver(self.bin, self.env)
+            self.k.drv = self.drv
+
+    def devmount(self, vol="pv1"):
+        return os.path.join(self.run, "loop", "mounts", vol)
+
+
+def make_env(build, name):
+    return Env(build, name, "node" if name.startswith("node_") else "controller")
+
+
+# --- point 3: a read-only bind is never writable, not even for one syscall ---------
+
+SYSCALL = re.compile(r"^\d+\s+(?:<\.\.\. )?([a-z0-9_]+)\(")
+
+
+def syscalls_of(e, args):
+    """The syscalls one call of the driver makes, in order, as (name, n-th of that name)."""
+    log = os.path.join(e.dir, "strace.out")
+    subprocess.run(["strace", "-f", "-qq", "-o", log, "--", e.bin, *args], env=e.env,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=True, timeout=60)
+    seen, out = {}, []
+    with open(log) as f:
+        for line in f:
+            m = SYSCALL.match(line)
+            if not m or "resumed>" in line:
+                continue
+            name = m.group(1)
+            seen[name] = seen.get(name, 0) + 1
+            out.append((name, seen[name]))
+    os.unlink(log)
+    return out
+
+
+def killed_at(e, args, name, n):
+    """Run the driver with SIGKILL delivered on entering the @n-th @name syscall."""
+    subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=" + name,
+                    "-e", "inject=%s:signal=KILL:when=%d" % (name, n), "--", e.bin, *args],
+                   env=e.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=60)
+
+
+def never_writable(e, pd, what):
+    for m in mounted_at(pd):
+        check("ro" in m[3].split(","), "%s: '%s' is mounted writable: %r" % (what, pd, m))
+
+
+def sigkill_every_syscall(e, mount, unmount, pd, before=None):
+    """SIGKILL the read-only mount @mount (argv) at each of its syscalls in turn: after each,
+    the pod dir is unmounted or read-only, and a retry converges to a read-only bind."""
+    if before:
+        before()
+    seq = syscalls_of(e, mount)
+    e.drv.call(*unmount, expect="Success")
+    check(len(seq) > 20, "strace saw the call: %r" % seq[:5])
+    for name, n in seq:
+        if before:
+            before()
+        what = "killed at %s #%d" % (name, n)
+        killed_at(e, mount, name, n)
+        never_writable(e, pd, what)
+        e.drv.call(*mount, expect="Success")
+        check(mounted_at(pd), "%s: the retry mounted nothing" % what)
+        never_writable(e, pd, what + ", then retried")
+        e.drv.call(*unmount, expect="Success")
+    return len(seq)
+
+
+@case
+def ro_bind_sigkill_at_every_syscall(e):
+    """Issue 17 point 3: the read-only bind of a pod is one atomic step (open_tree,
+    mount_setattr(MOUNT_ATTR_RDONLY), move_mount): SIGKILL at any syscall of the mount leaves the
+    pod dir unmounted or read-only, and the retry (which kubelet skips when the dir is a mount
+    point) is never needed to make it read-only."""
+    k = e.k
+    bring_up(e, uids=())
+    pd = k.poddir("pod-r", "pv1")
+    os.makedirs(pd)
+    n = sigkill_every_syscall(e, ("mount", pd, e.opts(ro=True)), ("unmount", pd), pd)
+    check(n > 0, "syscalls: %d" % n)
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("ro bind killed")
+
+
+@case
+def node_ro_bind_sigkill_at_every_syscall(e):
+    """Issue 17 point 3, node mode: a read-only pod next to a read-write one; SIGKILL at every
+    syscall of its mount; the pod dir is never writable."""
+    k = e.k
+    k.mount("pod-w", "pv1", e.opts(), expect="Success")
+    pd = k.poddir("pod-r", "pv1")
+    os.makedirs(pd)
+    sigkill_every_syscall(e, ("mount", pd, e.opts(ro=True)), ("unmount", pd), pd)
+    k.unmount("pod-w", "pv1", expect="Success")
+    e.nothing_left("node ro bind killed")
+
+
+@case
+def ro_bind_already_mounted_writable_is_made_ro(e):
+    """Issue 17 point 3: a writable bind already on the pod dir (a killed two-step mount of an
+    older version, an operator) is never answered Success for a read-only pod as it is."""
+    k = e.k
+    bring_up(e, uids=())
+    pd = k.poddir("pod-r", "pv1")
+    os.makedirs(pd)
+    subprocess.run(["mount", "--bind", k.gmp("pv1"), pd], check=True)
+    k.mount("pod-r", "pv1", e.opts(ro=True), expect="Success")
+    never_writable(e, pd, "already bound rw")
+    k.unmount("pod-r", "pv1", expect="Success")
+    # and the other way round: a read-only bind for a read-write pod is a clear Failure
+    subprocess.run(["mount", "--bind", "-o", "ro", k.gmp("pv1"), pd], check=True)
+    r = k.mount("pod-r", "pv1", e.opts(), expect="Failure")
+    check("read-only" in r["message"], r["message"])
+    k.unmount("pod-r", "pv1", expect="Success")
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("already bound")
+
+
+@case
+def ro_bind_without_new_mount_api(e):
+    """Issue 17 point 3, the fallback for kernels without open_tree/mount_setattr (< 5.12):
+    a private staging mount made read-only, then moved into the pod dir; SIGKILL at any of its
+    syscalls leaves the pod dir unmounted or read-only and nothing in the staging dir."""
+    k = e.k
+    bring_up(e, uids=())
+    pd = k.poddir("pod-r", "pv1")
+    os.makedirs(pd)
+    real = e.bin
+    wrapper = os.path.join(e.dir, "old-kernel")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nexec strace -f -qq -o /dev/null -e trace=open_tree,mount_setattr "
+                "-e inject=open_tree,mount_setattr:error=ENOSYS -- %s \"$@\"\n" % real)
+    os.chmod(wrapper, 0o755)
+    drv = Driver(wrapper, e.env, name="loop")
+    o = e.opts(ro=True)
+    drv.call("mount", pd, o, expect="Success")
+    never_writable(e, pd, "fallback")
+    check(len(mounted_at(pd)) == 1, "one bind: %r" % mounted_at(pd))
+    drv.call("unmount", pd, expect="Success")
+    staging = os.path.join(e.run, "loop", "staging")
+    check(not [m for m in mounts_under(e.run) if m[0].startswith(staging)],
+          "staging mounts left: %r" % mounts_under(e.run))
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("fallback")
+
