@@ -139,10 +139,23 @@ int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro)
 		return fv_fail(cx, r, "cannot tell whether '%s' is mounted: %s", pd.path,
 			       strerror(-r));
 	if (r == 0) {
-		if (mi.devno == smi.devno)
-			return 0;
-		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'", pd.path,
-			       mi.source);
+		if (mi.devno != smi.devno)
+			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'",
+				       pd.path, mi.source);
+		/*
+		 * Bound already: Success only in the mode asked (issue 17).  A
+		 * writable bind of a read-only pod (a killed two-step mount of an
+		 * older version, an operator) is made read-only - kubelet never
+		 * calls mount again for a dir that is a mount point; a read-only
+		 * bind of a read-write pod would fail every write later.
+		 */
+		if (ro && !mi.readonly)
+			return fv_dir_make_ro(cx, &pd);
+		if (!ro && mi.readonly)
+			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted read-only, "
+				       "and this pod asks for read-write; unmount it first",
+				       pd.path);
+		return 0;
 	}
 	return fv_dir_bind(cx, &sd, &pd, ro);
 }

@@ -124,8 +124,16 @@ int fv_umount_literal(const char *path, int flags);
 int fv_dir_mount(struct fv_ctx *cx, const struct fv_dir *d, const char *source,
 		 const char *fstype, const char *options);
 
-/* fv_dir_bind() - bind the directory @src on @dst (read-only when @ro), both by descriptor. */
+/*
+ * fv_dir_bind() - bind the directory @src on @dst (read-only when @ro), both
+ * by descriptor.  A read-only bind is never writable, not even for one
+ * syscall: it is made read-only before it becomes visible on @dst
+ * (docs/design.md, "Read-only binds").
+ */
 int fv_dir_bind(struct fv_ctx *cx, const struct fv_dir *src, const struct fv_dir *dst, bool ro);
+
+/* fv_dir_make_ro() - make the topmost mount on @d read-only (that mount only); message set. */
+int fv_dir_make_ro(struct fv_ctx *cx, const struct fv_dir *d);
 
 /* Is @d an empty directory (or absent)?  Not followed if a symlink (-ELOOP).  1 yes, 0 no, -errno. */
 int fv_dir_is_empty(const struct fv_dir *d);
