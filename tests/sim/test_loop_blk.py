@@ -172,3 +172,91 @@ def ro_bind_without_new_mount_api(e):
     k.detach("pv1", expect="Success")
     e.nothing_left("fallback")
 
+
+
+# --- point 2(a): unmountdevice releases before its umount is final -----------------
+
+def gmp_mounted(e, vol="pv1"):
+    return bool(mounted_at(e.k.gmp(vol)))
+
+
+@case
+def unmountdevice_refused_while_a_pod_holds_the_device(e):
+    """Issue 17 point 2(a): unmountdevice while a pod's bind still holds the device (a restarted
+    kubelet, an operator) is refused BEFORE the device mount is touched: the global path stays
+    mounted, new pods of the volume still mount, and mountdevice still answers Success."""
+    k = e.k
+    o = e.opts()
+    dev = bring_up(e, uids=("pod-a",))
+    r = k.unmountdevice("pv1", expect="Failure")
+    check("pod-a" in r["message"] or "still" in r["message"], r["message"])
+    check(gmp_mounted(e), "the device mount was dropped: %r" % mounts_under(e.dir))
+    check(dev in e.loops(), "the binding went: %r" % e.loops())
+    k.mountdevice("pv1", dev, o, expect="Success")
+    k.mount("pod-b", "pv1", o, expect="Success")
+    for uid in ("pod-a", "pod-b"):
+        k.unmount(uid, "pv1", expect="Success")
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("pod held the device")
+
+
+def unmountdevice_syscalls(e):
+    """(name, n) of each syscall of one unmountdevice, from its umount2 on."""
+    bring_up(e, uids=())
+    seq = syscalls_of(e, ("unmountdevice", e.k.gmp("pv1")))
+    e.k.detach("pv1", expect="Success")
+    e.nothing_left("traced unmountdevice")
+    first = [i for i, (name, _) in enumerate(seq) if name == "umount2"]
+    check(first, "unmountdevice made no umount2: %r" % seq)
+    return seq[first[0]:]
+
+
+@case
+def unmountdevice_killed_after_the_umount_leaks_nothing(e):
+    """Issue 17 point 2(a): SIGKILL at each syscall of unmountdevice from its umount2 on: either
+    the device mount is still there (kubelet calls unmountdevice again) or the loop binding is
+    gone too - never an unmounted global path with the attachment left behind (kubelet's retry
+    sees no mount point and never calls the driver again)."""
+    k = e.k
+    for name, n in unmountdevice_syscalls(e):
+        what = "unmountdevice killed at %s #%d" % (name, n)
+        bring_up(e, uids=())
+        killed_at(e, ("unmountdevice", k.gmp("pv1")), name, n)
+        if gmp_mounted(e):
+            k.unmountdevice("pv1", expect="Success")  # kubelet's retry
+        check(not e.loops(), "%s: loop binding leaked: %r" % (what, e.loops()))
+        k.detach("pv1", expect="Success")
+        e.nothing_left(what)
+
+
+@case
+def unmountdevice_failing_release_puts_the_mount_back(e):
+    """Issue 17 point 2(a): a release that fails after the umount (a fake: every ioctl from the
+    release on fails with EIO) puts the device mount back and answers Failure, so kubelet calls
+    unmountdevice again; the retry releases."""
+    k = e.k
+    bring_up(e, uids=())
+    log = os.path.join(e.dir, "strace.out")
+    subprocess.run(["strace", "-f", "-qq", "-e", "trace=ioctl,umount2", "-o", log, "--", e.bin,
+                    "unmountdevice", k.gmp("pv1")], env=e.env, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=60)
+    with open(log) as f:
+        calls = [line.split(None, 1)[1] for line in f if SYSCALL.match(line)]
+    umount = [i for i, c in enumerate(calls) if c.startswith("umount2")][0]
+    n = len([c for c in calls[:umount] if c.startswith("ioctl")]) + 1  # first ioctl after umount2
+    k.detach("pv1", expect="Success")
+    e.nothing_left("traced")
+    dev = bring_up(e, uids=())
+    p = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e",
+                        "inject=ioctl:error=EIO:when=%d+" % n, "--", e.bin, "unmountdevice",
+                        k.gmp("pv1")], env=e.env, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60)
+    out = p.stdout.decode()
+    check('"Failure"' in out, "a failed release answers Failure: %s" % out)
+    check(gmp_mounted(e), "the device mount is back for kubelet's retry: %s" % out)
+    check(dev in e.loops(), "the binding is still there: %r" % e.loops())
+    k.unmountdevice("pv1", expect="Success")
+    check(not e.loops(), "released by the retry: %r" % e.loops())
+    k.detach("pv1", expect="Success")
+    e.nothing_left("failing release")
