@@ -301,6 +301,78 @@ static int release_volume(struct fv_ctx *cx, const char *name, dev_t devno)
 }
 
 /*
+ * The device mount @gd of volume @name goes, and the node-side attach with
+ * it, in the order that leaks nothing (issue 17):
+ *
+ *  - another mount of the device (a pod's bind) is refused before the
+ *    device mount is touched (@busy_ok: that is no error, the caller is one
+ *    of several pods): dropping it first left a device that mountdevice
+ *    then refused as mounted "for another volume";
+ *  - the backend arranges, where it can, that the kernel undoes the attach
+ *    with the last mount (loop: autoclear), so a SIGKILL after the umount
+ *    leaks nothing;
+ *  - a release that fails puts the device mount back, so that kubelet (which
+ *    calls unmountdevice only for a mount point) calls again.
+ *
+ * What still leaks: a backend without release_on_umount (iSCSI) killed
+ * between the umount and its release; the garbage collector finds that.
+ * Call with the volume lock held.  1: left for other mounts (@busy_ok).
+ */
+static int unmount_and_release(struct fv_ctx *cx, const char *name, const struct fv_dir *gd,
+			       bool busy_ok)
+{
+	const struct fv_blkvol_ops *ops = ops_of(cx);
+	struct fv_mntinfo mi;
+	char other[PATH_MAX];
+	int n, r = fv_dir_mounted(gd, &mi);
+
+	if (r < 0)
+		return fv_fail(cx, r, "cannot tell whether '%s' is mounted: %s", gd->path,
+			       strerror(-r));
+	if (r == 1)
+		return release_volume(cx, name, 0); /* unmounted before: what a killed call left */
+	n = fv_mnt_count_devno(mi.devno);
+	if (n < 0)
+		return fv_fail(cx, n, "cannot read the mount table: %s", strerror(-n));
+	if (n > 1) {
+		if (busy_ok)
+			return 1;
+		if (fv_mnt_find_source(mi.source, gd->path, other, sizeof(other)) != 0)
+			snprintf(other, sizeof(other), "another place");
+		return fv_fail(cx, -EBUSY, "%s, the device of '%s', is still mounted at '%s' "
+			       "(%d mounts in all): not unmounting it", mi.source, gd->path, other,
+			       n);
+	}
+	if (ops->release_on_umount) {
+		r = ops->release_on_umount(cx, name, mi.devno);
+		if (r < 0) {
+			fv_log("cannot have %s released with its last mount: %s", mi.source,
+			       strerror(-r));
+			fv_ctx_reset_message(cx);
+		}
+	}
+	r = fv_dir_umount_all(cx, gd, false);
+	if (r < 0)
+		return r;
+	r = release_volume(cx, name, mi.devno);
+	if (r < 0) {
+		char msg[FV_MESSAGE_MAX];
+
+		snprintf(msg, sizeof(msg), "%s", cx->message);
+		if (fv_dir_mount(cx, gd, mi.source, mi.fstype, mi.readonly ? "ro" : "rw") == 0)
+			fv_ctx_add_detail(cx, "the device mount is back, to be unmounted again");
+		else
+			fv_log("cannot put the device mount back on %s: %s", gd->path, cx->message);
+		snprintf(cx->message, sizeof(cx->message), "%s", msg);
+		return r;
+	}
+	r = fv_dir_is_empty(gd);
+	if (r == 0)
+		return fv_fail(cx, -ENOTEMPTY, "'%s' is not empty after unmount", gd->path);
+	return r < 0 ? fv_fail(cx, r, "cannot read '%s': %s", gd->path, strerror(-r)) : 0;
+}
+
+/*
  * The node-side attach claimed for @name, the device formatted if blank and
  * mounted at @gd (the directory as opened), the record written.  A device mounted for
  * another volume is refused: options naming another PV's image or LUN never
@@ -423,12 +495,15 @@ int fv_blkvol_op_mountdevice(struct fv_ctx *cx, const char *dir, const char *dev
 
 int fv_blkvol_op_unmountdevice(struct fv_ctx *cx, const char *dir)
 {
-	struct fv_mntinfo was;
-	int r = fv_blkvol_unmount(cx, dir, &was);
+	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
+	int r = fv_dir_arg(cx, dir, 0, &gd);
 
 	if (r < 0)
 		return r;
-	return release_volume(cx, fv_path_last(dir), was.devno);
+	if (r == 1) /* no directory: nothing mounted, only what a killed call left to release */
+		return release_volume(cx, fv_path_last(dir), 0);
+	/* locked by the dispatcher on the volume name */
+	return unmount_and_release(cx, fv_path_last(dir), &gd, false);
 }
 
 int fv_blkvol_op_detach(struct fv_ctx *cx, const char *volume, const char *node)
@@ -468,12 +543,11 @@ static int node_teardown(struct fv_ctx *cx, const char *name, const char *path, 
 	if (r < 0 && r != -ENOENT)
 		return fv_fail(cx, r, "cannot open '%s': %s", path, strerror(-r));
 	if (exists && fv_dir_mounted(&gd, &mi) == 0) {
-		if (fv_mnt_count_devno(mi.devno) > 1)
-			return 0; /* other pods on this node still use it */
-		r = fv_blkvol_unmount(cx, path, &mi);
-		if (r < 0)
-			return r;
-		devno = mi.devno;
+		r = unmount_and_release(cx, name, &gd, true);
+		if (r != 0)
+			return r < 0 ? r : 0; /* 1: other pods on this node still use it */
+		(void)rmdir(path);
+		return 0;
 	} else if (was_devno && fv_mnt_count_devno(was_devno) == 0) {
 		devno = was_devno; /* the device mount went before (a killed earlier call) */
 	}

@@ -203,6 +203,24 @@ static long loop_nr(const char *name)
 	return nr;
 }
 
+/*
+ * Ask loop device @nr for its status and call @fn when it is bound: 1 (stop)
+ * or 0 from @fn, 0 when unbound (ENXIO) or gone, -errno when the status
+ * cannot be read - never "not bound" for a device we could not ask.
+ */
+static int each_one(int nr, bool (*fn)(int nr, const struct loop_info64 *info, void *arg),
+		    void *arg)
+{
+	struct loop_info64 info;
+	int r = loop_status(nr, &info);
+
+	if (r == -ENXIO || r == -ENOENT || r == -ENODEV)
+		return 0;
+	if (r < 0)
+		return r;
+	return fn(nr, &info, arg) ? 1 : 0;
+}
+
 /* Without /proc: every loop device in sysfs, each asked (ENXIO: not bound). */
 static int each_binding_sysfs(bool (*fn)(int nr, const struct loop_info64 *info, void *arg),
 			      void *arg)
@@ -212,13 +230,12 @@ static int each_binding_sysfs(bool (*fn)(int nr, const struct loop_info64 *info,
 	int stop = 0;
 
 	if (!d)
-		return 0;
+		return NEG_ERRNO();
 	while (!stop && (e = readdir(d))) {
-		struct loop_info64 info;
 		long nr = loop_nr(e->d_name);
 
-		if (nr >= 0 && loop_status((int)nr, &info) == 0)
-			stop = fn((int)nr, &info, arg);
+		if (nr >= 0)
+			stop = each_one((int)nr, fn, arg);
 	}
 	closedir(d);
 	return stop;
@@ -234,6 +251,8 @@ static int each_binding_sysfs(bool (*fn)(int nr, const struct loop_info64 *info,
  * an open() per device (25 ms for 1,000 free devices, issue 11).  We never
  * bind an image under one sector (bind_image), so none of ours is left out.
  * The kernel still decides: LOOP_GET_STATUS64 answers each listed device.
+ * Returns 1 when @fn stopped the walk, 0 when it ran through, -errno when a
+ * device's status could not be read (the walk stops there).
  */
 static int each_binding(bool (*fn)(int nr, const struct loop_info64 *info, void *arg), void *arg)
 {
@@ -244,7 +263,6 @@ static int each_binding(bool (*fn)(int nr, const struct loop_info64 *info, void 
 	if (!f)
 		return each_binding_sysfs(fn, arg);
 	while (!stop && fgets(line, sizeof(line), f)) {
-		struct loop_info64 info;
 		unsigned int maj, min;
 		unsigned long long blocks;
 		char name[64];
@@ -253,8 +271,8 @@ static int each_binding(bool (*fn)(int nr, const struct loop_info64 *info, void 
 		if (sscanf(line, "%u %u %llu %63s", &maj, &min, &blocks, name) != 4)
 			continue; /* the header, the blank line */
 		nr = loop_nr(name);
-		if (nr >= 0 && loop_status((int)nr, &info) == 0)
-			stop = fn((int)nr, &info, arg);
+		if (nr >= 0)
+			stop = each_one((int)nr, fn, arg);
 	}
 	fclose(f);
 	return stop;
@@ -283,13 +301,17 @@ static bool match_file(int nr, const struct loop_info64 *info, void *arg)
 	return true;
 }
 
-/* The binding of the file @st, if any: 0 found, 1 none. */
-static int find_binding(const struct stat *st, struct binding *b)
+/* The binding of the file @st, if any: 0 found, 1 none, -errno (message set) when unknowable. */
+static int find_binding(struct fv_ctx *cx, const struct stat *st, struct binding *b)
 {
 	struct find_file f = { st, b };
+	int r;
 
 	b->nr = -1;
-	return each_binding(match_file, &f) ? 0 : 1;
+	r = each_binding(match_file, &f);
+	if (r < 0)
+		return fv_fail(cx, r, "cannot read the loop devices' status: %s", strerror(-r));
+	return r ? 0 : 1;
 }
 
 static int release(struct fv_ctx *cx, const struct binding *b)
@@ -447,7 +469,10 @@ static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, con
 	if (lock < 0)
 		return lock;
 	make_tag(name ? ':' : '?', want, tag);
-	if (find_binding(&st, &b) == 0) {
+	r = find_binding(cx, &st, &b);
+	if (r < 0)
+		goto fail;
+	if (r == 0) {
 		char mine[LO_NAME_SIZE];
 
 		/* the same name, claimed or hinted, is this volume's binding */
@@ -512,8 +537,9 @@ static int loop_find(struct fv_ctx *cx, const void *vol, char *dev, size_t len)
 	}
 	if (r < 0)
 		return r;
-	if (find_binding(&st, &b) != 0)
-		return 1;
+	r = find_binding(cx, &st, &b);
+	if (r != 0)
+		return r;
 	snprintf(dev, len, "%s", b.dev);
 	return 0;
 }
@@ -567,10 +593,56 @@ static int loop_release(struct fv_ctx *cx, const char *name, dev_t devno, json_o
 {
 	struct release_ctx x = { .cx = cx, .devno = devno };
 
+	int r;
+
 	make_tag(':', name, x.claimed);
 	make_tag('?', name, x.hinted);
-	each_binding(release_one, &x);
+	r = each_binding(release_one, &x);
+	if (r < 0 && x.r == 0)
+		x.r = fv_fail(cx, r, "cannot read the loop devices' status: %s", strerror(-r));
 	return x.r;
+}
+
+struct autoclear_ctx {
+	struct fv_ctx *cx;
+	char claimed[LO_NAME_SIZE];
+	dev_t devno;
+	int r;
+};
+
+static bool autoclear_one(int nr, const struct loop_info64 *info, void *arg)
+{
+	struct autoclear_ctx *x = arg;
+	struct loop_info64 set = *info;
+	_cleanup_close_ int fd = -1;
+	struct binding b;
+	struct stat st;
+
+	fill_binding(&b, nr, info);
+	if (!streq(b.tag, x->claimed) || stat(b.dev, &st) < 0 || st.st_rdev != x->devno)
+		return false;
+	fd = open(b.dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	set.lo_flags |= LO_FLAGS_AUTOCLEAR;
+	if (fd < 0 || ioctl(fd, LOOP_SET_STATUS64, &set) < 0)
+		x->r = NEG_ERRNO();
+	else
+		fv_log("%s (%s): released by the kernel when its last mount goes", b.dev, b.tag);
+	return true;
+}
+
+/*
+ * The binding claimed for @name on @devno is released by the kernel at its
+ * last close (LO_FLAGS_AUTOCLEAR, settable on a bound device): from the
+ * umount on, no SIGKILL can leave it behind.
+ */
+static int loop_release_on_umount(struct fv_ctx *cx, const char *name, dev_t devno)
+{
+	struct autoclear_ctx x = { .cx = cx, .devno = devno };
+	int r;
+
+	make_tag(':', name, x.claimed);
+	r = each_binding(autoclear_one, &x);
+	return r < 0 ? r : x.r;
 }
 
 static int loop_grow(struct fv_ctx *cx, const void *vol, const char *dev, uint64_t new_size)
@@ -607,6 +679,7 @@ static const struct fv_blkvol_ops loop_ops = {
 	.attach = loop_attach,
 	.find = loop_find,
 	.release = loop_release,
+	.release_on_umount = loop_release_on_umount,
 	.record = loop_record,
 	.grow = loop_grow,
 };

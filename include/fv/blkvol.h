@@ -93,6 +93,16 @@ struct fv_blkvol_ops {
 	 */
 	int (*release)(struct fv_ctx *cx, const char *name, dev_t devno, struct json_object *rec);
 
+	/*
+	 * release_on_umount() - optional: device @devno, mounted for volume
+	 * @name, is about to be unmounted for good (unmountdevice, the last
+	 * pod in node mode).  Arrange, where the backend can, that the kernel
+	 * undoes the attach when its last mount goes (loop: LO_FLAGS_AUTOCLEAR),
+	 * so a SIGKILL between the umount and release() leaks nothing.  A
+	 * failure here is logged, never fatal: release() still runs.
+	 */
+	int (*release_on_umount)(struct fv_ctx *cx, const char *name, dev_t devno);
+
 	/* record() - add the backend's fields to @rec, the state record of @vol. */
 	int (*record)(struct fv_ctx *cx, const void *vol, struct json_object *rec);
 
