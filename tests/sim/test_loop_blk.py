@@ -261,3 +261,157 @@ def unmountdevice_failing_release_puts_the_mount_back(e):
     check(not e.loops(), "released by the retry: %r" % e.loops())
     k.detach("pv1", expect="Success")
     e.nothing_left("failing release")
+
+
+# --- point 8: mixed read-only and read-write pods of one volume --------------------
+#
+# docs/flexvolume-contract.md, the sequence these cases drive (§4.1, §2):
+#
+#   2. kubelet waits until the volume is listed as attached to its node, then
+#      `waitforattach <device> <json>` (10 min deadline) and uses the returned device.
+#   3. kubelet creates the device mount path (`mkdir -p`), skips the next call if that
+#      path is already a mount point, else `mountdevice <path> <device> <json>`.
+#   4. kubelet creates the pod dir, skips if it is already a mount point, else
+#      `mount <poddir> <json with pod keys, secrets, fsGroup>`
+#
+#   | `kubernetes.io/readwrite` | `ro` or `rw`; for a PV this comes from the pod's claim
+#   `readOnly`, **not** from the PV's `flexVolume.readOnly` | every op with JSON |
+#
+# So each pod's waitforattach carries that pod's readwrite; mountdevice runs once per
+# device, with the options of whichever pod came first; mount runs per pod.
+
+def formatted(e, vol="pv1"):
+    """An image holding a filesystem (a read-only first pod has nothing to mount on a blank one)."""
+    k = e.k
+    o = e.opts(vol)
+    bring_up(e, vol, o, uids=())
+    k.unmountdevice(vol, expect="Success")
+    k.detach(vol, expect="Success")
+
+
+def kubelet_pod_up(e, uid, ro, vol="pv1", handle=None, extra=None):
+    """kubelet's real per-pod sequence for an attachable volume (§4.1 steps 2-4)."""
+    k = e.k
+    o = e.opts(vol, ro=ro, extra=extra)
+    handle = handle or k.attach(o, expect="Success")["device"]
+    dev = k.waitforattach(handle, o, expect="Success")["device"]
+    if not mounted_at(k.gmp(vol)):
+        k.mountdevice(vol, dev, o, expect="Success")
+    return k.mount(uid, vol, e.opts(vol, ro=ro, pod=uid, extra=extra))
+
+
+def writable(path):
+    try:
+        with open(os.path.join(path, "probe-%d" % os.getpid()), "w") as f:
+            f.write("x")
+        os.unlink(f.name)
+        return True
+    except OSError as err:
+        check(err.errno == 30, "EROFS expected, got %r" % err)
+        return False
+
+
+def mixed_pods(e, order, up, down):
+    """Pods asking ro and rw for one volume at once, in @order; each gets its own mode."""
+    formatted(e)
+    for uid, ro in order:
+        r = up(uid, ro)
+        check(r.status == "Success", "pod %s (%s) after %r: %r" % (uid, "ro" if ro else "rw",
+                                                                  order, r))
+    for uid, ro in order:
+        pd = e.k.poddir(uid, "pv1")
+        check(writable(pd) == (not ro), "pod %s wants %s: %r" % (uid, "ro" if ro else "rw",
+                                                               mounted_at(pd)))
+    for uid, _ in reversed(order):
+        down(uid)
+
+
+def controller_down(e, uid):
+    e.k.unmount(uid, "pv1", expect="Success")
+    if not mounts_under(os.path.join(e.kubelet, "pods")):
+        e.k.unmountdevice("pv1", expect="Success")
+        e.k.detach("pv1", expect="Success")
+
+
+@case
+def mixed_ro_rw_pods_controller_mode(e):
+    """Issue 17 point 8, controller mode: kubelet's per-pod waitforattach with each pod's
+    readwrite, mountdevice once, mount per pod; ro then rw and rw then ro both work, each pod
+    gets its own mode, and the volume is released after the last pod."""
+    for order in ([("pod-r", True), ("pod-w", False)], [("pod-w", False), ("pod-r", True)]):
+        mixed_pods(e, order, lambda uid, ro: kubelet_pod_up(e, uid, ro),
+                   lambda uid: controller_down(e, uid))
+        e.nothing_left("mixed %r" % order)
+
+
+@case
+def node_mixed_ro_rw_pods(e):
+    """Issue 17 point 8, node mode: mount and unmount per pod (§4.3); both orders work."""
+    k = e.k
+    for order in ([("pod-r", True), ("pod-w", False)], [("pod-w", False), ("pod-r", True)]):
+        mixed_pods(e, order, lambda uid, ro: k.mount(uid, "pv1", e.opts(ro=ro, pod=uid)),
+                   lambda uid: k.unmount(uid, "pv1", expect="Success"))
+        e.nothing_left("mixed %r" % order)
+
+
+def read_only_everywhere(e, up, down):
+    """A PV read-only for every pod (its options set kubernetes.io/readwrite: ro, which wins
+    over kubelet's key, §2): every bind and the device mount stay read-only."""
+    formatted(e)
+    ro = {"kubernetes.io/readwrite": "ro"}
+    for uid in ("pod-a", "pod-b"):
+        r = up(uid, ro)
+        check(r.status == "Success", "pod %s: %r" % (uid, r))
+        check(not writable(e.k.poddir(uid, "pv1")), "pod %s is writable" % uid)
+    for m in mounts_under(e.dir):
+        check("ro" in m[3].split(","), "a read-write mount of a read-only PV: %r" % (m,))
+    for uid in ("pod-b", "pod-a"):
+        down(uid)
+    e.nothing_left("read-only PV")
+
+
+@case
+def read_only_pv_controller_mode(e):
+    """Issue 17 point 8: a PV read-only for everyone, controller mode."""
+    read_only_everywhere(e, lambda uid, x: kubelet_pod_up(e, uid, False, extra=x),
+                         lambda uid: controller_down(e, uid))
+
+
+@case
+def node_read_only_pv(e):
+    """Issue 17 point 8: a PV read-only for everyone, node mode."""
+    read_only_everywhere(e, lambda uid, x: e.k.mount(uid, "pv1", e.opts(pod=uid, extra=x)),
+                         lambda uid: e.k.unmount(uid, "pv1", expect="Success"))
+
+
+def unwritable_image(e, up, down):
+    """A real conflict: the image cannot be written on this node (its directory is a read-only
+    mount): read-only pods work, a read-write pod gets a Failure that says why."""
+    formatted(e)
+    subprocess.run(["mount", "--bind", "-o", "ro", e.root, e.root], check=True)
+    try:
+        r = up("pod-r", True)
+        check(r.status == "Success", "ro pod on an unwritable image: %r" % r)
+        r = up("pod-w", False)
+        check(r.status == "Failure", "rw pod on an unwritable image: %r" % r)
+        msg = r["message"]
+        check("read-only" in msg and "read-write" in msg, "the conflict is not named: " + msg)
+        check(not writable(e.k.poddir("pod-r", "pv1")), "ro pod writable")
+        down("pod-r")
+    finally:
+        subprocess.run(["umount", e.root], check=True)
+    e.nothing_left("unwritable image")
+
+
+@case
+def unwritable_image_conflict_controller_mode(e):
+    """Issue 17 point 8: a real conflict says so, controller mode."""
+    unwritable_image(e, lambda uid, ro: kubelet_pod_up(e, uid, ro),
+                     lambda uid: controller_down(e, uid))
+
+
+@case
+def node_unwritable_image_conflict(e):
+    """Issue 17 point 8: a real conflict says so, node mode."""
+    unwritable_image(e, lambda uid, ro: e.k.mount(uid, "pv1", e.opts(ro=ro, pod=uid)),
+                     lambda uid: e.k.unmount(uid, "pv1", expect="Success"))
