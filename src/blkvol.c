@@ -46,17 +46,17 @@ int fv_blkvol_mountdevice(struct fv_ctx *cx, const struct fv_dir *gd, const char
 				       gmp, mi.source);
 		/*
 		 * Mounted already: Success only for what was asked (issue 9 item 8).
-		 * Another filesystem is refused as on a first mount; so is another
-		 * mode - rw where ro was asked would grant writes, ro where rw was
-		 * asked fails every write later.  Unmount the volume to change it.
+		 * Another filesystem is refused as on a first mount.  The mode is
+		 * the pods' (issue 17, docs/design.md "Read-only and read-write
+		 * pods of one volume"): every pod reaches the device mount only
+		 * through its own bind, which carries the pod's mode; the device
+		 * mount is read-only until a read-write pod needs it.
 		 */
 		if (fstype && !streq(fstype, mi.fstype))
 			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is mounted as %s, not the "
 				       "requested %s", gmp, mi.fstype, fstype);
-		if (ro != mi.readonly)
-			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is mounted %s, not %s as "
-				       "requested", gmp, mi.readonly ? "read-only" : "read-write",
-				       ro ? "read-only" : "read-write");
+		if (!ro && mi.readonly)
+			return fv_blkvol_writable(cx, gd);
 		return 0;
 	}
 	/*
@@ -98,6 +98,19 @@ int fv_blkvol_mountdevice(struct fv_ctx *cx, const struct fv_dir *gd, const char
 		use = have;
 	}
 	return fv_dir_mount(cx, gd, dev, use, ro ? "ro" : "rw");
+}
+
+int fv_blkvol_writable(struct fv_ctx *cx, const struct fv_dir *gd)
+{
+	int r = fv_dir_remount_rw(cx, gd);
+
+	if (r < 0) {
+		fv_ctx_reset_message(cx);
+		return fv_fail(cx, r, "the volume is read-only on this node ('%s' cannot be made "
+			       "read-write: %s); a pod asking for read-write cannot use it, pods "
+			       "asking for read-only can", gd->path, strerror(-r));
+	}
+	return 0;
 }
 
 bool fv_kubelet_global_path(const char *poddir, char *ret, size_t len)
@@ -636,11 +649,11 @@ static int node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *
 			r = require_named_device(cx, name, r, dev, &mi);
 		if (r < 0)
 			goto out;
+		/* read-only pods came first: the first read-write pod makes it writable */
 		if (mi.readonly && !o->readonly) {
-			r = fv_fail(cx, -FV_ERR_CONFLICT, "volume '%s' is mounted read-only on this "
-				    "node for another pod; a read-write pod has to wait until "
-				    "those are gone", name);
-			goto out;
+			r = fv_blkvol_writable(cx, &gd);
+			if (r < 0)
+				goto out;
 		}
 	} else {
 		r = attach_and_mount(cx, v, o, name, &gd, NULL);
@@ -705,6 +718,24 @@ int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts 
 			r = require_named_device(cx, fv_path_last(dir), found, dev, &mi);
 			if (r < 0)
 				return r;
+			/*
+			 * Read-only pods came first (mountdevice ran with their
+			 * options; kubelet skips it for a mounted path): the first
+			 * read-write pod makes the device mount writable, under the
+			 * volume lock that mountdevice and unmountdevice take.
+			 */
+			if (mi.readonly && !o->readonly) {
+				int lock = lock_volume(cx, fv_path_last(dir));
+
+				if (lock < 0)
+					return lock;
+				r = fv_dir_mounted(&gd, &mi);
+				if (r == 0 && mi.readonly)
+					r = fv_blkvol_writable(cx, &gd);
+				fv_unlock(lock);
+				if (r < 0)
+					return r;
+			}
 		}
 	}
 	return fv_blkvol_bind(cx, dir, path, o->readonly);

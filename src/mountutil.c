@@ -498,6 +498,21 @@ int fv_dir_make_ro(struct fv_ctx *cx, const struct fv_dir *d)
 	return 0;
 }
 
+int fv_dir_remount_rw(struct fv_ctx *cx, const struct fv_dir *d)
+{
+	_cleanup_close_ int fd = open_last(d);
+	char p[32];
+
+	if (fd < 0)
+		return dir_fail(cx, fd, d->path);
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+	fv_log("remount: %s read-write", d->path);
+	/* the filesystem itself, not a bind's flag: a read-only superblock fails every write */
+	if (mount(NULL, p, NULL, MS_REMOUNT | (kept_flags(fd) & ~(unsigned long)MS_RDONLY), NULL) < 0)
+		return fv_fail(cx, NEG_ERRNO(), "cannot make '%s' read-write: %m", d->path);
+	return 0;
+}
+
 /* Unmount whatever is stacked on @path (ours, under the run dir), lazily: a leftover of a killed call. */
 static void umount_leftovers(const char *path)
 {

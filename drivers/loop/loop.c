@@ -157,6 +157,10 @@ static int open_image(struct fv_ctx *cx, const struct loopvol *v, bool create, i
 	if (fd == -EXDEV)
 		return fv_fail(cx, -EPERM, "image '%s' resolves outside the loop root '%s'", v->rel,
 			       root);
+	if (!v->ro && (fd == -EROFS || fd == -EACCES || fd == -EPERM))
+		return fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' cannot be written on this node (%s): "
+			       "the volume is read-only here; a pod asking for read-write cannot "
+			       "use it, pods asking for read-only can", v->rel, strerror(-fd));
 	if (fd < 0)
 		return fv_fail(cx, fd, "cannot open image '%s' in '%s': %s", v->rel, root,
 			       strerror(-fd));
@@ -443,15 +447,47 @@ static int set_tag(struct fv_ctx *cx, struct binding *b, const char *tag)
 }
 
 /*
+ * A read-only request still binds the image read-write when it can be
+ * written here: the loop device is shared by every pod of the volume on
+ * this node, and read-only is a property of each pod's bind (issue 17,
+ * docs/design.md "Read-only and read-write pods of one volume").  A
+ * read-only binding could never be made writable while a read-only pod
+ * uses it, so a read-write pod coming second would wait forever.  The
+ * image, open read-only in @fd, is reopened read-write through its
+ * descriptor (the very file checked, no new lookup); when that fails (a
+ * read-only filesystem, an immutable file) the binding is read-only.
+ */
+static void writable_if_possible(const struct loopvol *v, int *fd, struct loopvol *dv)
+{
+	char p[32];
+	int rw;
+
+	*dv = *v;
+	if (!v->ro)
+		return;
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", *fd);
+	rw = open(p, O_RDWR | O_CLOEXEC | O_NONBLOCK); /* the magic link: followed on purpose */
+	if (rw < 0) {
+		fv_log("image %s cannot be written here (%m): binding it read-only", v->rel);
+		return;
+	}
+	close(*fd);
+	*fd = rw;
+	dv->ro = false;
+}
+
+/*
  * The node-local attach: the image bound to exactly one loop device,
- * read-only when asked.  Reuses an existing binding; never makes a second
- * one.  @name (trusted) claims the binding; without it @hint only labels
- * a new one.  Returns with the image lock held in *ret_lock.
+ * read-write whenever the image can be written (writable_if_possible()).
+ * Reuses an existing binding; never makes a second one.  @name (trusted)
+ * claims the binding; without it @hint only labels a new one.  Returns with
+ * the image lock held in *ret_lock.
  */
 static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, const char *hint,
 		       char *dev, size_t len, int *ret_lock)
 {
 	const struct loopvol *v = vol;
+	struct loopvol dv;
 	_cleanup_close_ int fd = -1;
 	char tag[LO_NAME_SIZE], lockname[96], kind;
 	const char *want = name ? name : hint ? hint : "";
@@ -462,6 +498,7 @@ static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, con
 	r = open_image(cx, v, true, &fd, &st);
 	if (r < 0)
 		return r;
+	writable_if_possible(v, &fd, &dv);
 	/* one lock per image file, whatever volume names it */
 	snprintf(lockname, sizeof(lockname), "loop-image-%llx-%llx", (unsigned long long)st.st_dev,
 		 (unsigned long long)st.st_ino);
@@ -484,12 +521,17 @@ static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, con
 				    v->rel, b.dev, b.tag);
 			goto fail;
 		}
-		if (b.ro != v->ro) {
-			/* bound read-only for an earlier use, read-write now (or back): rebind if idle */
+		if (b.ro && !dv.ro) {
+			/*
+			 * Bound read-only (by an older version, or while the image
+			 * could not be written) and writable now: rebind if idle.
+			 */
 			r = release(cx, &b);
 			if (r < 0) {
-				r = fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' is bound %s and in use",
-					    v->rel, b.ro ? "read-only" : "read-write");
+				fv_ctx_reset_message(cx);
+				r = fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' is bound read-only to %s "
+					    "and in use by read-only pods; a pod asking for read-write "
+					    "can use it once they are gone", v->rel, b.dev);
 				goto fail;
 			}
 		} else {
@@ -502,7 +544,7 @@ static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, con
 			goto done;
 		}
 	}
-	r = bind_image(cx, v, fd, tag, &b);
+	r = bind_image(cx, &dv, fd, tag, &b);
 	if (r < 0)
 		goto fail;
 done:

@@ -159,13 +159,21 @@ bool fv_blkvol_node_mode(const struct fv_ctx *cx);
  * fv_blkvol_mountdevice() - mount block device @dev at the global path @gd
  * (fv_dir_arg(), must exist), read-only when @ro; the mount is made on the
  * verified directory itself (fv_dir_mount()).  Already mounted there from @dev is
- * success; mounted from anything else is -FV_ERR_CONFLICT.  The device is
+ * success (made read-write first when it is read-only and !@ro: the mode is
+ * the pods' binds'); mounted from anything else is -FV_ERR_CONFLICT.  The device is
  * probed with libblkid: a blank device gets @fstype (or @default_fstype)
  * unless @ro; a filesystem other than a requested @fstype is refused,
  * never reformatted.
  */
 int fv_blkvol_mountdevice(struct fv_ctx *cx, const struct fv_dir *gd, const char *dev,
 			  const char *fstype, const char *default_fstype, bool ro);
+
+/*
+ * fv_blkvol_writable() - make the device mount @gd of a volume read-write for
+ * a read-write pod (read-only pods came first); a device that cannot be
+ * written is -errno with a message that names the conflict.
+ */
+int fv_blkvol_writable(struct fv_ctx *cx, const struct fv_dir *gd);
 
 /*
  * fv_blkvol_bind() - bind the device mount at @src (a whole-filesystem

@@ -132,6 +132,12 @@ int fv_dir_mount(struct fv_ctx *cx, const struct fv_dir *d, const char *source,
  */
 int fv_dir_bind(struct fv_ctx *cx, const struct fv_dir *src, const struct fv_dir *dst, bool ro);
 
+/*
+ * fv_dir_remount_rw() - remount the filesystem mounted on @d read-write (the
+ * superblock and that mount; other binds keep their own flags); message set.
+ */
+int fv_dir_remount_rw(struct fv_ctx *cx, const struct fv_dir *d);
+
 /* fv_dir_make_ro() - make the topmost mount on @d read-only (that mount only); message set. */
 int fv_dir_make_ro(struct fv_ctx *cx, const struct fv_dir *d);
 

@@ -294,9 +294,13 @@ def kubelet_pod_up(e, uid, ro, vol="pv1", handle=None, extra=None):
     k = e.k
     o = e.opts(vol, ro=ro, extra=extra)
     handle = handle or k.attach(o, expect="Success")["device"]
-    dev = k.waitforattach(handle, o, expect="Success")["device"]
+    w = k.waitforattach(handle, o)
+    if w.status != "Success":
+        return w  # kubelet shows this message on the pod and retries
     if not mounted_at(k.gmp(vol)):
-        k.mountdevice(vol, dev, o, expect="Success")
+        r = k.mountdevice(vol, w["device"], o)
+        if r.status != "Success":
+            return r
     return k.mount(uid, vol, e.opts(vol, ro=ro, pod=uid, extra=extra))
 
 
