@@ -419,3 +419,35 @@ def node_unwritable_image_conflict(e):
     """Issue 17 point 8: a real conflict says so, node mode."""
     unwritable_image(e, lambda uid, ro: e.k.mount(uid, "pv1", e.opts(ro=ro, pod=uid)),
                      lambda uid: e.k.unmount(uid, "pv1", expect="Success"))
+
+
+# --- point 8's log point: a wait for a volume lock leaves a line ----------------------
+
+@case
+def lock_wait_is_logged(e):
+    """Issue 17 point 8: a call that has to wait for a volume lock (up to lock_timeout, 150 s
+    by default) says so in the log, without debug; one that need not wait says nothing."""
+    import fcntl
+    import threading
+    import time
+    k = e.k
+    locks = os.path.join(e.run, "locks")
+    os.makedirs(locks)
+    os.makedirs(k.gmp("pv1"))
+    fd = os.open(os.path.join(locks, "loop-vol-pv1.lock"), os.O_RDONLY | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    threading.Timer(0.7, os.close, (fd,)).start()
+    t0 = time.monotonic()
+    k.mountdevice("pv1", "", e.opts(), expect="Success")
+    check(time.monotonic() - t0 >= 0.6, "the call did not wait")
+    with open(e.log) as f:
+        log = f.read()
+    waits = [line for line in log.splitlines() if "waiting" in line and "lock" in line]
+    check(len(waits) == 1 and "loop-vol-pv1" in waits[0], "no lock-wait line:\n" + log)
+    got = [line for line in log.splitlines() if "got lock" in line]
+    check(len(got) == 1 and "loop-vol-pv1" in got[0], "no line for the lock taken:\n" + log)
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    with open(e.log) as f:
+        check(f.read().count("waiting") == 1, "an uncontended lock was logged")
+    e.nothing_left("lock wait")
