@@ -10,6 +10,7 @@
 
 #include "internal.h"
 #include "fv/lock.h"
+#include "fv/log.h"
 #include "fv/util.h"
 
 static void on_alarm(int sig)
@@ -93,7 +94,22 @@ int fv_lock(struct fv_ctx *cx, const char *name)
 	fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return fv_fail(cx, NEG_ERRNO(), "cannot open lock '%s': %m", path);
-	r = fv_flock_deadline(fd, LOCK_EX, cx->cfg.lock_timeout * 1000U);
+	/*
+	 * A wait may last up to lock_timeout (150 s by default): it leaves a line
+	 * in the log whether or not debug is on, and so does its end, so that a
+	 * slow call can be told from a stuck one (issue 17).
+	 */
+	r = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : NEG_ERRNO();
+	if (r == -EWOULDBLOCK) {
+		uint64_t t0 = fv_now_ms();
+
+		fv_log("waiting for lock '%s' (another operation holds it; up to %u s)", name,
+		       cx->cfg.lock_timeout);
+		r = fv_flock_deadline(fd, LOCK_EX, cx->cfg.lock_timeout * 1000U);
+		if (r == 0)
+			fv_log("got lock '%s' after %llu ms", name,
+			       (unsigned long long)(fv_now_ms() - t0));
+	}
 	if (r == 0)
 		return fd;
 	close(fd);
