@@ -561,8 +561,13 @@ static int node_teardown(struct fv_ctx *cx, const char *name, const char *path, 
 			return r < 0 ? r : 0; /* 1: other pods on this node still use it */
 		(void)rmdir(path);
 		return 0;
-	} else if (was_devno && fv_mnt_count_devno(was_devno) == 0) {
-		devno = was_devno; /* the device mount went before (a killed earlier call) */
+	} else if (was_devno) {
+		int n = fv_mnt_count_devno(was_devno);
+
+		if (n < 0) /* unreadable is not "unused" */
+			return fv_fail(cx, n, "cannot read the mount table: %s", strerror(-n));
+		if (n == 0)
+			devno = was_devno; /* the device mount went before (a killed earlier call) */
 	}
 	if (exists)
 		(void)rmdir(path);

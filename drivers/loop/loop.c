@@ -615,6 +615,7 @@ static bool release_one(int nr, const struct loop_info64 *info, void *arg)
 	if (!streq(b.tag, x->claimed) && !streq(b.tag, x->hinted) &&
 	    !(x->devno && stat(b.dev, &st) == 0 && st.st_rdev == x->devno))
 		return false;
+	/* (a count that fails is not 0: release() asks again and fails) */
 	if (kind == '?' && stat(b.dev, &st) == 0 && fv_mnt_count_devno(st.st_rdev) > 0) {
 		/* only hinted with this name by some PV's options: not ours to fail on */
 		fv_log("leaving %s (%s): it is mounted", b.dev, b.tag);

@@ -451,3 +451,45 @@ def lock_wait_is_logged(e):
     with open(e.log) as f:
         check(f.read().count("waiting") == 1, "an uncontended lock was logged")
     e.nothing_left("lock wait")
+
+
+# --- point 9: smaller lies --------------------------------------------------------
+
+def mountinfo_reads(e, args):
+    """How many times one call of the driver opens /proc/self/mountinfo."""
+    log = os.path.join(e.dir, "strace.out")
+    subprocess.run(["strace", "-f", "-qq", "-o", log, "-P", "/proc/self/mountinfo", "--", e.bin,
+                    *args], env=e.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=True, timeout=60)
+    with open(log) as f:
+        n = sum(1 for line in f if "openat(" in line and "mountinfo" in line)
+    os.unlink(log)
+    return n
+
+
+@case
+def node_unreadable_mount_table_is_not_unused(e):
+    """Issue 17 point 9: a mount table that cannot be read is an error, never "not in use": the
+    unmount of one of two pods, with each read of /proc/self/mountinfo failing in turn (EIO,
+    injected by strace), never takes the device mount from the other pod."""
+    k = e.k
+    o = e.opts()
+    for uid in ("pod-a", "pod-b"):
+        k.mount(uid, "pv1", o, expect="Success")
+    pa, pb = k.poddir("pod-a", "pv1"), k.poddir("pod-b", "pv1")
+    n = mountinfo_reads(e, ("unmount", pa))
+    check(n >= 2, "unmount read the mount table %d times" % n)
+    k.mount("pod-a", "pv1", o, expect="Success")
+    for i in range(1, n + 1):
+        subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-P", "/proc/self/mountinfo",
+                        "-e", "inject=openat:error=EIO:when=%d" % i, "--", e.bin, "unmount", pa],
+                       env=e.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60)
+        what = "mount table read #%d failed" % i
+        check(mounted_at(e.devmount()), "%s: the device mount went: %r" % (what, mounts_under(e.dir)))
+        check(mounted_at(pb) and os.listdir(pb) is not None, "%s: pod-b lost its volume" % what)
+        k.unmount("pod-a", "pv1", expect="Success")
+        k.mount("pod-a", "pv1", o, expect="Success")
+    for uid in ("pod-a", "pod-b"):
+        k.unmount(uid, "pv1", expect="Success")
+    e.nothing_left("unreadable mount table")
