@@ -493,3 +493,19 @@ def node_unreadable_mount_table_is_not_unused(e):
     for uid in ("pod-a", "pod-b"):
         k.unmount(uid, "pv1", expect="Success")
     e.nothing_left("unreadable mount table")
+
+
+@case
+def runner_on_an_empty_run(e):
+    """Issue 17 point 9: tests/sim/run.py on a fresh root whose /run is empty (a minimal Debian
+    root) makes /run/lock for its lock instead of failing."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    build = os.path.dirname(e.bin)
+    p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        'mount -t tmpfs none /run && exec "$@"', "sh", sys.executable,
+                        os.path.join(here, "run.py"), "--build", build, "-k",
+                        "unsupported_and_unknown"],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=120)
+    out = p.stdout.decode(errors="replace")
+    check(p.returncode == 0 and "1 passed, 0 failed" in out, "run.py on an empty /run:\n" + out)
