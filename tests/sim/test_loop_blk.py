@@ -509,3 +509,21 @@ def runner_on_an_empty_run(e):
                        timeout=120)
     out = p.stdout.decode(errors="replace")
     check(p.returncode == 0 and "1 passed, 0 failed" in out, "run.py on an empty /run:\n" + out)
+
+
+@case
+def lock_files_do_not_pile_up(e):
+    """Issue 17 point 9: the lock files of the dispatcher's locks (one per pod dir ever
+    mounted, one per volume) exist only while an operation holds them."""
+    k = e.k
+    uids = ["pod-%d" % i for i in range(5)]
+    bring_up(e, uids=uids)
+    for uid in uids:
+        k.unmount(uid, "pv1", expect="Success")
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    locks = os.path.join(e.run, "locks")
+    left = sorted(f for f in os.listdir(locks) if f.startswith("loop-dir-") or
+                  f.startswith("loop-vol-")) if os.path.isdir(locks) else []
+    check(not left, "lock files left in %s: %r" % (locks, left))
+    e.nothing_left("lock files")
