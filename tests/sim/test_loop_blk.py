@@ -527,3 +527,44 @@ def lock_files_do_not_pile_up(e):
                   f.startswith("loop-vol-")) if os.path.isdir(locks) else []
     check(not left, "lock files left in %s: %r" % (locks, left))
     e.nothing_left("lock files")
+
+
+def state_files(e):
+    out = []
+    for d, _, files in os.walk(e.state):
+        out += [os.path.join(d, f) for f in files]
+    return sorted(out)
+
+
+@case
+def state_tmp_files_do_not_pile_up(e):
+    """Issue 17 point 9: a record is written atomically without leaving its temporary file
+    behind: SIGKILL at each syscall of a waitforattach (which writes a record) in turn, and
+    after its retry no '*.tmp.<pid>' is left in the state dir."""
+    k = e.k
+    o = e.opts()
+    k.waitforattach("loop:vol1.img", o, expect="Success")
+    args = ("waitforattach", "loop:vol1.img", o)
+    for name, n in syscalls_of(e, args):
+        killed_at(e, args, name, n)
+        k.waitforattach("loop:vol1.img", o, expect="Success")
+        tmp = [f for f in state_files(e) if ".tmp." in f]
+        check(not tmp, "killed at %s #%d: left %r" % (name, n, tmp))
+    k.detach("pv1", expect="Success")
+    e.nothing_left("tmp files")
+
+
+@case
+def hinted_record_goes_with_the_claim(e):
+    """Issue 17 point 9: waitforattach records its attach under the options' volume name (a
+    hint, '?<name>'); once mountdevice claims the device under kubelet's name, that record has
+    no use, and it must not stay in the state dir forever when the names differ."""
+    k = e.k
+    o = e.opts(extra={"kubernetes.io/pvOrVolumeName": "other-name"})
+    dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+    check([f for f in state_files(e) if "other-name" in f], "no hinted record: %r" % state_files(e))
+    k.mountdevice("pv1", dev, o, expect="Success")
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    check(not state_files(e), "records left: %r" % state_files(e))
+    e.nothing_left("hinted record")
