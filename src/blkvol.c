@@ -386,6 +386,28 @@ static int unmount_and_release(struct fv_ctx *cx, const char *name, const struct
 }
 
 /*
+ * The record waitforattach wrote under the options' volume name @hint is of
+ * no use once the device @dev it names is claimed under a trusted name (the
+ * claimed record and tag say everything): removed, or it would stay in the
+ * state dir forever whenever the hint is not kubelet's name (issue 17).
+ */
+static void forget_hint(struct fv_ctx *cx, const char *hint, const char *dev)
+{
+	json_object *rec = NULL, *d;
+	char key[PATH_MAX];
+
+	if (!hint || !hint[0])
+		return;
+	hinted_key(hint, key, sizeof(key));
+	if (fv_state_read(cx, key, &rec) != 0)
+		return;
+	if (json_object_object_get_ex(rec, "device", &d) && json_object_is_type(d, json_type_string) &&
+	    streq(json_object_get_string(d), dev))
+		(void)fv_state_remove(cx, key);
+	json_object_put(rec);
+}
+
+/*
  * The node-side attach claimed for @name, the device formatted if blank and
  * mounted at @gd (the directory as opened), the record written.  A device mounted for
  * another volume is refused: options naming another PV's image or LUN never
@@ -414,6 +436,8 @@ static int attach_and_mount(struct fv_ctx *cx, const void *v, const struct fv_op
 	}
 	/* before the mount: a refused mkfs still leaves what detach needs to release */
 	r = save_record(cx, name, v, dev, o);
+	if (r == 0)
+		forget_hint(cx, o->volume, dev);
 	if (r == 0)
 		r = fv_blkvol_mountdevice(cx, gd, dev, o->fstype, ops->default_fstype,
 					  o->readonly);
