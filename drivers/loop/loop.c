@@ -511,6 +511,7 @@ static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, con
 		goto fail;
 	if (r == 0) {
 		char mine[LO_NAME_SIZE];
+		bool rebind;
 
 		/* the same name, claimed or hinted, is this volume's binding */
 		make_tag(b.tag[strlen(TAG_PREFIX)] == ':' ? ':' : '?', want, mine);
@@ -521,20 +522,23 @@ static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, con
 				    v->rel, b.dev, b.tag);
 			goto fail;
 		}
-		if (b.ro && !dv.ro) {
-			/*
-			 * Bound read-only (by an older version, or while the image
-			 * could not be written) and writable now: rebind if idle.
-			 */
-			r = release(cx, &b);
-			if (r < 0) {
-				fv_ctx_reset_message(cx);
+		/*
+		 * Bound read-only (by an older version, or while the image could
+		 * not be written) and writable now: rebound if idle.  In use, it
+		 * still serves a read-only pod; a read-write one is told why not.
+		 */
+		rebind = b.ro && !dv.ro;
+		if (rebind && release(cx, &b) < 0) {
+			fv_ctx_reset_message(cx);
+			if (!v->ro) {
 				r = fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' is bound read-only to %s "
 					    "and in use by read-only pods; a pod asking for read-write "
 					    "can use it once they are gone", v->rel, b.dev);
 				goto fail;
 			}
-		} else {
+			rebind = false; /* reused read-only, as this pod asks */
+		}
+		if (!rebind) {
 			fv_log("reusing %s for %s", b.dev, v->rel);
 			if (name && !streq(b.tag, tag)) {
 				r = set_tag(cx, &b, tag);

@@ -568,3 +568,24 @@ def hinted_record_goes_with_the_claim(e):
     k.detach("pv1", expect="Success")
     check(not state_files(e), "records left: %r" % state_files(e))
     e.nothing_left("hinted record")
+
+
+@case
+def read_only_binding_in_use_serves_read_only_pods(e):
+    """Issue 17 point 8: a loop device bound read-only while the image could not be written
+    (or by an older version) and in use: a further read-only pod reuses it, a read-write pod is
+    told why not, even once the image can be written again."""
+    k = e.k
+    formatted(e)
+    subprocess.run(["mount", "--bind", "-o", "ro", e.root, e.root], check=True)
+    r = kubelet_pod_up(e, "pod-r", True)
+    check(r.status == "Success", "ro pod: %r" % r)
+    subprocess.run(["umount", "-l", e.root], check=True)  # the image is writable again
+    r = kubelet_pod_up(e, "pod-r2", True)
+    check(r.status == "Success", "second ro pod: %r" % r)
+    r = kubelet_pod_up(e, "pod-w", False)
+    check(r.status == "Failure" and "read-only" in r["message"] and "read-write" in r["message"],
+          "rw pod: %r" % r)
+    for uid in ("pod-r2", "pod-r"):
+        controller_down(e, uid)
+    e.nothing_left("ro binding in use")
