@@ -521,6 +521,20 @@ static void umount_leftovers(const char *path)
 }
 
 /*
+ * Is @path (ours: the run dir may come through a symlink such as /var/run)
+ * the root of a mount?  statx() knows since Linux 5.8; before, mountinfo.
+ */
+static bool is_mount_root(const char *path)
+{
+	struct statx stx;
+
+	if (statx(AT_FDCWD, path, AT_STATX_DONT_SYNC, 0, &stx) == 0 &&
+	    (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT))
+		return stx.stx_attributes & STATX_ATTR_MOUNT_ROOT;
+	return fv_mnt_find(path, NULL) == 0;
+}
+
+/*
  * The fallback of bind_atomic() for kernels without the new mount API: the
  * bind is made and made read-only in a private staging directory under the
  * run dir, which no pod sees, and only then moved (MS_MOVE, one step) onto
@@ -534,7 +548,6 @@ static int bind_staged(struct fv_ctx *cx, int sfd, int dfd, const char *dst)
 {
 	char root[PATH_MAX], stage[PATH_MAX], s[32], t[32];
 	_cleanup_close_ int stfd = -1;
-	struct stat st;
 	int r;
 
 	if (snprintf(root, sizeof(root), "%s/%s/staging", cx->cfg.run_dir, cx->drv->name) >=
@@ -547,8 +560,7 @@ static int bind_staged(struct fv_ctx *cx, int sfd, int dfd, const char *dst)
 		return r;
 	umount_leftovers(stage);
 	/* the staging root: a mount point of its own, private (again, after a killed call) */
-	if (stat(root, &st) == 0 && fv_mnt_find(root, NULL) == 1 &&
-	    mount(root, root, NULL, MS_BIND, NULL) < 0)
+	if (!is_mount_root(root) && mount(root, root, NULL, MS_BIND, NULL) < 0)
 		return NEG_ERRNO();
 	if (mount(NULL, root, NULL, MS_PRIVATE, NULL) < 0)
 		return NEG_ERRNO();

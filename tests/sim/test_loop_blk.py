@@ -167,6 +167,16 @@ def ro_bind_without_new_mount_api(e):
     staging = os.path.join(e.run, "loop", "staging")
     check([m[0] for m in mounts_under(e.run)] == [staging],
           "only the private staging root stays mounted: %r" % mounts_under(e.run))
+    # a run dir reached through a symlink (/var/run) still stages on one private root mount
+    link = os.path.join(e.dir, "runlink")
+    os.symlink(e.run, link)
+    env = dict(e.env, FLEXVOL_RUN_DIR=link)
+    for _ in range(3):
+        drv.call("mount", pd, o, expect="Success", env=env)
+        never_writable(e, pd, "fallback, symlinked run dir")
+        drv.call("unmount", pd, expect="Success", env=env)
+    check([m[0] for m in mounts_under(e.run)] == [staging],
+          "one staging root mount: %r" % mounts_under(e.run))
     subprocess.run(["umount", staging], check=True)
     k.unmountdevice("pv1", expect="Success")
     k.detach("pv1", expect="Success")
