@@ -599,3 +599,24 @@ def read_only_binding_in_use_serves_read_only_pods(e):
     for uid in ("pod-r2", "pod-r"):
         controller_down(e, uid)
     e.nothing_left("ro binding in use")
+
+
+@case
+def mountdevice_with_a_pod_of_the_same_volume_still_bound(e):
+    """Issue 17 point 2(a), the other half of the torture finding: the global path unmounted
+    behind kubelet's back (an operator, an older version's unmountdevice) while a pod of the
+    same volume still holds the device; kubelet then calls mountdevice, which must mount it
+    again, not refuse the device as mounted 'for another volume'."""
+    k = e.k
+    o = e.opts()
+    dev = bring_up(e, uids=("pod-a",))
+    subprocess.run(["umount", k.gmp("pv1")], check=True)
+    r = k.mountdevice("pv1", dev, o)
+    check(r.status == "Success", "mountdevice refused: %r" % r)
+    check(gmp_mounted(e), "not mounted again")
+    k.mount("pod-b", "pv1", o, expect="Success")
+    for uid in ("pod-a", "pod-b"):
+        k.unmount(uid, "pv1", expect="Success")
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("remounted")
