@@ -408,6 +408,21 @@ static void forget_hint(struct fv_ctx *cx, const char *hint, const char *dev)
 }
 
 /*
+ * Is @target the global path @arg itself, or the pod dir of a pod of that
+ * same volume (kubelet's layout, fv_kubelet_global_path())?  Those mounts of
+ * the device are this volume's: a pod bind left when the global path went
+ * behind kubelet's back does not make the device "another volume's".
+ */
+static bool this_volumes_mount(const char *target, void *arg)
+{
+	const char *gmp = arg;
+	char g[PATH_MAX];
+
+	return streq(target, gmp) ||
+	       (fv_kubelet_global_path(target, g, sizeof(g)) && streq(g, gmp));
+}
+
+/*
  * The node-side attach claimed for @name, the device formatted if blank and
  * mounted at @gd (the directory as opened), the record written.  A device mounted for
  * another volume is refused: options naming another PV's image or LUN never
@@ -429,7 +444,8 @@ static int attach_and_mount(struct fv_ctx *cx, const void *v, const struct fv_op
 	if (kubelet_dev && kubelet_dev[0] && !streq(kubelet_dev, dev))
 		fv_log("mountdevice: kubelet passed %s, the volume's device is %s", kubelet_dev, dev);
 	if (!(fv_dir_mounted(gd, &mi) == 0 && stat(dev, &st) == 0 && mi.devno == st.st_rdev) &&
-	    fv_mnt_find_source(dev, gd->path, other, sizeof(other)) == 0) {
+	    fv_mnt_find_source_skip(dev, this_volumes_mount, (void *)gd->path, other,
+				    sizeof(other)) == 0) {
 		r = fv_fail(cx, -FV_ERR_CONFLICT, "%s is already mounted at '%s' for another "
 			    "volume; refusing to mount it for '%s'", dev, other, name);
 		goto out;

@@ -78,7 +78,18 @@ int fv_mnt_find(const char *target, struct fv_mntinfo *ret)
 	return 0;
 }
 
+static bool skip_exclude(const char *target, void *arg)
+{
+	return arg && streq(target, (const char *)arg);
+}
+
 int fv_mnt_find_source(const char *source, const char *exclude, char *ret, size_t len)
+{
+	return fv_mnt_find_source_skip(source, skip_exclude, (void *)exclude, ret, len);
+}
+
+int fv_mnt_find_source_skip(const char *source, bool (*skip)(const char *target, void *arg),
+			    void *arg, char *ret, size_t len)
 {
 	_cleanup_(mnt_unref_tablep) struct libmnt_table *tb = NULL;
 	_cleanup_(mnt_free_iterp) struct libmnt_iter *it = mnt_new_iter(MNT_ITER_FORWARD);
@@ -95,7 +106,7 @@ int fv_mnt_find_source(const char *source, const char *exclude, char *ret, size_
 
 		if (!src || !tgt || !streq(src, source) || (root && !streq(root, "/")))
 			continue;
-		if (exclude && streq(tgt, exclude))
+		if (skip(tgt, arg))
 			continue;
 		snprintf(ret, len, "%s", tgt);
 		return 0;

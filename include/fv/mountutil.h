@@ -38,6 +38,10 @@ int fv_mnt_find(const char *target, struct fv_mntinfo *ret);
  */
 int fv_mnt_find_source(const char *source, const char *exclude, char *ret, size_t len);
 
+/* fv_mnt_find_source() skipping every target for which @skip(target, @arg) is true. */
+int fv_mnt_find_source_skip(const char *source, bool (*skip)(const char *target, void *arg),
+			    void *arg, char *ret, size_t len);
+
 /*
  * How many mounts are of the filesystem on device number @devno (the
  * mountinfo major:minor field: whole-fs mounts and bind mounts alike,
