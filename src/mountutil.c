@@ -527,7 +527,8 @@ int fv_dir_remount_rw(struct fv_ctx *cx, const struct fv_dir *d)
 /* Unmount whatever is stacked on @path (ours, under the run dir), lazily: a leftover of a killed call. */
 static void umount_leftovers(const char *path)
 {
-	for (int i = 0; i < 16 && fv_umount_literal(path, MNT_DETACH) == 0; i++)
+	/* the run dir is configuration and may come through a symlink (/var/run): not "literal" */
+	for (int i = 0; i < 16 && umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) == 0; i++)
 		fv_log("umount: %s (left by a killed call)", path);
 }
 
