@@ -468,7 +468,10 @@ static void writable_if_possible(const struct loopvol *v, int *fd, struct loopvo
 	snprintf(p, sizeof(p), "/proc/self/fd/%d", *fd);
 	rw = open(p, O_RDWR | O_CLOEXEC | O_NONBLOCK); /* the magic link: followed on purpose */
 	if (rw < 0) {
-		fv_log("image %s cannot be written here (%m): binding it read-only", v->rel);
+		int err = errno;
+
+		fv_log("image %s cannot be written here (%s): binding it read-only", v->rel,
+		       strerror(err));
 		return;
 	}
 	close(*fd);
