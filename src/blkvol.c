@@ -49,17 +49,17 @@ int fv_blkvol_mountdevice(struct fv_ctx *cx, const struct fv_dir *gd, const char
 				       gmp, mi.source);
 		/*
 		 * Mounted already: Success only for what was asked (issue 9 item 8).
-		 * Another filesystem is refused as on a first mount; so is another
-		 * mode - rw where ro was asked would grant writes, ro where rw was
-		 * asked fails every write later.  Unmount the volume to change it.
+		 * Another filesystem is refused as on a first mount.  The mode is
+		 * the pods' (issue 17, docs/design.md "Read-only and read-write
+		 * pods of one volume"): every pod reaches the device mount only
+		 * through its own bind, which carries the pod's mode; the device
+		 * mount is read-only until a read-write pod needs it.
 		 */
 		if (fstype && !streq(fstype, mi.fstype))
 			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is mounted as %s, not the "
 				       "requested %s", gmp, mi.fstype, fstype);
-		if (ro != mi.readonly)
-			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is mounted %s, not %s as "
-				       "requested", gmp, mi.readonly ? "read-only" : "read-write",
-				       ro ? "read-only" : "read-write");
+		if (!ro && mi.readonly)
+			return fv_blkvol_writable(cx, gd);
 		return 0;
 	}
 	/*
@@ -103,6 +103,19 @@ int fv_blkvol_mountdevice(struct fv_ctx *cx, const struct fv_dir *gd, const char
 	return fv_dir_mount(cx, gd, dev, use, ro ? "ro" : "rw");
 }
 
+int fv_blkvol_writable(struct fv_ctx *cx, const struct fv_dir *gd)
+{
+	int r = fv_dir_remount_rw(cx, gd);
+
+	if (r < 0) {
+		fv_ctx_reset_message(cx);
+		return fv_fail(cx, r, "the volume is read-only on this node ('%s' cannot be made "
+			       "read-write: %s); a pod asking for read-write cannot use it, pods "
+			       "asking for read-only can", gd->path, strerror(-r));
+	}
+	return 0;
+}
+
 bool fv_kubelet_global_path(const char *poddir, char *ret, size_t len)
 {
 	const char *p = strstr(poddir, "/pods/"), *vol, *tilde, *name;
@@ -142,10 +155,23 @@ int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro)
 		return fv_fail(cx, r, "cannot tell whether '%s' is mounted: %s", pd.path,
 			       strerror(-r));
 	if (r == 0) {
-		if (mi.devno == smi.devno)
-			return 0;
-		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'", pd.path,
-			       mi.source);
+		if (mi.devno != smi.devno)
+			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'",
+				       pd.path, mi.source);
+		/*
+		 * Bound already: Success only in the mode asked (issue 17).  A
+		 * writable bind of a read-only pod (a killed two-step mount of an
+		 * older version, an operator) is made read-only - kubelet never
+		 * calls mount again for a dir that is a mount point; a read-only
+		 * bind of a read-write pod would fail every write later.
+		 */
+		if (ro && !mi.readonly)
+			return fv_dir_make_ro(cx, &pd);
+		if (!ro && mi.readonly)
+			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted read-only, "
+				       "and this pod asks for read-write; unmount it first",
+				       pd.path);
+		return 0;
 	}
 	return fv_dir_bind(cx, &sd, &pd, ro);
 }
@@ -294,6 +320,115 @@ static int release_volume(struct fv_ctx *cx, const char *name, dev_t devno)
 }
 
 /*
+ * The device mount @gd of volume @name goes, and the node-side attach with
+ * it, in the order that leaks nothing (issue 17):
+ *
+ *  - another mount of the device (a pod's bind) is refused before the
+ *    device mount is touched (@busy_ok: that is no error, the caller is one
+ *    of several pods): dropping it first left a device that mountdevice
+ *    then refused as mounted "for another volume";
+ *  - the backend arranges, where it can, that the kernel undoes the attach
+ *    with the last mount (loop: autoclear), so a SIGKILL after the umount
+ *    leaks nothing;
+ *  - a release that fails puts the device mount back, so that kubelet (which
+ *    calls unmountdevice only for a mount point) calls again.
+ *
+ * What still leaks: a backend without release_on_umount (iSCSI) killed
+ * between the umount and its release; the garbage collector finds that.
+ * Call with the volume lock held.  1: left for other mounts (@busy_ok).
+ */
+static int unmount_and_release(struct fv_ctx *cx, const char *name, const struct fv_dir *gd,
+			       bool busy_ok)
+{
+	const struct fv_blkvol_ops *ops = ops_of(cx);
+	struct fv_mntinfo mi;
+	char other[PATH_MAX];
+	int n, r = fv_dir_mounted(gd, &mi);
+
+	if (r < 0)
+		return fv_fail(cx, r, "cannot tell whether '%s' is mounted: %s", gd->path,
+			       strerror(-r));
+	if (r == 1)
+		return release_volume(cx, name, 0); /* unmounted before: what a killed call left */
+	n = fv_mnt_count_devno(mi.devno);
+	if (n < 0)
+		return fv_fail(cx, n, "cannot read the mount table: %s", strerror(-n));
+	if (n > 1) {
+		if (busy_ok)
+			return 1;
+		if (fv_mnt_find_source(mi.source, gd->path, other, sizeof(other)) != 0)
+			snprintf(other, sizeof(other), "another place");
+		return fv_fail(cx, -EBUSY, "%s, the device of '%s', is still mounted at '%s' "
+			       "(%d mounts in all): not unmounting it", mi.source, gd->path, other,
+			       n);
+	}
+	if (ops->release_on_umount) {
+		r = ops->release_on_umount(cx, name, mi.devno);
+		if (r < 0) {
+			fv_log("cannot have %s released with its last mount: %s", mi.source,
+			       strerror(-r));
+			fv_ctx_reset_message(cx);
+		}
+	}
+	r = fv_dir_umount_all(cx, gd, false);
+	if (r < 0)
+		return r;
+	r = release_volume(cx, name, mi.devno);
+	if (r < 0) {
+		char msg[FV_MESSAGE_MAX];
+
+		snprintf(msg, sizeof(msg), "%s", cx->message);
+		if (fv_dir_mount(cx, gd, mi.source, mi.fstype, mi.readonly ? "ro" : "rw") == 0)
+			fv_ctx_add_detail(cx, "the device mount is back, to be unmounted again");
+		else
+			fv_log("cannot put the device mount back on %s: %s", gd->path, cx->message);
+		snprintf(cx->message, sizeof(cx->message), "%s", msg);
+		return r;
+	}
+	r = fv_dir_is_empty(gd);
+	if (r == 0)
+		return fv_fail(cx, -ENOTEMPTY, "'%s' is not empty after unmount", gd->path);
+	return r < 0 ? fv_fail(cx, r, "cannot read '%s': %s", gd->path, strerror(-r)) : 0;
+}
+
+/*
+ * The record waitforattach wrote under the options' volume name @hint is of
+ * no use once the device @dev it names is claimed under a trusted name (the
+ * claimed record and tag say everything): removed, or it would stay in the
+ * state dir forever whenever the hint is not kubelet's name (issue 17).
+ */
+static void forget_hint(struct fv_ctx *cx, const char *hint, const char *dev)
+{
+	json_object *rec = NULL, *d;
+	char key[PATH_MAX];
+
+	if (!hint || !hint[0])
+		return;
+	hinted_key(hint, key, sizeof(key));
+	if (fv_state_read(cx, key, &rec) != 0)
+		return;
+	if (json_object_object_get_ex(rec, "device", &d) && json_object_is_type(d, json_type_string) &&
+	    streq(json_object_get_string(d), dev))
+		(void)fv_state_remove(cx, key);
+	json_object_put(rec);
+}
+
+/*
+ * Is @target the global path @arg itself, or the pod dir of a pod of that
+ * same volume (kubelet's layout, fv_kubelet_global_path())?  Those mounts of
+ * the device are this volume's: a pod bind left when the global path went
+ * behind kubelet's back does not make the device "another volume's".
+ */
+static bool this_volumes_mount(const char *target, void *arg)
+{
+	const char *gmp = arg;
+	char g[PATH_MAX];
+
+	return streq(target, gmp) ||
+	       (fv_kubelet_global_path(target, g, sizeof(g)) && streq(g, gmp));
+}
+
+/*
  * The node-side attach claimed for @name, the device formatted if blank and
  * mounted at @gd (the directory as opened), the record written.  A device mounted for
  * another volume is refused: options naming another PV's image or LUN never
@@ -315,13 +450,16 @@ static int attach_and_mount(struct fv_ctx *cx, const void *v, const struct fv_op
 	if (kubelet_dev && kubelet_dev[0] && !streq(kubelet_dev, dev))
 		fv_log("mountdevice: kubelet passed %s, the volume's device is %s", kubelet_dev, dev);
 	if (!(fv_dir_mounted(gd, &mi) == 0 && stat(dev, &st) == 0 && mi.devno == st.st_rdev) &&
-	    fv_mnt_find_source(dev, gd->path, other, sizeof(other)) == 0) {
+	    fv_mnt_find_source_skip(dev, this_volumes_mount, (void *)gd->path, other,
+				    sizeof(other)) == 0) {
 		r = fv_fail(cx, -FV_ERR_CONFLICT, "%s is already mounted at '%s' for another "
 			    "volume; refusing to mount it for '%s'", dev, other, name);
 		goto out;
 	}
 	/* before the mount: a refused mkfs still leaves what detach needs to release */
 	r = save_record(cx, name, v, dev, o);
+	if (r == 0)
+		forget_hint(cx, o->volume, dev);
 	if (r == 0)
 		r = fv_blkvol_mountdevice(cx, gd, dev, o->fstype, ops->default_fstype,
 					  o->readonly);
@@ -416,12 +554,15 @@ int fv_blkvol_op_mountdevice(struct fv_ctx *cx, const char *dir, const char *dev
 
 int fv_blkvol_op_unmountdevice(struct fv_ctx *cx, const char *dir)
 {
-	struct fv_mntinfo was;
-	int r = fv_blkvol_unmount(cx, dir, &was);
+	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
+	int r = fv_dir_arg(cx, dir, 0, &gd);
 
 	if (r < 0)
 		return r;
-	return release_volume(cx, fv_path_last(dir), was.devno);
+	if (r == 1) /* no directory: nothing mounted, only what a killed call left to release */
+		return release_volume(cx, fv_path_last(dir), 0);
+	/* locked by the dispatcher on the volume name */
+	return unmount_and_release(cx, fv_path_last(dir), &gd, false);
 }
 
 int fv_blkvol_op_detach(struct fv_ctx *cx, const char *volume, const char *node)
@@ -520,31 +661,30 @@ static int node_teardown(struct fv_ctx *cx, const char *vkey, const char *path, 
 	if (r < 0 && r != -ENOENT)
 		return fv_fail(cx, r, "cannot open '%s': %s", path, strerror(-r));
 	if (exists && fv_dir_mounted(&gd, &mi) == 0) {
-		r = fv_mnt_count_devno(mi.devno);
-		if (r < 0)
-			return fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
-		if (r > 1)
-			return 0; /* other pods on this node still use it */
-		{
-			char ident[PATH_MAX];
+		char ident[PATH_MAX];
 
-			/* only ever a device of ours: never a filesystem someone put here */
-			r = ops_of(cx)->ident_of(cx, mi.devno, ident, sizeof(ident));
-			if (r != 0)
-				return r < 0 ? r : fv_fail(cx, -FV_ERR_CONFLICT, "'%s' holds '%s', "
-							   "not a device of this driver; leaving it",
-							   path, mi.source);
-		}
-		r = fv_blkvol_unmount(cx, path, &mi);
-		if (r < 0)
-			return r;
-		devno = mi.devno;
-	} else if (was_devno && fv_mnt_count_devno(was_devno) == 0) {
-		devno = was_devno; /* the device mount went before (a killed earlier call) */
+		/* only ever a device of ours: never a filesystem someone put here */
+		r = ops_of(cx)->ident_of(cx, mi.devno, ident, sizeof(ident));
+		if (r != 0)
+			return r < 0 ? r : fv_fail(cx, -FV_ERR_CONFLICT, "'%s' holds '%s', "
+						   "not a device of this driver; leaving it",
+						   path, mi.source);
+		r = unmount_and_release(cx, vkey, &gd, true);
+		if (r != 0)
+			return r < 0 ? r : 0; /* 1: other pods on this node still use it */
+		goto remove_dirs;
+	} else if (was_devno) {
+		int n = fv_mnt_count_devno(was_devno);
+
+		if (n < 0) /* unreadable is not "unused" */
+			return fv_fail(cx, n, "cannot read the mount table: %s", strerror(-n));
+		if (n == 0)
+			devno = was_devno; /* the device mount went before (a killed earlier call) */
 	}
 	r = release_volume(cx, vkey, devno);
 	if (r < 0 || !exists)
 		return r;
+remove_dirs:
 	(void)rmdir(path);
 	snprintf(parent, sizeof(parent), "%s", path);
 	*strrchr(parent, '/') = '\0';
@@ -759,11 +899,11 @@ static int node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *
 			r = require_named_device(cx, name, r, dev, &mi);
 		if (r < 0)
 			goto out;
+		/* read-only pods came first: the first read-write pod makes it writable */
 		if (mi.readonly && !o->readonly) {
-			r = fv_fail(cx, -FV_ERR_CONFLICT, "volume '%s' is mounted read-only on this "
-				    "node for another pod; a read-write pod has to wait until "
-				    "those are gone", name);
-			goto out;
+			r = fv_blkvol_writable(cx, &gd);
+			if (r < 0)
+				goto out;
 		}
 	} else {
 		r = attach_and_mount(cx, v, o, vkey, &gd, NULL);
@@ -828,6 +968,24 @@ int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts 
 			r = require_named_device(cx, fv_path_last(dir), found, dev, &mi);
 			if (r < 0)
 				return r;
+			/*
+			 * Read-only pods came first (mountdevice ran with their
+			 * options; kubelet skips it for a mounted path): the first
+			 * read-write pod makes the device mount writable, under the
+			 * volume lock that mountdevice and unmountdevice take.
+			 */
+			if (mi.readonly && !o->readonly) {
+				int lock = lock_volume(cx, fv_path_last(dir));
+
+				if (lock < 0)
+					return lock;
+				r = fv_dir_mounted(&gd, &mi);
+				if (r == 0 && mi.readonly)
+					r = fv_blkvol_writable(cx, &gd);
+				fv_unlock(lock);
+				if (r < 0)
+					return r;
+			}
 		}
 	}
 	return fv_blkvol_bind(cx, dir, path, o->readonly);

@@ -15,6 +15,8 @@
 #include "fv/log.h"
 #include "fv/util.h"
 
+#define POLL_NO_PIDFD_MS 20 /* how often the exit is asked for without a pidfd */
+
 #ifndef SYS_close_range
 #define SYS_close_range 436 /* the same number on every architecture */
 #endif
@@ -140,10 +142,10 @@ static int collect(pid_t pid, int fd, unsigned int timeout_s, struct fv_run *r)
 {
 	_cleanup_close_ int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	uint64_t deadline = fv_now_ms() + (uint64_t)timeout_s * 1000;
-	bool exited = false, eof = false;
+	bool exited = false, eof = false, reaped = false;
 	size_t len = 0;
 	char buf[4096];
-	int st;
+	int st = 0;
 
 	r->output = calloc(1, FV_RUN_OUTPUT_MAX + 1);
 	while (!exited) {
@@ -157,9 +159,23 @@ static int collect(pid_t pid, int fd, unsigned int timeout_s, struct fv_run *r)
 			r->timed_out = true;
 			break;
 		}
-		if (pidfd < 0 && eof) /* no pidfd: wait for exit after EOF */
-			break;
-		n = poll(p, 2, (int)(deadline - now));
+		/*
+		 * No pidfd (Linux < 5.3, a seccomp filter): nothing to poll for the
+		 * exit, so ask waitpid(WNOHANG) every POLL_NO_PIDFD_MS instead - the
+		 * same deadline, and a daemon holding the pipe is no wait either.
+		 */
+		if (pidfd < 0) {
+			pid_t k = waitpid(pid, &st, WNOHANG);
+
+			if (k == pid) {
+				exited = reaped = true;
+				continue;
+			}
+			if (k < 0 && errno != EINTR)
+				return NEG_ERRNO();
+		}
+		n = poll(p, 2, pidfd < 0 && deadline - now > POLL_NO_PIDFD_MS ? POLL_NO_PIDFD_MS
+									 : (int)(deadline - now));
 		if (n < 0 && errno != EINTR)
 			return NEG_ERRNO();
 		if (n <= 0)
@@ -184,21 +200,33 @@ static int collect(pid_t pid, int fd, unsigned int timeout_s, struct fv_run *r)
 			break;
 		append(r, &len, buf, (size_t)k);
 	}
-	if (r->timed_out && pidfd >= 0) {
+	if (r->timed_out && !reaped) {
 		/*
 		 * A child stuck in the kernel (umount2 on a dead NFS server sits
 		 * in D state) does not die from SIGKILL until the call returns.
 		 * Give it a moment, then leave it: waiting would hang us too.
 		 */
 		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+		bool died = false;
 
-		if (poll(&p, 1, 3000) <= 0) {
+		if (pidfd >= 0) {
+			died = poll(&p, 1, 3000) > 0;
+		} else {
+			for (uint64_t end = fv_now_ms() + 3000; !died && fv_now_ms() < end;) {
+				pid_t k = waitpid(pid, &st, WNOHANG);
+
+				died = reaped = k == pid;
+				if (!died)
+					(void)poll(NULL, 0, POLL_NO_PIDFD_MS);
+			}
+		}
+		if (!died) {
 			fv_log("helper %d did not die after SIGKILL; leaving it to init", (int)pid);
 			r->status = 128 + SIGKILL;
 			return 0;
 		}
 	}
-	while (waitpid(pid, &st, 0) < 0)
+	while (!reaped && waitpid(pid, &st, 0) < 0)
 		if (errno != EINTR)
 			return NEG_ERRNO();
 	r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);

@@ -10,6 +10,7 @@
 
 #include "internal.h"
 #include "fv/lock.h"
+#include "fv/log.h"
 #include "fv/util.h"
 
 static void on_alarm(int sig)
@@ -78,27 +79,89 @@ out:
 	return r;
 }
 
+static int lock_path(struct fv_ctx *cx, const char *name, char *dir, size_t dlen, char *path,
+		     size_t plen)
+{
+	char esc[NAME_MAX - 8];
+
+	if (fv_name_key(name, esc, sizeof(esc)) < 0)
+		return -ENAMETOOLONG;
+	snprintf(dir, dlen, "%s/locks", cx->cfg.run_dir);
+	snprintf(path, plen, "%s/%s.lock", dir, esc);
+	return 0;
+}
+
+/*
+ * Removing a lock file others may hold: the holder unlinks it while it
+ * still holds the lock (fv_unlock_remove()), and every locker checks, once
+ * it holds the lock, that its descriptor is still the file the path names
+ * (same device and inode); a waiter that got the lock on a removed file
+ * starts again with the new one.  So lock files exist only while in use
+ * (issue 17: one per pod dir ever mounted used to pile up in the run dir).
+ */
+void fv_unlock_remove(struct fv_ctx *cx, const char *name, int fd)
+{
+	char dir[PATH_MAX], path[PATH_MAX + NAME_MAX];
+
+	if (fd >= 0 && lock_path(cx, name, dir, sizeof(dir), path, sizeof(path)) == 0)
+		(void)unlink(path);
+	fv_unlock(fd);
+}
+
+/* Is the open lock file @fd still the one at @path? */
+static bool still_linked(int fd, const char *path)
+{
+	struct stat a, b;
+
+	return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+	       a.st_ino == b.st_ino;
+}
+
 /* fv_lock() with a deadline of @timeout_ms (0: only try; a held lock is then -EWOULDBLOCK, quietly) */
 static int lock_named(struct fv_ctx *cx, const char *name, unsigned int timeout_ms)
 {
-	char dir[PATH_MAX], esc[NAME_MAX - 8], path[PATH_MAX + NAME_MAX];
+	char dir[PATH_MAX], path[PATH_MAX + NAME_MAX];
+	uint64_t t0 = fv_now_ms(), deadline = t0 + timeout_ms, now;
+	bool waited = false;
 	int fd, r;
 
-	if (fv_name_key(name, esc, sizeof(esc)) < 0)
+	if (lock_path(cx, name, dir, sizeof(dir), path, sizeof(path)) < 0)
 		return fv_fail(cx, -ENAMETOOLONG, "lock name too long: '%.64s...'", name);
-	snprintf(dir, sizeof(dir), "%s/locks", cx->cfg.run_dir);
 	r = fv_mkdir_p(dir, 0700);
 	if (r < 0)
 		return fv_fail(cx, r, "cannot create lock directory '%s': %s", dir, strerror(-r));
-	snprintf(path, sizeof(path), "%s/%s.lock", dir, esc);
-	fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd < 0)
-		return fv_fail(cx, NEG_ERRNO(), "cannot open lock '%s': %m", path);
-	r = fv_flock_deadline(fd, LOCK_EX, timeout_ms);
-	if (r == 0)
-		return fd;
+	for (;;) {
+		fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd < 0)
+			return fv_fail(cx, NEG_ERRNO(), "cannot open lock '%s': %m", path);
+		/*
+		 * A wait may last up to lock_timeout (150 s by default): it leaves
+		 * a line in the log whether or not debug is on, and so does its
+		 * end, so that a slow call can be told from a stuck one (issue 17).
+		 */
+		r = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : NEG_ERRNO();
+		if (r == -EWOULDBLOCK && timeout_ms > 0) {
+			if (!waited)
+				fv_log("waiting for lock '%s' (another operation holds it; up to "
+				       "%u s)", name, cx->cfg.lock_timeout);
+			waited = true;
+			now = fv_now_ms();
+			r = now >= deadline ? -FV_ERR_TIMEOUT
+					    : fv_flock_deadline(fd, LOCK_EX,
+								(unsigned int)(deadline - now));
+		}
+		if (r < 0)
+			break;
+		if (still_linked(fd, path)) {
+			if (waited)
+				fv_log("got lock '%s' after %llu ms", name,
+				       (unsigned long long)(fv_now_ms() - t0));
+			return fd;
+		}
+		close(fd); /* removed by its last holder meanwhile: the new file is the lock */
+	}
 	close(fd);
-	if (r == -FV_ERR_TIMEOUT && timeout_ms == 0)
+	if ((r == -FV_ERR_TIMEOUT || r == -EWOULDBLOCK) && timeout_ms == 0)
 		return -EWOULDBLOCK;
 	if (r == -FV_ERR_TIMEOUT)
 		return fv_fail(cx, r, "another operation on '%s' still holds its lock after %u s",

@@ -339,6 +339,7 @@ static int check_dir_arg(struct fv_ctx *cx, const char *p, bool must_exist, char
 static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 {
 	const char *v;
+	char name[PATH_MAX + 64];
 	int lockfd = -1, r;
 
 	if (op->json >= 0) {
@@ -356,8 +357,6 @@ static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 	v = c->volume;
 	/* the lock guards this node's state; a call for another node has none to guard */
 	if (op->lock_arg != -1 && v && !((op->flags & OP_NODE) && c->remote)) {
-		char name[PATH_MAX + 64];
-
 		snprintf(name, sizeof(name), "%s-%s-%s", cx->drv->name,
 			 op->flags & OP_LOCK_DIR ? "dir" : "vol",
 			 op->flags & OP_LOCK_DIR ? c->args[0] : v);
@@ -370,8 +369,12 @@ static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 		}
 	}
 	r = op->run(c);
+	/*
+	 * The lock file goes with the lock (fv_unlock_remove(), safe against
+	 * waiters): one per pod dir ever mounted used to stay in the run dir.
+	 */
 	if (lockfd >= 0)
-		fv_unlock(lockfd);
+		fv_unlock_remove(cx, name, lockfd);
 	/* after the op's own work and locks; bounded, never changes the reply */
 	if ((op->flags & OP_NODE_SIDE) && cx->drv->blk)
 		fv_blkvol_gc_maybe(cx);

@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <stdint.h>
 
 #include "internal.h"
 #include "fv/log.h"
@@ -76,7 +78,18 @@ int fv_mnt_find(const char *target, struct fv_mntinfo *ret)
 	return 0;
 }
 
+static bool skip_exclude(const char *target, void *arg)
+{
+	return arg && streq(target, (const char *)arg);
+}
+
 int fv_mnt_find_source(const char *source, const char *exclude, char *ret, size_t len)
+{
+	return fv_mnt_find_source_skip(source, skip_exclude, (void *)exclude, ret, len);
+}
+
+int fv_mnt_find_source_skip(const char *source, bool (*skip)(const char *target, void *arg),
+			    void *arg, char *ret, size_t len)
 {
 	_cleanup_(mnt_unref_tablep) struct libmnt_table *tb = NULL;
 	_cleanup_(mnt_free_iterp) struct libmnt_iter *it = mnt_new_iter(MNT_ITER_FORWARD);
@@ -93,7 +106,7 @@ int fv_mnt_find_source(const char *source, const char *exclude, char *ret, size_
 
 		if (!src || !tgt || !streq(src, source) || (root && !streq(root, "/")))
 			continue;
-		if (exclude && streq(tgt, exclude))
+		if (skip(tgt, arg))
 			continue;
 		snprintf(ret, len, "%s", tgt);
 		return 0;
@@ -386,6 +399,69 @@ int fv_dir_mount(struct fv_ctx *cx, const struct fv_dir *d, const char *source,
 	return r;
 }
 
+/*
+ * The new mount API (Linux 5.2: open_tree, move_mount; 5.12: mount_setattr),
+ * called through syscall(): glibc 2.36 wraps them but musl 1.2.3 (the static
+ * build) does not, and their numbers are the same on every architecture but
+ * alpha (which we do not build for).
+ */
+#ifndef SYS_open_tree
+#define SYS_open_tree 428
+#endif
+#ifndef SYS_move_mount
+#define SYS_move_mount 429
+#endif
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
+#define FV_OPEN_TREE_CLONE 1
+#define FV_MOVE_MOUNT_F_EMPTY_PATH 0x04
+#define FV_MOVE_MOUNT_T_EMPTY_PATH 0x40
+#define FV_MOUNT_ATTR_RDONLY 0x1
+
+struct fv_mount_attr { /* struct mount_attr, MOUNT_ATTR_SIZE_VER0 */
+	uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
+
+static int set_ro_at(int dfd, const char *path, unsigned int flags)
+{
+	struct fv_mount_attr a = { .attr_set = FV_MOUNT_ATTR_RDONLY };
+
+	return syscall(SYS_mount_setattr, dfd, path, flags, &a, sizeof(a)) == 0 ? 0 : NEG_ERRNO();
+}
+
+/* No new mount API here: a kernel before 5.12, or a seccomp filter that does not know it. */
+static bool no_new_api(int r)
+{
+	return r == -ENOSYS || r == -EPERM;
+}
+
+/*
+ * The bind of @sfd (a directory on the mount to bind) onto the directory
+ * @dfd in one visible step: a detached clone of the mount, made read-only
+ * while nobody can see it, then attached.  A SIGKILL before move_mount()
+ * leaves nothing (the detached clone goes with the last descriptor); after
+ * it, the bind is already what was asked.  -ENOSYS/-EPERM: no new API.
+ */
+static int bind_atomic(int sfd, int dfd, bool ro)
+{
+	_cleanup_close_ int tfd = (int)syscall(SYS_open_tree, sfd, "",
+					       FV_OPEN_TREE_CLONE | O_CLOEXEC | AT_EMPTY_PATH);
+	int r;
+
+	if (tfd < 0)
+		return NEG_ERRNO();
+	if (ro) {
+		r = set_ro_at(tfd, "", AT_EMPTY_PATH);
+		if (r < 0)
+			return r;
+	}
+	if (syscall(SYS_move_mount, tfd, "", dfd, "",
+		    FV_MOVE_MOUNT_F_EMPTY_PATH | FV_MOVE_MOUNT_T_EMPTY_PATH) < 0)
+		return NEG_ERRNO();
+	return 0;
+}
+
 /* MS_* flags a bind must keep when it is remounted read-only (MS_REMOUNT|MS_BIND sets them all). */
 static unsigned long kept_flags(int fd)
 {
@@ -407,39 +483,149 @@ static unsigned long kept_flags(int fd)
 	return f;
 }
 
+/* The old API's read-only step on the mount whose root @fd is open on. */
+static int remount_ro_fd(int fd)
+{
+	char p[32];
+
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+	return mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | kept_flags(fd), NULL) == 0
+		       ? 0
+		       : NEG_ERRNO();
+}
+
+int fv_dir_make_ro(struct fv_ctx *cx, const struct fv_dir *d)
+{
+	_cleanup_close_ int fd = -1;
+	int r = set_ro_at(d->parent, d->name, AT_SYMLINK_NOFOLLOW);
+
+	if (no_new_api(r)) {
+		fd = open_last(d);
+		r = fd < 0 ? fd : remount_ro_fd(fd);
+	}
+	if (r < 0)
+		return fv_fail(cx, r, "read-only remount of '%s' failed: %s", d->path, strerror(-r));
+	fv_log("made the mount on %s read-only", d->path);
+	return 0;
+}
+
+int fv_dir_remount_rw(struct fv_ctx *cx, const struct fv_dir *d)
+{
+	_cleanup_close_ int fd = open_last(d);
+	char p[32];
+
+	if (fd < 0)
+		return dir_fail(cx, fd, d->path);
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+	fv_log("remount: %s read-write", d->path);
+	/* the filesystem itself, not a bind's flag: a read-only superblock fails every write */
+	if (mount(NULL, p, NULL, MS_REMOUNT | (kept_flags(fd) & ~(unsigned long)MS_RDONLY), NULL) < 0)
+		return fv_fail(cx, NEG_ERRNO(), "cannot make '%s' read-write: %m", d->path);
+	return 0;
+}
+
+/* Unmount whatever is stacked on @path (ours, under the run dir), lazily: a leftover of a killed call. */
+static void umount_leftovers(const char *path)
+{
+	/* the run dir is configuration and may come through a symlink (/var/run): not "literal" */
+	for (int i = 0; i < 16 && umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) == 0; i++)
+		fv_log("umount: %s (left by a killed call)", path);
+}
+
 /*
+ * Is @path (ours: the run dir may come through a symlink such as /var/run)
+ * the root of a mount?  statx() knows since Linux 5.8; before, mountinfo.
+ */
+static bool is_mount_root(const char *path)
+{
+	struct statx stx;
+
+	if (statx(AT_FDCWD, path, AT_STATX_DONT_SYNC, 0, &stx) == 0 &&
+	    (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT))
+		return stx.stx_attributes & STATX_ATTR_MOUNT_ROOT;
+	return fv_mnt_find(path, NULL) == 0;
+}
+
+/*
+ * The fallback of bind_atomic() for kernels without the new mount API: the
+ * bind is made and made read-only in a private staging directory under the
+ * run dir, which no pod sees, and only then moved (MS_MOVE, one step) onto
+ * the pod dir.  The staging root is a private bind of itself, so that the
+ * move is allowed (a mount under a shared parent cannot be moved) and the
+ * staged mount propagates nowhere.  A SIGKILL leaves at most a staged
+ * mount, which the retry for the same pod dir (serialised by its lock,
+ * hence the key) unmounts first.
+ */
+static int bind_staged(struct fv_ctx *cx, int sfd, int dfd, const char *dst)
+{
+	char root[PATH_MAX], stage[PATH_MAX], s[32], t[32];
+	_cleanup_close_ int stfd = -1;
+	int r;
+
+	if (snprintf(root, sizeof(root), "%s/%s/staging", cx->cfg.run_dir, cx->drv->name) >=
+		    (int)sizeof(root) ||
+	    snprintf(stage, sizeof(stage), "%s/%016llx", root,
+		     (unsigned long long)fv_hash64(dst)) >= (int)sizeof(stage))
+		return -ENAMETOOLONG;
+	r = fv_mkdir_p(stage, 0700);
+	if (r < 0)
+		return r;
+	umount_leftovers(stage);
+	/* the staging root: a mount point of its own, private (again, after a killed call) */
+	if (!is_mount_root(root) && mount(root, root, NULL, MS_BIND, NULL) < 0)
+		return NEG_ERRNO();
+	if (mount(NULL, root, NULL, MS_PRIVATE, NULL) < 0)
+		return NEG_ERRNO();
+	snprintf(s, sizeof(s), "/proc/self/fd/%d", sfd);
+	if (mount(s, stage, NULL, MS_BIND, NULL) < 0)
+		return NEG_ERRNO();
+	stfd = open(stage, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	r = stfd < 0 ? NEG_ERRNO() : remount_ro_fd(stfd);
+	if (r == 0) {
+		snprintf(t, sizeof(t), "/proc/self/fd/%d", dfd);
+		r = mount(stage, t, NULL, MS_MOVE, NULL) == 0 ? 0 : NEG_ERRNO();
+	}
+	if (r < 0)
+		umount_leftovers(stage);
+	(void)rmdir(stage);
+	return r;
+}
+
+/*
+ * A read-only bind is never writable, not even between two syscalls (issue
+ * 17): with the new mount API it is made read-only before it is attached
+ * (bind_atomic); without it, in a private staging directory before it is
+ * moved into place (bind_staged).  A read-write bind is one mount(2).
  * Plain mount(2) rather than libmount: libmount would do the read-only step
- * of "bind,ro" on the target path again, and /proc/self/fd/N of the
- * directory names the directory under the new bind, not the bind.  Here the
- * remount is done through a descriptor opened on the bind itself.
+ * of "bind,ro" on the target path again, after the bind is visible.
  */
 int fv_dir_bind(struct fv_ctx *cx, const struct fv_dir *src, const struct fv_dir *dst, bool ro)
 {
-	_cleanup_close_ int sfd = open_last(src), dfd = open_last(dst), nfd = -1;
+	_cleanup_close_ int sfd = open_last(src), dfd = open_last(dst);
 	char s[32], t[32];
+	int r;
 
 	if (sfd < 0)
 		return dir_fail(cx, sfd, src->path);
 	if (dfd < 0)
 		return dir_fail(cx, dfd, dst->path);
-	snprintf(s, sizeof(s), "/proc/self/fd/%d", sfd);
-	snprintf(t, sizeof(t), "/proc/self/fd/%d", dfd);
 	fv_log("mount: %s on %s (bind%s)", src->path, dst->path, ro ? ",ro" : "");
-	if (mount(s, t, NULL, MS_BIND, NULL) < 0)
-		return fv_fail(cx, NEG_ERRNO(), "bind mount of '%s' on '%s' failed: %m", src->path,
-			       dst->path);
-	if (!ro)
-		return 0;
-	nfd = open_last(dst);
-	if (nfd >= 0) {
-		snprintf(t, sizeof(t), "/proc/self/fd/%d", nfd);
-		if (mount(NULL, t, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | kept_flags(nfd), NULL) == 0)
-			return 0;
-		nfd = NEG_ERRNO();
+	if (!ro) {
+		snprintf(s, sizeof(s), "/proc/self/fd/%d", sfd);
+		snprintf(t, sizeof(t), "/proc/self/fd/%d", dfd);
+		r = mount(s, t, NULL, MS_BIND, NULL) == 0 ? 0 : NEG_ERRNO();
+	} else {
+		r = bind_atomic(sfd, dfd, true);
+		if (no_new_api(r)) {
+			fv_log("no open_tree/mount_setattr (%s): staging the read-only bind",
+			       strerror(-r));
+			r = bind_staged(cx, sfd, dfd, dst->path);
+		}
 	}
-	/* never leave a writable bind of a read-only volume behind */
-	(void)fv_umount_at(dst->parent, dst->name, MNT_DETACH);
-	return fv_fail(cx, nfd, "read-only remount of '%s' failed: %s", dst->path, strerror(-nfd));
+	if (r < 0)
+		return fv_fail(cx, r, "%sbind mount of '%s' on '%s' failed: %s",
+			       ro ? "read-only " : "", src->path, dst->path, strerror(-r));
+	return 0;
 }
 
 /* Does the open directory @dir hold nothing but "." and ".."?  1 yes, 0 no.  Closes @dir. */

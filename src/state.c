@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Atomic state records, a cache of what the kernel knows (fv/state.h). */
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <json-c/json.h>
 #include <libgen.h>
 #include <dirent.h>
@@ -14,15 +16,64 @@
 #include "fv/state.h"
 #include "fv/util.h"
 
+/*
+ * Remove the temporary files of @path that writers killed before their
+ * rename() left ("<name>.tmp.<pid>" of a process that no longer exists): a
+ * live writer's is left alone (a reused pid only delays the removal).
+ */
+static void sweep_tmp(const char *path)
+{
+	char dir[PATH_MAX], base[NAME_MAX + 1], prefix[NAME_MAX + 8];
+	const char *slash = strrchr(path, '/');
+	struct dirent *e;
+	size_t n;
+	DIR *d;
+
+	if (!slash || (size_t)(slash - path) >= sizeof(dir))
+		return;
+	snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	snprintf(base, sizeof(base), "%s", slash + 1);
+	n = (size_t)snprintf(prefix, sizeof(prefix), "%s.tmp.", base);
+	d = opendir(dir[0] ? dir : "/");
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char *end;
+		long pid;
+
+		if (strncmp(e->d_name, prefix, n))
+			continue;
+		pid = strtol(e->d_name + n, &end, 10);
+		if (*end || pid <= 0 || pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		(void)unlinkat(dirfd(d), e->d_name, 0);
+	}
+	closedir(d);
+}
+
+/*
+ * The data goes into an unnamed file (O_TMPFILE) that gets its temporary
+ * name only once it is complete, just before the rename(): a SIGKILL leaves
+ * a "<name>.tmp.<pid>" only between those two calls, and the next write of
+ * the record removes it (sweep_tmp()).  Without O_TMPFILE (a filesystem
+ * that lacks it), the named file from the start.
+ */
 int fv_write_file_atomic(const char *path, const char *data, size_t len, unsigned int mode)
 {
-	char tmp[PATH_MAX], dir[PATH_MAX];
+	char tmp[PATH_MAX], dir[PATH_MAX], proc[32];
 	_cleanup_close_ int dfd = -1;
+	bool unnamed = true;
 	int fd, r = 0;
 
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
 		return -ENAMETOOLONG;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+	sweep_tmp(path);
+	snprintf(dir, sizeof(dir), "%s", path);
+	fd = open(dirname(dir), O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
+	if (fd < 0) {
+		unnamed = false;
+		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+	}
 	if (fd < 0)
 		return NEG_ERRNO();
 	while (len > 0) {
@@ -39,6 +90,14 @@ int fv_write_file_atomic(const char *path, const char *data, size_t len, unsigne
 	}
 	if (r == 0 && fsync(fd) < 0)
 		r = NEG_ERRNO();
+	if (r == 0 && unnamed) {
+		(void)unlink(tmp); /* a leftover of ours (a reused pid): linkat() does not replace */
+		/* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc/self/fd does not */
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+		if (linkat(fd, "", AT_FDCWD, tmp, AT_EMPTY_PATH) < 0 &&
+		    linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) < 0)
+			r = NEG_ERRNO();
+	}
 	if (close(fd) < 0 && r == 0)
 		r = NEG_ERRNO();
 	if (r == 0 && rename(tmp, path) < 0)

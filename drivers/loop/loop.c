@@ -159,6 +159,10 @@ static int open_image(struct fv_ctx *cx, const struct loopvol *v, bool create, i
 	if (fd == -EXDEV)
 		return fv_fail(cx, -EPERM, "image '%s' resolves outside the loop root '%s'", v->rel,
 			       root);
+	if (!v->ro && (fd == -EROFS || fd == -EACCES || fd == -EPERM))
+		return fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' cannot be written on this node (%s): "
+			       "the volume is read-only here; a pod asking for read-write cannot "
+			       "use it, pods asking for read-only can", v->rel, strerror(-fd));
 	if (fd < 0)
 		return fv_fail(cx, fd, "cannot open image '%s' in '%s': %s", v->rel, root,
 			       strerror(-fd));
@@ -205,6 +209,24 @@ static long loop_nr(const char *name)
 	return nr;
 }
 
+/*
+ * Ask loop device @nr for its status and call @fn when it is bound: 1 (stop)
+ * or 0 from @fn, 0 when unbound (ENXIO) or gone, -errno when the status
+ * cannot be read - never "not bound" for a device we could not ask.
+ */
+static int each_one(int nr, bool (*fn)(int nr, const struct loop_info64 *info, void *arg),
+		    void *arg)
+{
+	struct loop_info64 info;
+	int r = loop_status(nr, &info);
+
+	if (r == -ENXIO || r == -ENOENT || r == -ENODEV)
+		return 0;
+	if (r < 0)
+		return r;
+	return fn(nr, &info, arg) ? 1 : 0;
+}
+
 /* Without /proc: every loop device in sysfs, each asked (ENXIO: not bound). */
 static int each_binding_sysfs(bool (*fn)(int nr, const struct loop_info64 *info, void *arg),
 			      void *arg)
@@ -214,13 +236,12 @@ static int each_binding_sysfs(bool (*fn)(int nr, const struct loop_info64 *info,
 	int stop = 0;
 
 	if (!d)
-		return 0;
+		return NEG_ERRNO();
 	while (!stop && (e = readdir(d))) {
-		struct loop_info64 info;
 		long nr = loop_nr(e->d_name);
 
-		if (nr >= 0 && loop_status((int)nr, &info) == 0)
-			stop = fn((int)nr, &info, arg);
+		if (nr >= 0)
+			stop = each_one((int)nr, fn, arg);
 	}
 	closedir(d);
 	return stop;
@@ -236,6 +257,8 @@ static int each_binding_sysfs(bool (*fn)(int nr, const struct loop_info64 *info,
  * an open() per device (25 ms for 1,000 free devices, issue 11).  We never
  * bind an image under one sector (bind_image), so none of ours is left out.
  * The kernel still decides: LOOP_GET_STATUS64 answers each listed device.
+ * Returns 1 when @fn stopped the walk, 0 when it ran through, -errno when a
+ * device's status could not be read (the walk stops there).
  */
 static int each_binding(bool (*fn)(int nr, const struct loop_info64 *info, void *arg), void *arg)
 {
@@ -246,7 +269,6 @@ static int each_binding(bool (*fn)(int nr, const struct loop_info64 *info, void 
 	if (!f)
 		return each_binding_sysfs(fn, arg);
 	while (!stop && fgets(line, sizeof(line), f)) {
-		struct loop_info64 info;
 		unsigned int maj, min;
 		unsigned long long blocks;
 		char name[64];
@@ -255,8 +277,8 @@ static int each_binding(bool (*fn)(int nr, const struct loop_info64 *info, void 
 		if (sscanf(line, "%u %u %llu %63s", &maj, &min, &blocks, name) != 4)
 			continue; /* the header, the blank line */
 		nr = loop_nr(name);
-		if (nr >= 0 && loop_status((int)nr, &info) == 0)
-			stop = fn((int)nr, &info, arg);
+		if (nr >= 0)
+			stop = each_one((int)nr, fn, arg);
 	}
 	fclose(f);
 	return stop;
@@ -285,13 +307,17 @@ static bool match_file(int nr, const struct loop_info64 *info, void *arg)
 	return true;
 }
 
-/* The binding of the file @st, if any: 0 found, 1 none. */
-static int find_binding(const struct stat *st, struct binding *b)
+/* The binding of the file @st, if any: 0 found, 1 none, -errno (message set) when unknowable. */
+static int find_binding(struct fv_ctx *cx, const struct stat *st, struct binding *b)
 {
 	struct find_file f = { st, b };
+	int r;
 
 	b->nr = -1;
-	return each_binding(match_file, &f) ? 0 : 1;
+	r = each_binding(match_file, &f);
+	if (r < 0)
+		return fv_fail(cx, r, "cannot read the loop devices' status: %s", strerror(-r));
+	return r ? 0 : 1;
 }
 
 static int release(struct fv_ctx *cx, const struct binding *b)
@@ -472,15 +498,50 @@ static int check_owner(struct fv_ctx *cx, const struct loopvol *v, int fd, const
 }
 
 /*
+ * A read-only request still binds the image read-write when it can be
+ * written here: the loop device is shared by every pod of the volume on
+ * this node, and read-only is a property of each pod's bind (issue 17,
+ * docs/design.md "Read-only and read-write pods of one volume").  A
+ * read-only binding could never be made writable while a read-only pod
+ * uses it, so a read-write pod coming second would wait forever.  The
+ * image, open read-only in @fd, is reopened read-write through its
+ * descriptor (the very file checked, no new lookup); when that fails (a
+ * read-only filesystem, an immutable file) the binding is read-only.
+ */
+static void writable_if_possible(const struct loopvol *v, int *fd, struct loopvol *dv)
+{
+	char p[32];
+	int rw;
+
+	*dv = *v;
+	if (!v->ro)
+		return;
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", *fd);
+	rw = open(p, O_RDWR | O_CLOEXEC | O_NONBLOCK); /* the magic link: followed on purpose */
+	if (rw < 0) {
+		int err = errno;
+
+		fv_log("image %s cannot be written here (%s): binding it read-only", v->rel,
+		       strerror(err));
+		return;
+	}
+	close(*fd);
+	*fd = rw;
+	dv->ro = false;
+}
+
+/*
  * The node-local attach: the image bound to exactly one loop device,
- * read-only when asked.  Reuses an existing binding; never makes a second
- * one.  @name (trusted) claims the binding; without it @hint only labels
- * a new one.  Returns with the image lock held in *ret_lock.
+ * read-write whenever the image can be written (writable_if_possible()).
+ * Reuses an existing binding; never makes a second one.  @name (trusted)
+ * claims the binding; without it @hint only labels a new one.  Returns with
+ * the image lock held in *ret_lock.
  */
 static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, const char *hint,
 		       char *dev, size_t len, int *ret_lock)
 {
 	const struct loopvol *v = vol;
+	struct loopvol dv;
 	_cleanup_close_ int fd = -1;
 	char tag[LO_NAME_SIZE], lockname[96], kind;
 	const char *want = name ? name : hint ? hint : "";
@@ -491,6 +552,7 @@ static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, con
 	r = open_image(cx, v, true, &fd, &st);
 	if (r < 0)
 		return r;
+	writable_if_possible(v, &fd, &dv);
 	/* one lock per image file, whatever volume names it */
 	snprintf(lockname, sizeof(lockname), "loop-image-%llx-%llx", (unsigned long long)st.st_dev,
 		 (unsigned long long)st.st_ino);
@@ -504,8 +566,12 @@ static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, con
 			goto fail;
 	}
 	make_tag(name ? ':' : '?', want, tag);
-	if (find_binding(&st, &b) == 0) {
+	r = find_binding(cx, &st, &b);
+	if (r < 0)
+		goto fail;
+	if (r == 0) {
 		char mine[LO_NAME_SIZE];
+		bool rebind;
 
 		/* the same name, claimed or hinted, is this volume's binding */
 		make_tag(b.tag[strlen(TAG_PREFIX)] == ':' ? ':' : '?', want, mine);
@@ -516,15 +582,23 @@ static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, con
 				    v->rel, b.dev, b.tag);
 			goto fail;
 		}
-		if (b.ro != v->ro) {
-			/* bound read-only for an earlier use, read-write now (or back): rebind if idle */
-			r = release(cx, &b);
-			if (r < 0) {
-				r = fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' is bound %s and in use",
-					    v->rel, b.ro ? "read-only" : "read-write");
+		/*
+		 * Bound read-only (by an older version, or while the image could
+		 * not be written) and writable now: rebound if idle.  In use, it
+		 * still serves a read-only pod; a read-write one is told why not.
+		 */
+		rebind = b.ro && !dv.ro;
+		if (rebind && release(cx, &b) < 0) {
+			fv_ctx_reset_message(cx);
+			if (!v->ro) {
+				r = fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' is bound read-only to %s "
+					    "and in use by read-only pods; a pod asking for read-write "
+					    "can use it once they are gone", v->rel, b.dev);
 				goto fail;
 			}
-		} else {
+			rebind = false; /* reused read-only, as this pod asks */
+		}
+		if (!rebind) {
 			fv_log("reusing %s for %s", b.dev, v->rel);
 			if (name && !streq(b.tag, tag)) {
 				r = set_tag(cx, &b, tag);
@@ -534,7 +608,7 @@ static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, con
 			goto done;
 		}
 	}
-	r = bind_image(cx, v, fd, tag, &b);
+	r = bind_image(cx, &dv, fd, tag, &b);
 	if (r < 0)
 		goto fail;
 done:
@@ -569,8 +643,9 @@ static int loop_find(struct fv_ctx *cx, const void *vol, char *dev, size_t len)
 	}
 	if (r < 0)
 		return r;
-	if (find_binding(&st, &b) != 0)
-		return 1;
+	r = find_binding(cx, &st, &b);
+	if (r != 0)
+		return r;
 	snprintf(dev, len, "%s", b.dev);
 	return 0;
 }
@@ -650,6 +725,7 @@ static bool release_one(int nr, const struct loop_info64 *info, void *arg)
 	if (!streq(b.tag, x->claimed) && !streq(b.tag, x->hinted) &&
 	    !(x->devno && stat(b.dev, &st) == 0 && st.st_rdev == x->devno))
 		return false;
+	/* (a count that fails is not 0: release() asks again and fails) */
 	if (kind == '?' && stat(b.dev, &st) == 0 && fv_mnt_count_devno(st.st_rdev) > 0) {
 		/* only hinted with this name by some PV's options: not ours to fail on */
 		fv_log("leaving %s (%s): it is mounted", b.dev, b.tag);
@@ -670,10 +746,56 @@ static int loop_release(struct fv_ctx *cx, const char *name, dev_t devno, json_o
 {
 	struct release_ctx x = { .cx = cx, .devno = devno };
 
+	int r;
+
 	make_tag(':', name, x.claimed);
 	make_tag('?', name, x.hinted);
-	each_binding(release_one, &x);
+	r = each_binding(release_one, &x);
+	if (r < 0 && x.r == 0)
+		x.r = fv_fail(cx, r, "cannot read the loop devices' status: %s", strerror(-r));
 	return x.r;
+}
+
+struct autoclear_ctx {
+	struct fv_ctx *cx;
+	char claimed[LO_NAME_SIZE];
+	dev_t devno;
+	int r;
+};
+
+static bool autoclear_one(int nr, const struct loop_info64 *info, void *arg)
+{
+	struct autoclear_ctx *x = arg;
+	struct loop_info64 set = *info;
+	_cleanup_close_ int fd = -1;
+	struct binding b;
+	struct stat st;
+
+	fill_binding(&b, nr, info);
+	if (!streq(b.tag, x->claimed) || stat(b.dev, &st) < 0 || st.st_rdev != x->devno)
+		return false;
+	fd = open(b.dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	set.lo_flags |= LO_FLAGS_AUTOCLEAR;
+	if (fd < 0 || ioctl(fd, LOOP_SET_STATUS64, &set) < 0)
+		x->r = NEG_ERRNO();
+	else
+		fv_log("%s (%s): released by the kernel when its last mount goes", b.dev, b.tag);
+	return true;
+}
+
+/*
+ * The binding claimed for @name on @devno is released by the kernel at its
+ * last close (LO_FLAGS_AUTOCLEAR, settable on a bound device): from the
+ * umount on, no SIGKILL can leave it behind.
+ */
+static int loop_release_on_umount(struct fv_ctx *cx, const char *name, dev_t devno)
+{
+	struct autoclear_ctx x = { .cx = cx, .devno = devno };
+	int r;
+
+	make_tag(':', name, x.claimed);
+	r = each_binding(autoclear_one, &x);
+	return r < 0 ? r : x.r;
 }
 
 static int loop_grow(struct fv_ctx *cx, const void *vol, const char *dev, uint64_t new_size)
@@ -710,6 +832,7 @@ static const struct fv_blkvol_ops loop_ops = {
 	.attach = loop_attach,
 	.find = loop_find,
 	.release = loop_release,
+	.release_on_umount = loop_release_on_umount,
 	.record = loop_record,
 	.grow = loop_grow,
 	.ident = loop_ident,

@@ -96,6 +96,16 @@ struct fv_blkvol_ops {
 	 */
 	int (*release)(struct fv_ctx *cx, const char *name, dev_t devno, struct json_object *rec);
 
+	/*
+	 * release_on_umount() - optional: device @devno, mounted for volume
+	 * @name, is about to be unmounted for good (unmountdevice, the last
+	 * pod in node mode).  Arrange, where the backend can, that the kernel
+	 * undoes the attach when its last mount goes (loop: LO_FLAGS_AUTOCLEAR),
+	 * so a SIGKILL between the umount and release() leaks nothing.  A
+	 * failure here is logged, never fatal: release() still runs.
+	 */
+	int (*release_on_umount)(struct fv_ctx *cx, const char *name, dev_t devno);
+
 	/* record() - add the backend's fields to @rec, the state record of @vol. */
 	int (*record)(struct fv_ctx *cx, const void *vol, struct json_object *rec);
 
@@ -176,13 +186,21 @@ bool fv_blkvol_node_mode(const struct fv_ctx *cx);
  * fv_blkvol_mountdevice() - mount block device @dev at the global path @gd
  * (fv_dir_arg(), must exist), read-only when @ro; the mount is made on the
  * verified directory itself (fv_dir_mount()).  Already mounted there from @dev is
- * success; mounted from anything else is -FV_ERR_CONFLICT.  The device is
+ * success (made read-write first when it is read-only and !@ro: the mode is
+ * the pods' binds'); mounted from anything else is -FV_ERR_CONFLICT.  The device is
  * probed with libblkid: a blank device gets @fstype (or @default_fstype)
  * unless @ro; a filesystem other than a requested @fstype is refused,
  * never reformatted.
  */
 int fv_blkvol_mountdevice(struct fv_ctx *cx, const struct fv_dir *gd, const char *dev,
 			  const char *fstype, const char *default_fstype, bool ro);
+
+/*
+ * fv_blkvol_writable() - make the device mount @gd of a volume read-write for
+ * a read-write pod (read-only pods came first); a device that cannot be
+ * written is -errno with a message that names the conflict.
+ */
+int fv_blkvol_writable(struct fv_ctx *cx, const struct fv_dir *gd);
 
 /*
  * fv_blkvol_bind() - bind the device mount at @src (a whole-filesystem

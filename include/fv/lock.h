@@ -30,4 +30,12 @@ int fv_lock(struct fv_ctx *cx, const char *name);
 int fv_lock_try(struct fv_ctx *cx, const char *name);
 void fv_unlock(int fd);
 
+/*
+ * fv_unlock_remove() - fv_unlock() of the lock @name (@fd), removing its
+ * file first: for locks that are not needed after this call (a pod dir's).
+ * Safe against other lockers: fv_lock() checks, once it holds a lock, that
+ * the file is still the one its path names, and starts again otherwise.
+ */
+void fv_unlock_remove(struct fv_ctx *cx, const char *name, int fd);
+
 #endif

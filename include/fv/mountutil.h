@@ -38,6 +38,10 @@ int fv_mnt_find(const char *target, struct fv_mntinfo *ret);
  */
 int fv_mnt_find_source(const char *source, const char *exclude, char *ret, size_t len);
 
+/* fv_mnt_find_source() skipping every target for which @skip(target, @arg) is true. */
+int fv_mnt_find_source_skip(const char *source, bool (*skip)(const char *target, void *arg),
+			    void *arg, char *ret, size_t len);
+
 /*
  * How many mounts are of the filesystem on device number @devno (the
  * mountinfo major:minor field: whole-fs mounts and bind mounts alike,
@@ -124,8 +128,22 @@ int fv_umount_literal(const char *path, int flags);
 int fv_dir_mount(struct fv_ctx *cx, const struct fv_dir *d, const char *source,
 		 const char *fstype, const char *options);
 
-/* fv_dir_bind() - bind the directory @src on @dst (read-only when @ro), both by descriptor. */
+/*
+ * fv_dir_bind() - bind the directory @src on @dst (read-only when @ro), both
+ * by descriptor.  A read-only bind is never writable, not even for one
+ * syscall: it is made read-only before it becomes visible on @dst
+ * (docs/design.md, "Read-only binds").
+ */
 int fv_dir_bind(struct fv_ctx *cx, const struct fv_dir *src, const struct fv_dir *dst, bool ro);
+
+/*
+ * fv_dir_remount_rw() - remount the filesystem mounted on @d read-write (the
+ * superblock and that mount; other binds keep their own flags); message set.
+ */
+int fv_dir_remount_rw(struct fv_ctx *cx, const struct fv_dir *d);
+
+/* fv_dir_make_ro() - make the topmost mount on @d read-only (that mount only); message set. */
+int fv_dir_make_ro(struct fv_ctx *cx, const struct fv_dir *d);
 
 /* Is @d an empty directory (or absent)?  Not followed if a symlink (-ELOOP).  1 yes, 0 no, -errno. */
 int fv_dir_is_empty(const struct fv_dir *d);

@@ -40,6 +40,8 @@ def main():
     in_private_mount_ns([sys.executable, os.path.abspath(__file__), *sys.argv[1:]])
     # Loop devices and their "flexvol:<pv>" tags are node-wide: two runs from
     # two work trees would detach each other's "pv1".  One run at a time.
+    # a fresh root's /run may be empty (no /run/lock): made here, as systemd-tmpfiles would
+    os.makedirs("/run/lock", mode=0o755, exist_ok=True)
     lock = open("/run/lock/flexvol-sim.lock", "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -8,8 +8,12 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -273,6 +277,82 @@ TEST(daemon_holding_the_pipe_does_not_hang)
 		CHECK(reap(daemon_pid, 2000) != REAP_RUNNING);
 	}
 	fv_run_done(&r);
+}
+
+/* In this process from now on: pidfd_open() fails with ENOSYS (a kernel before 5.3). */
+static int no_pidfd_open(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_open, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = ARRAY_SIZE(f), .filter = f };
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+		return -errno;
+	return syscall(SYS_pidfd_open, getpid(), 0) < 0 && errno == ENOSYS ? 0 : -EINVAL;
+}
+
+/*
+ * Issue 17 point 9: without pidfd_open() the wait for a helper has a
+ * deadline too.  A helper that closes its output and lives on (a daemon
+ * that is not one) used to block waitpid() with no deadline at all.  Run
+ * in a child, so the seccomp filter stays there.
+ */
+TEST(no_pidfd_still_has_a_deadline)
+{
+	uint64_t t0 = fv_now_ms();
+	pid_t pid = fork();
+	int st = 0;
+
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		struct fv_run r;
+		int rc;
+
+		reset();
+		if (no_pidfd_open() < 0)
+			_exit(77);
+		rc = run_sh("exec >/dev/null 2>&1; sleep 20", 1, &r);
+		_exit(rc == -FV_ERR_TIMEOUT && r.timed_out ? 0 : 1);
+	}
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+		SKIP("no seccomp filter here");
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	if (!CHECK(fv_now_ms() - t0 < 8000))
+		fprintf(stderr, "  took %llu ms\n", (unsigned long long)(fv_now_ms() - t0));
+}
+
+/* ... and a helper that exits while a daemon of its own holds the pipe is seen to exit. */
+TEST(no_pidfd_daemon_holding_the_pipe)
+{
+	uint64_t t0 = fv_now_ms();
+	pid_t pid = fork();
+	int st = 0;
+
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		struct fv_run r;
+		int rc;
+
+		reset();
+		if (no_pidfd_open() < 0)
+			_exit(77);
+		rc = run_sh("(sleep 3 &) ; echo hi", 30, &r);
+		_exit(rc == 0 && !r.timed_out && r.output && strstr(r.output, "hi") ? 0 : 1);
+	}
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+		SKIP("no seccomp filter here");
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	if (!CHECK(fv_now_ms() - t0 < 2500))
+		fprintf(stderr, "  took %llu ms\n", (unsigned long long)(fv_now_ms() - t0));
 }
 
 TEST(output_cap)

@@ -9,6 +9,7 @@
 
 #include "unit.h"
 #include "fv/lock.h"
+#include "fv/mountutil.h"
 #include "fv/util.h"
 
 static struct fv_ctx cx;
@@ -298,5 +299,56 @@ TEST(flock_deadline_primitive)
 	CHECK_INT(fv_flock_deadline(fd, LOCK_EX, 5000), 0);
 	CHECK(fv_now_ms() - t0 < 1000);
 	close(fd);
+	teardown();
+}
+
+/*
+ * Issue 17 point 9: a lock file may be removed by its holder when it is no
+ * longer needed (fv_unlock_remove()), and mutual exclusion still holds: a
+ * waiter that gets the lock on a file removed meanwhile takes the new one.
+ * Four processes take, check, and remove one lock 200 times each; a
+ * marker made with O_EXCL inside the lock catches two holders at once.
+ */
+TEST(removed_lock_files_keep_mutual_exclusion)
+{
+	char marker[PATH_MAX + 16], locks[PATH_MAX + 16];
+	pid_t kids[4];
+	int bad = 0;
+
+	REQUIRE(setup(30));
+	snprintf(marker, sizeof(marker), "%s/inside", tmpdir);
+	for (int k = 0; k < 4; k++) {
+		kids[k] = fork();
+		REQUIRE(kids[k] >= 0);
+		if (kids[k] == 0) {
+			for (int i = 0; i < 200; i++) {
+				int fd = fv_lock(&cx, "vol-x"), m;
+
+				if (fd < 0)
+					_exit(2);
+				m = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+				if (m < 0)
+					_exit(3); /* another process is inside */
+				close(m);
+				usleep(100);
+				unlink(marker);
+				fv_unlock_remove(&cx, "vol-x", fd);
+			}
+			_exit(0);
+		}
+	}
+	for (int k = 0; k < 4; k++) {
+		int st = 0;
+
+		while (waitpid(kids[k], &st, 0) < 0 && errno == EINTR)
+			;
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+			bad++;
+			fprintf(stderr, "  child %d: status 0x%x\n", k, st);
+		}
+	}
+	CHECK_INT(bad, 0);
+	snprintf(locks, sizeof(locks), "%s/run/locks", tmpdir);
+	CHECK_INT(fv_path_is_empty(locks), 1); /* nothing left behind */
 	teardown();
 }
