@@ -74,6 +74,8 @@ class Store:
         self.conflict_next_put = False      # the next update is a 409 Conflict
         self.split_events = False           # watch events cut into 7-byte chunks
         self.coalesce_events = False        # pending watch events sent as one chunk
+        self.throttles = []                 # [method, path prefix, n left, Retry-After or None]
+        self.timed = []                     # (time, method, path, status) of every answer
         self.stalled = threading.Event()    # set when a PV POST is hanging
         self.release = threading.Event()
         self.token = None
@@ -170,6 +172,17 @@ class Store:
             self.compacted = self.rv
             self.history = [h for h in self.history if h[0] > self.rv]
 
+    def throttle(self, method, prefix, n=1, retry_after=1):
+        """The next @n @method requests below @prefix get 429 Too Many Requests (with
+        Retry-After: @retry_after seconds, or none), as API priority and fairness answers."""
+        with self.lock:
+            self.throttles.append([method, prefix, n, retry_after])
+
+    def times(self, method, prefix, code=None):
+        with self.lock:
+            return [t for t, m, p, c in self.timed
+                    if m == method and p.startswith(prefix) and (code is None or c == code)]
+
     def expire_next_watches(self, n=2):
         with self.lock:
             self.expire_watches += n
@@ -199,15 +212,18 @@ class Handler(BaseHTTPRequestHandler):
     def store(self):
         return self.server.store
 
-    def send_json(self, code, obj):
+    def send_json(self, code, obj, headers=None):
         body = (json.dumps(obj) + "\n").encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
         self.end_headers()
         self.wfile.write(body)
         with self.store.lock:
             self.store.requests.append((self.command, self.path, code))
+            self.store.timed.append((time.time(), self.command, self.path, code))
 
     def read_body(self):
         n = int(self.headers.get("Content-Length") or 0)
@@ -231,11 +247,30 @@ class Handler(BaseHTTPRequestHandler):
             return None
         return rest[0], ns, (rest[1] if len(rest) > 1 else None), q
 
+    def throttled(self):
+        st = self.store
+        with st.lock:
+            for t in st.throttles:
+                if t[2] > 0 and t[0] == self.command and self.path.startswith(t[1]):
+                    t[2] -= 1
+                    break
+            else:
+                return False
+        self.send_json(429, status(429, "TooManyRequests", "Too many requests, please try again later."),
+                       {"Retry-After": str(t[3])} if t[3] is not None else None)
+        return True
+
     def authorized(self):
+        """False (answered 429 or 401, the request body read and dropped) or True."""
+        n = int(self.headers.get("Content-Length") or 0)
+        if self.throttled():
+            self.rfile.read(n)
+            return False
         if self.store.token is None:
             return True
         if self.headers.get("Authorization") == "Bearer " + self.store.token:
             return True
+        self.rfile.read(n)
         self.send_json(401, status(401, "Unauthorized", "Unauthorized"))
         return False
 

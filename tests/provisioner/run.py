@@ -568,6 +568,48 @@ def https_token_and_ca(e):
 
 
 @case
+def token_reread_on_401(e):
+    """the token rotates (kubelet rewrote the file, the server refuses the old one): the next
+    request gets a 401, reads the file again and succeeds at once, not a minute later"""
+    e.close()
+    e.__init__(e.build, token="old-" + uuid.uuid4().hex)
+    tf = os.path.join(e.tmp, "token")
+    with open(tf, "w") as f:
+        f.write(e.st.token + "\n")
+    e.sc()
+    e.start("--token-file", tf)
+    a = e.pvc("before")
+    wait_for(lambda: e.bound(a), "bound with the first token")
+    new = "new-" + uuid.uuid4().hex
+    with open(tf + ".tmp", "w") as f:
+        f.write(new + "\n")
+    os.rename(tf + ".tmp", tf)
+    e.st.token = new
+    b = e.pvc("after")
+    wait_for(lambda: e.bound(b), "bound soon after the rotation", 15)
+    check(e.st.count("GET", "/", 401) + e.st.count("POST", "/", 401) +
+          e.st.count("PUT", "/", 401) >= 1, "a 401 was seen")
+    check(new not in e.all_logs(), "the token is never logged")
+
+
+@case
+def throttled_429_retry_after(e):
+    """429 Too Many Requests with Retry-After on the PV create: waited out as asked and
+    retried; no ProvisioningFailed event, one PV"""
+    e.sc()
+    e.st.throttle("POST", "/api/v1/persistentvolumes", n=2, retry_after=1)
+    e.start()
+    c = e.pvc("busy-server")
+    wait_for(lambda: e.bound(c), "bound after the 429s", 20)
+    t429 = e.st.times("POST", "/api/v1/persistentvolumes", 429)
+    t201 = e.st.times("POST", "/api/v1/persistentvolumes", 201)
+    check(len(t429) == 2 and len(t201) == 1, "two 429s, one create: %s %s" % (t429, t201))
+    check(t429[1] - t429[0] >= 0.9 and t201[0] - t429[1] >= 0.9, "Retry-After: 1 honoured")
+    check(not e.events(c, "ProvisioningFailed"), "no failure event")
+    check(len(e.st.items("persistentvolumes")) == 1, "one PV")
+
+
+@case
 def plain_http_only_loopback(e):
     """http:// is refused for anything but a loopback server"""
     p = e.start(server="http://10.1.2.3:6443")
