@@ -12,6 +12,11 @@
 #include "unit.h"
 #include "dir.h"
 #include "params.h"
+#include "queue.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
 
 static json_object *claim(void)
 {
@@ -344,4 +349,217 @@ TEST(dir_delete_never_follows)
 	snprintf(p, sizeof(p), "rm -rf '%s' '%s'", q, scratch);
 	CHECK_INT(system(p), 0);
 	close(root);
+}
+
+/* --- the work queue ---------------------------------------------------------------------- */
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(unsigned int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+
+	nanosleep(&ts, NULL);
+}
+
+struct qt {
+	pthread_mutex_t lock;
+	unsigned int calls, running, max_running, fail_first;
+	unsigned int hold_ms;	   /* each call takes this long */
+	int last_value;		   /* the object's int */
+	int retry_s;		   /* > 0: failures ask for this many seconds */
+	uint64_t at[16];	   /* when each call started */
+	bool same_key_twice;	   /* one key on two workers at once (must never happen) */
+	char busy[8][16];
+};
+
+static int qt_work(void *ud, const char *key, int kind, bool deleted, json_object *obj)
+{
+	struct qt *t = ud;
+	unsigned int n;
+
+	(void)kind;
+	(void)deleted;
+	pthread_mutex_lock(&t->lock);
+	n = t->calls++;
+	if (n < ARRAY_SIZE(t->at))
+		t->at[n] = mono_ms();
+	t->last_value = json_object_get_int(obj);
+	for (size_t i = 0; i < ARRAY_SIZE(t->busy); i++)
+		if (streq(t->busy[i], key))
+			t->same_key_twice = true;
+	for (size_t i = 0; i < ARRAY_SIZE(t->busy); i++)
+		if (!t->busy[i][0]) {
+			snprintf(t->busy[i], sizeof(t->busy[i]), "%s", key);
+			break;
+		}
+	if (++t->running > t->max_running)
+		t->max_running = t->running;
+	pthread_mutex_unlock(&t->lock);
+	sleep_ms(t->hold_ms);
+	pthread_mutex_lock(&t->lock);
+	t->running--;
+	for (size_t i = 0; i < ARRAY_SIZE(t->busy); i++)
+		if (streq(t->busy[i], key)) {
+			t->busy[i][0] = '\0';
+			break;
+		}
+	pthread_mutex_unlock(&t->lock);
+	if (n < t->fail_first)
+		return t->retry_s > 0 ? t->retry_s : -EIO;
+	return 0;
+}
+
+static unsigned int qt_calls(struct qt *t)
+{
+	unsigned int n;
+
+	pthread_mutex_lock(&t->lock);
+	n = t->calls;
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
+static bool qt_wait(struct qt *t, unsigned int calls, unsigned int timeout_ms)
+{
+	uint64_t end = mono_ms() + timeout_ms;
+
+	while (qt_calls(t) < calls && mono_ms() < end)
+		sleep_ms(5);
+	return qt_calls(t) >= calls;
+}
+
+static struct fvp_queue *qt_queue(struct qt *t, unsigned int workers, unsigned int base_ms,
+				  unsigned int max_ms)
+{
+	struct fvp_queue_config cfg = { .workers = workers, .base_ms = base_ms, .max_ms = max_ms,
+					.fn = qt_work, .userdata = t };
+	struct fvp_queue *q = NULL;
+
+	pthread_mutex_init(&t->lock, NULL);
+	return fvp_queue_new(&cfg, &q) == 0 ? q : NULL;
+}
+
+static void add_int(struct fvp_queue *q, const char *key, int v)
+{
+	json_object *o = json_object_new_int(v);
+
+	fvp_queue_add(q, key, 0, false, o);
+	json_object_put(o);
+}
+
+TEST(queue_backoff_doubles_to_the_cap)
+{
+	/* the library's 15 s .. 1000 s */
+	CHECK_INT(fvp_backoff_ms(15000, 1000000, 1), 15000);
+	CHECK_INT(fvp_backoff_ms(15000, 1000000, 2), 30000);
+	CHECK_INT(fvp_backoff_ms(15000, 1000000, 5), 240000);
+	CHECK_INT(fvp_backoff_ms(15000, 1000000, 7), 960000);
+	CHECK_INT(fvp_backoff_ms(15000, 1000000, 8), 1000000);
+	CHECK_INT(fvp_backoff_ms(15000, 1000000, 64), 1000000);
+}
+
+TEST(queue_one_key_one_worker_newest_object)
+{
+	struct qt t = { .hold_ms = 200 };
+	struct fvp_queue *q = qt_queue(&t, 4, 50, 100);
+	struct fvp_queue_stats st;
+
+	REQUIRE(q);
+	add_int(q, "pvc/a/x", 1);
+	REQUIRE(qt_wait(&t, 1, 2000));
+	/* five events while it runs: one more run, with the newest object, on one worker */
+	for (int i = 2; i <= 6; i++)
+		add_int(q, "pvc/a/x", i);
+	REQUIRE(qt_wait(&t, 2, 2000));
+	sleep_ms(400);
+	CHECK_INT(qt_calls(&t), 2);
+	CHECK_INT(t.last_value, 6);
+	CHECK(!t.same_key_twice);
+	fvp_queue_stats(q, &st);
+	CHECK_INT(st.ready + st.delayed + st.running, 0);
+	CHECK_INT(fvp_queue_failures(q, "pvc/a/x"), 0);
+	fvp_queue_free(q);
+}
+
+TEST(queue_bounded_workers)
+{
+	struct qt t = { .hold_ms = 150 };
+	struct fvp_queue *q = qt_queue(&t, 4, 50, 100);
+	char key[32];
+	uint64_t t0 = mono_ms();
+
+	REQUIRE(q);
+	for (int i = 0; i < 12; i++) {
+		snprintf(key, sizeof(key), "pv/v%d", i);
+		add_int(q, key, i);
+	}
+	REQUIRE(qt_wait(&t, 12, 5000));
+	sleep_ms(200);
+	/* 12 items of 150 ms on 4 workers: three rounds, never more than 4 at once */
+	CHECK_INT(t.max_running, 4);
+	CHECK(mono_ms() - t0 >= 450);
+	fvp_queue_free(q);
+}
+
+TEST(queue_failures_back_off_then_forgotten)
+{
+	struct qt t = { .fail_first = 3 };
+	struct fvp_queue *q = qt_queue(&t, 2, 200, 300);
+	struct fvp_queue_stats st;
+
+	REQUIRE(q);
+	add_int(q, "pvc/ns/f", 1);
+	REQUIRE(qt_wait(&t, 1, 1000));
+	sleep_ms(20);
+	CHECK_INT(fvp_queue_failures(q, "pvc/ns/f"), 1);
+	REQUIRE(qt_wait(&t, 4, 3000));
+	/* waits of 200, then 300 (400 capped), 300 (800 capped) ms; upper bounds loose (load) */
+	CHECK(t.at[1] - t.at[0] >= 200);
+	CHECK(t.at[2] - t.at[1] >= 300);
+	CHECK(t.at[3] - t.at[2] >= 300 && t.at[3] - t.at[2] < 700);
+	sleep_ms(50);
+	CHECK_INT(fvp_queue_failures(q, "pvc/ns/f"), 0);
+	fvp_queue_stats(q, &st);
+	CHECK_INT(st.failed, 3);
+	CHECK_INT(st.done, 1);
+	CHECK_INT(st.delayed, 0);
+	fvp_queue_free(q);
+}
+
+TEST(queue_event_ends_backoff_retry_after_wins)
+{
+	struct qt t = { .fail_first = 2 };
+	struct fvp_queue *q = qt_queue(&t, 1, 60000, 60000);
+	struct fvp_queue_stats st;
+
+	REQUIRE(q);
+	add_int(q, "pv/b", 1);
+	REQUIRE(qt_wait(&t, 1, 1000));
+	sleep_ms(20);
+	fvp_queue_stats(q, &st);
+	CHECK_INT(st.delayed, 1);
+	/* a minute's backoff; a new event for the key runs it now, the failure count stays */
+	add_int(q, "pv/b", 2);
+	REQUIRE(qt_wait(&t, 2, 1000));
+	sleep_ms(20);
+	CHECK_INT(fvp_queue_failures(q, "pv/b"), 2);
+	fvp_queue_free(q);
+
+	/* a handler's "retry after N s" (Retry-After) replaces the exponential wait */
+	memset(&t, 0, sizeof(t));
+	t.fail_first = 1;
+	t.retry_s = 1;
+	q = qt_queue(&t, 1, 60000, 60000);
+	REQUIRE(q);
+	add_int(q, "pv/c", 1);
+	REQUIRE(qt_wait(&t, 2, 3000));
+	CHECK(t.at[1] - t.at[0] >= 1000 && t.at[1] - t.at[0] < 10000);
+	fvp_queue_free(q);
 }
