@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The flexvol/nfs backend: one directory below --root (the share, mounted
+ * into this pod by kubelet) per claim, mounted by the PV through the nfs
+ * driver with subPath.  Class parameters: params.c; confined directory work:
+ * dir.c.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+#include "dir.h"
+#include "events.h"
+#include "jsonutil.h"
+#include "params.h"
+
+/* Is this class on the share this instance serves (--share)? */
+static bool our_share(const struct fvp_site *s, const char *server, const char *share)
+{
+	size_t n;
+
+	if (!s->share)
+		return true;
+	if (!server || !share)
+		return false;
+	n = strlen(server);
+	/* "server:/path", trailing slashes on either side ignored */
+	if (strncmp(s->share, server, n) || s->share[n] != ':')
+		return false;
+	for (const char *a = s->share + n + 1, *b = share;; a++, b++) {
+		while (*a == '/' && (a[1] == '/' || !a[1]))
+			a++;
+		while (*b == '/' && (b[1] == '/' || !b[1]))
+			b++;
+		if (*a != *b)
+			return false;
+		if (!*a)
+			return true;
+	}
+}
+
+static int nfs_class_check(const struct fvp_site *s, json_object *sc, char *err, size_t errlen)
+{
+	struct fvp_class c;
+	int r;
+
+	r = fvp_class_parse(sc, &c, err, errlen);
+	if (r < 0)
+		return r;
+	if (!our_share(s, c.server, c.share))
+		return prov_fail(err, errlen, 1, "class %s names %s:%s, this instance serves %s",
+				 c.name, c.server, c.share, s->share);
+	return 0;
+}
+
+static int nfs_prepare(const struct fvp_site *s, json_object *sc, json_object *pvc,
+		       const char *pv_name, struct fvp_volume *vol, char *err, size_t errlen)
+{
+	json_object *options = NULL;
+	char msg[FVP_ERR_MAX];
+	struct fvp_class c;
+	int r;
+
+	(void)s;
+	memset(vol, 0, sizeof(*vol));
+	r = fvp_class_parse(sc, &c, err, errlen);
+	if (r < 0)
+		return r;
+	r = fvp_path_expand(c.path_pattern, pvc, pv_name, vol->asset, sizeof(vol->asset), msg,
+			    sizeof(msg));
+	if (r == 0)
+		r = fvp_pv_options(&c, vol->asset, &options, msg, sizeof(msg));
+	if (r < 0)
+		return prov_fail(err, errlen, r, "StorageClass '%s': %s", c.name, msg);
+	vol->flex_volume = json_object_new_object();
+	if (!vol->flex_volume) {
+		json_object_put(options);
+		return -ENOMEM;
+	}
+	jset(vol->flex_volume, "driver", FVP_PROVISIONER);
+	if (c.read_only)
+		json_object_object_add(vol->flex_volume, "readOnly", json_object_new_boolean(1));
+	json_object_object_add(vol->flex_volume, "options", options);
+	vol->on_delete = fvp_on_delete_name(c.on_delete);
+	snprintf(vol->where, sizeof(vol->where), "%s:%s/%s", c.server, c.share, vol->asset);
+	return 0;
+}
+
+static int nfs_create(const struct fvp_site *s, json_object *sc, json_object *pvc,
+		      const struct fvp_volume *vol, enum fvp_made *made, char *err, size_t errlen)
+{
+	const char *ns = jstr2(pvc, "metadata", "namespace"), *name = jstr2(pvc, "metadata", "name");
+	struct fvp_class c;
+	bool created = false;
+	int r;
+
+	r = fvp_class_parse(sc, &c, err, errlen);
+	if (r < 0)
+		return r;
+	r = fvp_dir_make(s->rootfd, vol->asset, c.mode, c.has_uid ? c.uid : (uid_t)-1,
+			 c.has_gid ? c.gid : (gid_t)-1, &created);
+	if (r < 0)
+		return prov_fail(err, errlen, r, "cannot create directory '%s' on the share: %s",
+				 vol->asset,
+				 r == -ENOTDIR || r == -ELOOP ?
+					 "a symlink or a file is in the way (symlinks are never followed)" :
+				 r == -EXDEV ? "another mount is in the way" :
+					       strerror(-r));
+	log_info("claim %s/%s: directory %s %s (mode %04o%s)", ns, name, vol->asset,
+		 created ? "created" : "exists already, reused", (unsigned int)c.mode,
+		 c.has_uid || c.has_gid ? ", owner set" : "");
+	*made = created ? FVP_MADE_NEW : FVP_MADE_BEFORE;
+	return 0;
+}
+
+static int nfs_cleanup(const struct fvp_site *s, json_object *sc, json_object *pvc,
+		       const char *pv_name, char *err, size_t errlen)
+{
+	char sub[FVP_PATH_MAX + 1];
+	struct fvp_class c;
+	int r;
+
+	if (fvp_class_parse(sc, &c, err, errlen) < 0)
+		return 1;
+	if (!our_share(s, c.server, c.share))
+		return prov_fail(err, errlen, 1, "class %s is not on this instance's share", c.name);
+	if (fvp_path_expand(c.path_pattern, pvc, pv_name, sub, sizeof(sub), err, errlen) < 0)
+		return 1;
+	r = fvp_dir_remove_empty(s->rootfd, sub);
+	if (r == -ENOTEMPTY)
+		return prov_fail(err, errlen, 1, "directory %s is not empty", sub);
+	if (r < 0)
+		return prov_fail(err, errlen, r, "directory %s not removed: %s", sub, strerror(-r));
+	return prov_fail(err, errlen, 0, "directory %s removed (if it was there and empty)", sub);
+}
+
+static int nfs_reclaim(const struct fvp_site *s, json_object *pv, const char *on_delete,
+		       char *done, size_t donelen, char *err, size_t errlen)
+{
+	json_object *fx = jget(jget(pv, "spec"), "flexVolume"), *opts = jget(fx, "options");
+	const char *sub = jstr(opts, "subPath");
+	char archived[FVP_PATH_MAX + 64] = "";
+	enum fvp_on_delete action = FVP_ARCHIVE;
+	int r;
+
+	if (!jstr(fx, "driver") || !streq(jstr(fx, "driver"), FVP_PROVISIONER))
+		return prov_fail(err, errlen, 1, "not a %s volume", FVP_PROVISIONER);
+	if (!our_share(s, jstr(opts, "server"), jstr(opts, "share")))
+		return prov_fail(err, errlen, 1, "not on this instance's share");
+	if (!fvp_check_subpath(sub))
+		return prov_fail(err, errlen, 1,
+				 "subPath '%s' is not a directory this provisioner made; not touched",
+				 sub ? sub : "");
+	if (on_delete && fvp_on_delete_parse(on_delete, &action) < 0)
+		return prov_fail(err, errlen, 1,
+				 "onDelete '%s' is not archive, delete or retain; nothing done",
+				 on_delete);
+	switch (action) {
+	case FVP_DELETE:
+		r = fvp_dir_delete(s->rootfd, sub);
+		break;
+	case FVP_ARCHIVE:
+		r = fvp_dir_archive(s->rootfd, sub, archived, sizeof(archived));
+		break;
+	case FVP_RETAIN:
+	default:
+		r = 0;
+		break;
+	}
+	if (r < 0)
+		return prov_fail(err, errlen, r, "%s of directory %s failed: %s",
+				 fvp_on_delete_name(action), sub, strerror(-r));
+	snprintf(done, donelen, "directory %s %s%s", sub,
+		 action == FVP_DELETE ? "deleted" : action == FVP_RETAIN ? "retained" :
+		 archived[0] ? "archived as " : "already archived or absent", archived);
+	return 0;
+}
+
+const struct fvp_backend fvp_backend_nfs = {
+	.name = FVP_PROVISIONER,
+	.class_check = nfs_class_check,
+	.prepare = nfs_prepare,
+	.create = nfs_create,
+	.cleanup = nfs_cleanup,
+	.reclaim = nfs_reclaim,
+};
