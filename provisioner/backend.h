@@ -29,6 +29,8 @@
 struct fvp_site {
 	int rootfd;	   /* --root (O_PATH): the share, mounted into the pod */
 	const char *share; /* --share SERVER:PATH, or NULL: every class */
+	const char *root;  /* --root as given: opened again by a deadline child (fsop.c) */
+	unsigned int fs_timeout_s; /* deadline of one create/cleanup/reclaim; 0: in-process */
 };
 
 /* One volume as prepare() plans it. */

@@ -25,6 +25,23 @@ static volatile int stopping;
 
 /* --- main ------------------------------------------------------------------------------- */
 
+/* A whole decimal number in [@lo, @hi] for option @name. */
+static int number(const char *s, unsigned long lo, unsigned long hi, const char *name,
+		  unsigned int *ret)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (!*s || *end || errno || v < lo || v > hi || *s == '-') {
+		fprintf(stderr, "flexvol-provisioner: %s must be %lu..%lu\n", name, lo, hi);
+		return -EINVAL;
+	}
+	*ret = (unsigned int)v;
+	return 0;
+}
+
 static void on_signal(int sig)
 {
 	(void)sig;
@@ -37,6 +54,8 @@ static void usage(FILE *f)
 		"usage: flexvol-provisioner [--server URL [--token-file FILE] "
 		"[--certificate-authority FILE]]\n"
 		"                           [--root DIR] [--share SERVER:PATH] [--resync SECONDS]\n"
+		"                           [--workers N] [--fs-timeout SECONDS] [--watch-timeout SECONDS]\n"
+		"                           [--retry-base SECONDS] [--retry-max SECONDS]\n"
 		"\n"
 		"Provisions a volume and a PV for each claim of a StorageClass whose\n"
 		"provisioner is one of:");
@@ -47,7 +66,13 @@ static void usage(FILE *f)
 		"service account's token and CA).\n"
 		"  --root DIR      the share, mounted (default /persistentvolumes)\n"
 		"  --share S:P     serve only classes whose server:share is S:P\n"
-		"  --resync N      watch timeout and full re-list period, seconds (default 300)\n");
+		"  --resync N      every N s all known claims and PVs are looked at again, from\n"
+		"                  memory, not a list (default 300; 0: never)\n"
+		"  --workers N     worker threads (default 4)\n"
+		"  --fs-timeout N  deadline of one directory operation, seconds (default 300)\n"
+		"  --watch-timeout N  a watch's timeoutSeconds; it is then resumed (default 300)\n"
+		"  --retry-base N, --retry-max N  a failing object's backoff, seconds, doubled\n"
+		"                  from base to max (default 15 and 1000; fractions allowed)\n");
 }
 
 int main(int argc, char **argv)
@@ -59,6 +84,11 @@ int main(int argc, char **argv)
 		{ "root", required_argument, NULL, 'r' },
 		{ "share", required_argument, NULL, 'S' },
 		{ "resync", required_argument, NULL, 'R' },
+		{ "workers", required_argument, NULL, 'W' },
+		{ "fs-timeout", required_argument, NULL, 'F' },
+		{ "watch-timeout", required_argument, NULL, 'T' },
+		{ "retry-base", required_argument, NULL, 'B' },
+		{ "retry-max", required_argument, NULL, 'M' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -71,6 +101,11 @@ int main(int argc, char **argv)
 	int opt, r;
 
 	p.resync = 300;
+	p.watch_s = 300;
+	p.workers = 4;
+	p.retry_base_ms = 15000;
+	p.retry_max_ms = 1000000;
+	p.site.fs_timeout_s = 300;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 's': kc.server = optarg; break;
@@ -78,15 +113,37 @@ int main(int argc, char **argv)
 		case 'c': kc.ca_file = optarg; break;
 		case 'r': root = optarg; break;
 		case 'S': p.site.share = optarg; break;
-		case 'R': {
-			char *end;
-			unsigned long v = strtoul(optarg, &end, 10);
-
-			if (*end || v < 5 || v > 86400) {
-				fprintf(stderr, "flexvol-provisioner: --resync must be 5..86400 seconds\n");
+		case 'R':
+			if (number(optarg, 0, 86400, "--resync", &p.resync) < 0)
+				return 2;
+			if (p.resync && p.resync < 5) {
+				fprintf(stderr, "flexvol-provisioner: --resync must be 0 or 5..86400\n");
 				return 2;
 			}
-			p.resync = (unsigned int)v;
+			break;
+		case 'W':
+			if (number(optarg, 1, 64, "--workers", &p.workers) < 0)
+				return 2;
+			break;
+		case 'F':
+			if (number(optarg, 1, 86400, "--fs-timeout", &p.site.fs_timeout_s) < 0)
+				return 2;
+			break;
+		case 'T':
+			if (number(optarg, 1, 3600, "--watch-timeout", &p.watch_s) < 0)
+				return 2;
+			break;
+		case 'B':
+		case 'M': {
+			char *end;
+			double v = strtod(optarg, &end);
+
+			if (*end || !(v >= 0.01 && v <= 86400)) {
+				fprintf(stderr, "flexvol-provisioner: --retry-base/--retry-max must be "
+						"0.01..86400 seconds\n");
+				return 2;
+			}
+			*(opt == 'B' ? &p.retry_base_ms : &p.retry_max_ms) = (unsigned int)(v * 1000);
 			break;
 		}
 		case 'h': usage(stdout); return 0;
@@ -116,11 +173,15 @@ int main(int argc, char **argv)
 		if (!kc.ca_file)
 			kc.ca_file = SA_DIR "/ca.crt";
 	}
+	kc.stop = &stopping;
 	r = kube_new(&kc, &p.k, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "flexvol-provisioner: %s\n", r == -ENOMEM ? "out of memory" : err);
 		return 2;
 	}
+	if (p.retry_max_ms < p.retry_base_ms)
+		p.retry_max_ms = p.retry_base_ms;
+	p.site.root = root;
 	p.site.rootfd = fvp_root_open(root);
 	if (p.site.rootfd < 0) {
 		fprintf(stderr, "flexvol-provisioner: cannot open --root '%s': %s\n", root,
@@ -133,8 +194,10 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	log_info("starting: server %s, root %s%s%s, resync %u s", kc.server, root,
-		 p.site.share ? ", share " : "", p.site.share ? p.site.share : "", p.resync);
+	log_info("starting: server %s, root %s%s%s, resync %u s, %u workers, fs deadline %u s, "
+		 "backoff %u..%u ms", kc.server, root, p.site.share ? ", share " : "",
+		 p.site.share ? p.site.share : "", p.resync, p.workers, p.site.fs_timeout_s,
+		 p.retry_base_ms, p.retry_max_ms);
 	ctl_run(&p, &stopping);
 	log_info("stopping");
 	close(p.site.rootfd);
