@@ -37,6 +37,7 @@ struct prov {
 	struct fvp_queue *queue;
 	volatile int healthy_at;   /* monotonic s of the last watch-loop round (/healthz) */
 	volatile int synced;	   /* the first list is done (/readyz) */
+	bool leader_elect;	   /* false: every replica works (the gauge says leader) */
 };
 
 /* The backend serving provisioner @name, or NULL. */
@@ -50,6 +51,11 @@ const struct fvp_backend *ctl_backend(const char *name);
 int ctl_claim_changed(struct prov *p, json_object *pvc);
 int ctl_claim_deleted(struct prov *p, json_object *pvc);
 int ctl_pv_changed(struct prov *p, json_object *pv);
+
+struct fvp_gauges;
+
+/* The queue's and the lease's gauges for metrics.c (runner.c). */
+void ctl_gauges(void *p, struct fvp_gauges *g);
 
 /* List, watch and work until *stopping (runner.c). */
 int ctl_run(struct prov *p, volatile int *stopping);

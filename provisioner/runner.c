@@ -31,6 +31,7 @@
 #include "controller.h"
 #include "jsonutil.h"
 #include "kube.h"
+#include "lease.h"
 #include "metrics.h"
 #include "queue.h"
 
@@ -130,6 +131,7 @@ static int list_all(struct runner *rn, enum kind k)
 			json_object_put(fresh);
 			return -ENOMEM;
 		}
+		rn->p->healthy_at = mono_s(); /* a list of a big cluster is many pages */
 		st = kube_request(rn->p->k, "GET", path, NULL, &list, err, sizeof(err));
 		if (st < 0 || st != 200 || !list) {
 			if (st < 0)
@@ -240,11 +242,12 @@ static void pause_s(struct runner *rn, unsigned int s)
 	}
 }
 
-static void gauges(void *ud, struct fvp_gauges *g)
+void ctl_gauges(void *ud, struct fvp_gauges *g)
 {
 	struct prov *p = ud;
 	struct fvp_queue_stats st;
 
+	g->leader = !p->leader_elect || fvp_lease_held();
 	if (!p->queue)
 		return;
 	fvp_queue_stats(p->queue, &st);
@@ -272,7 +275,6 @@ int ctl_run(struct prov *p, volatile int *stopping)
 		log_info("cannot start the workers: %s", strerror(-r));
 		return r;
 	}
-	fvp_metrics_set_gauges(gauges, p);
 	for (int k = 0; k < KINDS; k++) {
 		rn.ud[k].rn = &rn;
 		rn.ud[k].k = (enum kind)k;
@@ -355,7 +357,6 @@ int ctl_run(struct prov *p, volatile int *stopping)
 		}
 	}
 	kube_watches_clear(p->k);
-	fvp_metrics_set_gauges(NULL, NULL);
 	/* the workers finish what they are on (each storage call has its deadline) */
 	fvp_queue_free(p->queue);
 	p->queue = NULL;

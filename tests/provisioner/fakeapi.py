@@ -42,6 +42,7 @@ KINDS = {
     "persistentvolumes": ("PersistentVolume", False),
     "storageclasses": ("StorageClass", False),
     "events": ("Event", True),
+    "leases": ("Lease", True),  # coordination.k8s.io/v1
 }
 
 
@@ -237,7 +238,7 @@ class Handler(BaseHTTPRequestHandler):
         parts = [p for p in u.path.split("/") if p]
         if parts[:2] == ["api", "v1"]:
             rest = parts[2:]
-        elif parts[:3] == ["apis", "storage.k8s.io", "v1"]:
+        elif parts[:3] in (["apis", "storage.k8s.io", "v1"], ["apis", "coordination.k8s.io", "v1"]):
             rest = parts[3:]
         else:
             return None

@@ -12,6 +12,9 @@ directories it leaves.  Prints "N passed, N failed" last.
 
 import argparse
 import json
+import re
+import urllib.error
+import urllib.request
 import os
 import shutil
 import signal
@@ -79,7 +82,8 @@ class Env:
         # a short backoff (the default is 15 s .. 1000 s, as the provisioner library's)
         args = [os.path.join(self.build, "flexvol-provisioner"), "--server", server or self.api.url,
                 "--root", self.root, "--resync", str(self.resync),
-                "--retry-base", "0.5", "--retry-max", "2"] + list(extra)
+                "--retry-base", "0.5", "--retry-max", "2",
+                "--http-endpoint", "127.0.0.1:0"] + list(extra)
         if CHROOT:
             # alone in an empty root: the binary, the share, the CA and token files; no
             # libc, no /etc, no /proc (the static binary for the distroless image)
@@ -562,7 +566,7 @@ def https_token_and_ca(e):
                     "-subj", "/CN=127.0.0.1", "-keyout", os.path.join(e.tmp, "k2"), "-out",
                     other_ca], check=True, capture_output=True)
     bad = e.start("--token-file", tf, "--certificate-authority", other_ca)
-    wait_for(lambda: "re-list failed" in e.log(), "TLS failure logged")
+    wait_for(lambda: "certificate" in e.log(), "TLS failure logged")
     check(not any(m == "GET" for m, _, _ in e.st.requests), "no request got through")
     e.kill(bad)
     e.start("--token-file", tf, "--certificate-authority", e.ca)
@@ -687,6 +691,113 @@ def delete_deadline_off_the_loop(e):
     wait_for(lambda: e.pv_of(c) is None, "PV deleted on a retry", 30)
     check(e.tree() == [dirname_of(other)], "tree removed: %d entries" % len(e.tree()))
     check(not children(p.pid), "no child left")
+
+
+def http_url(e, i):
+    """the /metrics address provisioner @i logged"""
+    m = wait_for(lambda: re.search(r"serving /metrics.* on (http://\S+)", e.log(i)), "HTTP endpoint")
+    return m.group(1)
+
+
+def http_get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode(), r.headers.get("Content-Type")
+    except urllib.error.HTTPError as x:
+        return x.code, x.read().decode(), x.headers.get("Content-Type")
+
+
+def metric(text, name):
+    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+@case
+def leader_election_takeover(e):
+    """two replicas with a Lease: only the holder works; kill -9 the leader, the other takes
+    over within the lease duration and provisions; a clean stop releases the Lease"""
+    e.sc()
+    lease_args = ["--leader-election-lease-duration", "4", "--leader-election-renew-deadline", "3",
+                  "--leader-election-retry-period", "1"]
+    a = e.start("--leader-election-identity", "pod-a", *lease_args)
+    lease = lambda: e.st.get("leases", "flexvol-provisioner", "default")
+    wait_for(lambda: lease() and lease()["spec"]["holderIdentity"] == "pod-a", "pod-a holds the lease")
+    b = e.start("--leader-election-identity", "pod-b", *lease_args)
+    wait_for(lambda: "standing by" in e.log(1), "pod-b stands by")
+    c1 = e.pvc("one")
+    wait_for(lambda: e.bound(c1), "bound by the leader")
+    time.sleep(1.5)
+    check("ProvisioningSucceeded" in e.log(0) and "ProvisioningSucceeded" not in e.log(1),
+          "only the leader worked")
+    st, body, _ = http_get(http_url(e, 1) + "/metrics")
+    check(st == 200 and metric(body, "flexvol_provisioner_leader") == 0, "standby: leader 0")
+    st, _, _ = http_get(http_url(e, 1) + "/readyz")
+    check(st == 200, "a standby is ready (readiness does not mean leadership)")
+    renewed = lease()["spec"]["renewTime"]
+    wait_for(lambda: lease()["spec"]["renewTime"] != renewed, "the leader renews")
+    e.kill(a)
+    t0 = time.time()
+    c2 = e.pvc("two")
+    wait_for(lambda: lease()["spec"]["holderIdentity"] == "pod-b", "pod-b takes the lease", 10)
+    wait_for(lambda: e.bound(c2), "bound by the new leader", 10)
+    took = time.time() - t0
+    check(took < 4 + 1 * 2.2 + 3, "took over within the lease duration (+ a retry): %.1f s" % took)
+    check(lease()["spec"]["leaseTransitions"] == 1, "one transition: %s" % lease()["spec"])
+    check("ProvisioningSucceeded" in e.log(1), "pod-b provisioned")
+    st, body, _ = http_get(http_url(e, 1) + "/metrics")
+    check(metric(body, "flexvol_provisioner_leader") == 1, "leader 1")
+    e.kill(b, signal.SIGTERM)
+    check(b.returncode == 0, "clean exit")
+    check(lease()["spec"]["holderIdentity"] == "", "released: %s" % lease()["spec"])
+
+
+@case
+def metrics_and_probes(e):
+    """/metrics in the Prometheus text format (provision and delete counts by result, duration
+    histograms, queue depth), /healthz and /readyz; anything else 404, POST 405"""
+    e.sc(name="bad", params={"server": "s", "share": "/x", "colour": "blue"})
+    e.sc(params={"server": "s", "share": "/x", "onDelete": "delete"})
+    e.start()
+    url = http_url(e, 0)
+    ok = e.pvc("ok")
+    bad = e.pvc("bad", sc="bad")
+    wait_for(lambda: e.bound(ok), "bound")
+    wait_for(lambda: e.events(bad, "ProvisioningFailed"), "failure event")
+    e.st.api_delete("persistentvolumeclaims", "default", "ok")
+    wait_for(lambda: e.pv_of(ok) is None, "reclaimed")
+    st, body, ctype = http_get(url + "/metrics")
+    check(st == 200 and ctype.startswith("text/plain; version=0.0.4"), "content type %s" % ctype)
+    check(metric(body, 'flexvol_provisioner_provision_total{result="success"}') == 1, body)
+    check(metric(body, 'flexvol_provisioner_provision_total{result="failure"}') >= 1, body)
+    check(metric(body, 'flexvol_provisioner_delete_total{result="success"}') == 1, body)
+    check(metric(body, "flexvol_provisioner_provision_duration_seconds_count") >= 2, body)
+    check(metric(body, 'flexvol_provisioner_provision_duration_seconds_bucket{le="+Inf"}') ==
+          metric(body, "flexvol_provisioner_provision_duration_seconds_count"), "histogram")
+    check(metric(body, "flexvol_provisioner_queue_depth") >= 1, "the failing claim waits: %s" %
+          metric(body, "flexvol_provisioner_queue_depth"))
+    check(metric(body, "flexvol_provisioner_leader") == 1, "leader")
+    check("# TYPE flexvol_provisioner_provision_duration_seconds histogram" in body, "TYPE line")
+    for line in body.splitlines():
+        check(line.startswith("#") or re.match(r"^[a-z_]+(\{[a-z]+=\"[^\"]*\"\})? [0-9.e+-]+$", line),
+              "exposition line: %r" % line)
+    for path in ("/healthz", "/readyz"):
+        st, body, _ = http_get(url + path)
+        check(st == 200 and body == "ok\n", "%s: %d %r" % (path, st, body))
+    check(http_get(url + "/nope")[0] == 404, "404")
+    req = urllib.request.Request(url + "/metrics", data=b"x", method="POST")
+    try:
+        urllib.request.urlopen(req, timeout=5)
+        check(False, "POST refused")
+    except urllib.error.HTTPError as x:
+        check(x.code == 405, "405: %d" % x.code)
+    # a client that sends nothing holds the responder at most its deadline
+    import socket
+    host, port = url[len("http://"):].rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    t0 = time.time()
+    check(http_get(url + "/healthz")[0] == 200, "answered after the silent client's deadline")
+    check(time.time() - t0 < 4, "within the 2 s deadline")
+    s.close()
 
 
 @case
