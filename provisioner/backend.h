@@ -49,6 +49,7 @@ enum fvp_made {
 
 struct fvp_backend {
 	const char *name; /* the StorageClass provisioner and the PV's provisioned-by */
+	bool can_expand;  /* honours a class's allowVolumeExpansion: true */
 
 	/*
 	 * Is StorageClass @sc valid, and does this instance serve it?  0: yes;
@@ -60,7 +61,12 @@ struct fvp_backend {
 	int (*prepare)(const struct fvp_site *s, json_object *sc, json_object *pvc,
 		       const char *pv_name, struct fvp_volume *vol, char *err, size_t errlen);
 
-	/* Make the asset prepare() planned.  *made says what was found. */
+	/*
+	 * Make the asset prepare() planned.  *made says what was found; with
+	 * FVP_MADE_ADOPTED, @err says what was adopted (for an event).  Never
+	 * takes over an asset another claim owns, or one without an owner
+	 * record unless the class allows adopting it.
+	 */
 	int (*create)(const struct fvp_site *s, json_object *sc, json_object *pvc,
 		      const struct fvp_volume *vol, enum fvp_made *made, char *err, size_t errlen);
 
@@ -74,9 +80,11 @@ struct fvp_backend {
 
 	/*
 	 * PV @pv (provisioned by this backend) is reclaimed: apply @on_delete
-	 * (the class parameter's words: archive, delete, retain) to its asset.
-	 * 0: done (what was done in @done); 1: not this instance's to touch
-	 * (why in @err); <0: failed, the PV is kept and this is retried.
+	 * (the class parameter's words: archive, delete, retain; NULL: the
+	 * backend's default) to its asset, only if the asset's owner record
+	 * names the PV's claim.  0: done (what was done in @done); 1: not this
+	 * instance's to touch (why in @err); <0: failed or refused, the PV is
+	 * kept and this is retried.
 	 */
 	int (*reclaim)(const struct fvp_site *s, json_object *pv, const char *on_delete, char *done,
 		       size_t donelen, char *err, size_t errlen);

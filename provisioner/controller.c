@@ -32,6 +32,12 @@
  * with a deletionTimestamp, until its asset is cleaned up.
  */
 #define FINALIZER "flexvol/provisioning"
+/*
+ * On our PVs with reclaim policy Delete (KEP-2644, the name every external
+ * provisioner uses): a PV deleted while it is Released, even while this
+ * process is down, stays until its asset is reclaimed.
+ */
+#define PV_FINALIZER "external-provisioner.volume.kubernetes.io/finalizer"
 
 const struct fvp_backend *ctl_backend(const char *name)
 {
@@ -100,24 +106,31 @@ static bool has_finalizer(json_object *pvc)
 	return jarray_has(jget(jget(pvc, "metadata"), "finalizers"), FINALIZER);
 }
 
+static bool has_pv_finalizer(json_object *pv)
+{
+	return jarray_has(jget(jget(pv, "metadata"), "finalizers"), PV_FINALIZER);
+}
+
 /*
- * Add (@on) or remove our finalizer with an update of the whole claim: the
- * resourceVersion in it makes a concurrent change a 409, after which the
- * newer claim arrives by the watch and this is tried again.  Returns 0 with
- * the updated claim in *ret (may be NULL), 1 when the claim is gone, <0.
+ * Add (@on) or remove finalizer @fin with an update of the whole object
+ * (a claim, or a PV when it has no namespace): the resourceVersion in it
+ * makes a concurrent change a 409, after which the newer object arrives by
+ * the watch and this is tried again.  Returns 0 with the updated object in
+ * *ret (may be NULL), 1 when the object is gone, <0.
  */
-static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object **ret)
+static int update_finalizer(struct prov *p, json_object *obj, const char *fin, bool on,
+			    json_object **ret)
 {
 	json_object *copy = NULL, *meta, *f, *nf, *reply = NULL;
-	const char *ns = jstr2(pvc, "metadata", "namespace"), *name = jstr2(pvc, "metadata", "name");
+	const char *ns = jstr2(obj, "metadata", "namespace"), *name = jstr2(obj, "metadata", "name");
 	char path[600], err[512];
 	int st;
 
 	if (ret)
 		*ret = NULL;
-	if (!safe_name(ns) || !safe_name(name))
+	if ((ns && !safe_name(ns)) || !safe_name(name))
 		return -EINVAL;
-	if (json_object_deep_copy(pvc, &copy, NULL) < 0 || !copy)
+	if (json_object_deep_copy(obj, &copy, NULL) < 0 || !copy)
 		return -ENOMEM;
 	meta = jget(copy, "metadata");
 	f = jget(meta, "finalizers");
@@ -132,13 +145,17 @@ static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object 
 		json_object *v = json_object_array_get_idx(f, i);
 
 		if (!json_object_is_type(v, json_type_string) ||
-		    !streq(json_object_get_string(v), FINALIZER))
+		    !streq(json_object_get_string(v), fin))
 			json_object_array_add(nf, json_object_get(v));
 	}
 	if (on)
-		json_object_array_add(nf, json_object_new_string(FINALIZER));
+		json_object_array_add(nf, json_object_new_string(fin));
 	json_object_object_add(meta, "finalizers", nf);
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
+	if (ns)
+		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns,
+			 name);
+	else
+		snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
 	st = kube_request(p->k, "PUT", path, copy, &reply, err, sizeof(err));
 	json_object_put(copy);
 	if (st == 200) {
@@ -153,12 +170,19 @@ static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object 
 		return 1;
 	}
 	if (st < 0)
-		log_info("claim %s/%s: %s finalizer: %s", ns, name, on ? "adding the" : "removing the", err);
+		log_info("%s %s%s%s: %s finalizer %s: %s", ns ? "claim" : "PV", ns ? ns : "",
+			 ns ? "/" : "", name, on ? "adding the" : "removing the", fin, err);
 	else if (st != 409)
-		log_info("claim %s/%s: %s finalizer: HTTP %d %s", ns, name,
-			 on ? "adding the" : "removing the", st, kube_status_message(reply));
+		log_info("%s %s%s%s: %s finalizer %s: HTTP %d %s", ns ? "claim" : "PV", ns ? ns : "",
+			 ns ? "/" : "", name, on ? "adding the" : "removing the", fin, st,
+			 kube_status_message(reply));
 	json_object_put(reply);
 	return st == 409 ? -EAGAIN : -EIO;
+}
+
+static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object **ret)
+{
+	return update_finalizer(p, pvc, FINALIZER, on, ret);
 }
 
 /* --- provisioning ------------------------------------------------------------------------- */
@@ -188,6 +212,14 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 	jset(ann, ANN_PROVISIONED_BY, b->name);
 	jset(ann, ANN_ON_DELETE, vol->on_delete);
 	json_object_object_add(m, "annotations", ann);
+	if (!policy || streq(policy, "Delete")) {
+		json_object *fin = json_object_new_array();
+
+		if (fin) {
+			json_object_array_add(fin, json_object_new_string(PV_FINALIZER));
+			json_object_object_add(m, "finalizers", fin);
+		}
+	}
 	json_object_object_add(pv, "metadata", m);
 
 	jset(cap, "storage", jstr(jget(jget(spec, "resources"), "requests"), "storage"));
@@ -208,6 +240,64 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 		json_object_object_add(s, "nodeAffinity", TAKE_PTR(vol->node_affinity));
 	json_object_object_add(pv, "spec", s);
 	return pv;
+}
+
+/*
+ * What a claim or class asks for that no flexvol volume can give: refused
+ * with an event before anything is made, as Kubernetes' own provisioners
+ * refuse them.  True when refused.
+ */
+static bool refused(struct prov *p, const struct fvp_backend *b, json_object *pvc,
+		    json_object *sc)
+{
+	json_object *spec = jget(pvc, "spec"), *mo = jget(sc, "mountOptions"),
+		    *ave = jget(sc, "allowVolumeExpansion"),
+		    *src = jget(spec, "dataSourceRef") ?: jget(spec, "dataSource");
+	const char *cls = jstr2(sc, "metadata", "name");
+
+	if (src) {
+		const char *kind = jstr(src, "kind") ?: "?", *group = jstr(src, "apiGroup");
+
+		event(&p->ev, pvc, true, "ProvisioningFailed",
+		      "the claim's data source (%s%s%s %s) is not supported: %s volumes are made "
+		      "empty; cloning a claim or restoring a snapshot cannot be done",
+		      group && *group ? group : "", group && *group ? "/" : "", kind,
+		      jstr(src, "name") ?: "?", b->name);
+		return true;
+	}
+	if (jget(spec, "selector")) {
+		event(&p->ev, pvc, true, "ProvisioningFailed",
+		      "the claim has a selector: claim Selector is not supported for dynamic "
+		      "provisioning (it can only match existing PVs)");
+		return true;
+	}
+	if (mo && json_object_is_type(mo, json_type_array) && json_object_array_length(mo)) {
+		event(&p->ev, pvc, true, "ProvisioningFailed",
+		      "StorageClass '%s' has mountOptions %s: kubelet refuses mount options on "
+		      "FlexVolume PVs (put NFS mount options in the class parameter mountOptions)",
+		      cls, json_object_to_json_string_ext(mo, JSON_C_TO_STRING_PLAIN));
+		return true;
+	}
+	if (ave && json_object_is_type(ave, json_type_boolean) && json_object_get_boolean(ave) &&
+	    !b->can_expand) {
+		event(&p->ev, pvc, true, "ProvisioningFailed",
+		      "StorageClass '%s' sets allowVolumeExpansion: true, which %s cannot honour (a "
+		      "resize would never finish); set it false", cls, b->name);
+		return true;
+	}
+	return false;
+}
+
+/*
+ * A claim whose dataSourceRef names something outside the core group and the
+ * snapshot API belongs to a volume populator: left to it, as csi-prov does.
+ */
+static bool for_populator(json_object *pvc)
+{
+	json_object *ref = jget(jget(pvc, "spec"), "dataSourceRef");
+	const char *group = jstr(ref, "apiGroup");
+
+	return ref && group && *group && !streq(group, "snapshot.storage.k8s.io");
 }
 
 static void provision(struct prov *p, const struct fvp_backend *b, json_object *pvc,
@@ -231,6 +321,8 @@ static void provision(struct prov *p, const struct fvp_backend *b, json_object *
 		log_info("claim %s/%s: %s: left to another instance", ns, name, err);
 		return;
 	}
+	if (refused(p, b, pvc, sc))
+		return;
 	vm = jstr(spec, "volumeMode");
 	if (vm && !streq(vm, "Filesystem")) {
 		event(&p->ev, pvc, true, "ProvisioningFailed",
@@ -268,6 +360,8 @@ static void provision(struct prov *p, const struct fvp_backend *b, json_object *
 		json_object_put(updated);
 		return;
 	}
+	if (made == FVP_MADE_ADOPTED)
+		event(&p->ev, pvc, false, "AdoptedExistingVolume", "%s", err);
 	pv = build_pv(b, pv_name, pvc, sc, &vol);
 	fvp_volume_done(&vol);
 	if (!pv) {
@@ -326,13 +420,18 @@ static int claim_is_ours(struct prov *p, json_object *pvc, json_object **ret_sc,
 	*ret_sc = NULL;
 	if (!prov)
 		prov = jstr(ann, ANN_SP_BETA);
-	if (prov && !ctl_backend(prov))
+	/*
+	 * Only what the controller-manager handed to us: it sets the annotation
+	 * once no existing PV matched the claim (static PVs win), and so only
+	 * once the claim is in its cache (a PV made earlier would be Released).
+	 */
+	if (!prov || !ctl_backend(prov))
 		return 0;
 	cls = claim_class(pvc);
 	if (!cls || !*cls)
 		return 0;
 	r = get_class(p, cls, ret_sc, &b);
-	if (r == 1 && prov && !streq(prov, b->name)) {
+	if (r == 1 && !streq(prov, b->name)) {
 		json_object_put(*ret_sc);
 		*ret_sc = NULL;
 		return 0;
@@ -413,6 +512,10 @@ void ctl_claim_changed(struct prov *p, json_object *pvc)
 			(void)set_finalizer(p, pvc, false, NULL);
 		return;
 	}
+	if (for_populator(pvc)) {
+		json_object_put(sc);
+		return;
+	}
 	/* WaitForFirstConsumer: the scheduler picks the node first (the annotation says so) */
 	if (jstr(sc, "volumeBindingMode") && streq(jstr(sc, "volumeBindingMode"), "WaitForFirstConsumer") &&
 	    !jstr(jget(meta, "annotations"), ANN_SELECTED_NODE)) {
@@ -435,52 +538,50 @@ void ctl_claim_deleted(struct prov *p, json_object *pvc)
 
 /* --- reclaiming ----------------------------------------------------------------------------- */
 
-void ctl_pv_changed(struct prov *p, json_object *pv)
+/*
+ * The onDelete for @pv: the one recorded on it at provisioning (a class
+ * re-created since must not turn retain into delete); for a PV without the
+ * record, its class's as it is now; NULL: the backend's default.
+ */
+static int pv_on_delete(struct prov *p, json_object *pv, char *buf, size_t len, const char **ret)
 {
-	json_object *meta = jget(pv, "metadata"), *spec = jget(pv, "spec"), *ann, *sc = NULL,
-		    *body, *pre, *reply = NULL;
-	const char *name = jstr(meta, "name"), *uid = jstr(meta, "uid"), *od = NULL, *cls;
-	const struct fvp_backend *b;
-	char err[FVP_ERR_MAX], path[400], done[FVP_PATH_MAX + 200] = "";
-	int r, st;
+	json_object *sc = NULL;
+	const char *od, *cls;
+	int r;
 
-	ann = jget(meta, "annotations");
-	b = ctl_backend(jstr(ann, ANN_PROVISIONED_BY));
-	if (!b)
-		return;
-	if (!jstr2(pv, "status", "phase") || !streq(jstr2(pv, "status", "phase"), "Released") ||
-	    !jstr(spec, "persistentVolumeReclaimPolicy") ||
-	    !streq(jstr(spec, "persistentVolumeReclaimPolicy"), "Delete") || !safe_name(name))
-		return;
-
-	/* onDelete: the class's as it is now; the one recorded at provisioning if it is gone */
-	cls = jstr(spec, "storageClassName");
+	od = jstr(jget(jget(pv, "metadata"), "annotations"), ANN_ON_DELETE);
+	*ret = NULL;
+	if (od) {
+		snprintf(buf, len, "%s", od);
+		*ret = buf;
+		return 0;
+	}
+	cls = jstr2(pv, "spec", "storageClassName");
 	r = cls && *cls ? get_class(p, cls, &sc, NULL) : 0;
 	if (r < 0)
-		return; /* retried at the next re-list */
-	if (r == 1)
-		od = jstr(jget(sc, "parameters"), "onDelete");
-	if (!od)
-		od = jstr(ann, ANN_ON_DELETE);
-	r = b->reclaim(&p->site, pv, od, done, sizeof(done), err, sizeof(err));
+		return r;
+	od = jstr(jget(sc, "parameters"), "onDelete");
+	if (od) {
+		snprintf(buf, len, "%s", od);
+		*ret = buf;
+	}
 	json_object_put(sc);
-	if (r > 0) {
-		log_info("PV %s: %s", name, err);
-		return;
-	}
-	if (r < 0) {
-		log_info("PV %s: %s; PV kept, retried at the next re-list", name, err);
-		return;
-	}
-	log_info("PV %s released: %s", name, done);
+	return 0;
+}
 
-	/* the uid precondition: never delete a PV re-created under the same name meanwhile */
-	body = json_object_new_object();
-	pre = json_object_new_object();
+/* DELETE PV @name, only while it is the one with @uid (never one re-created meanwhile). */
+static int delete_pv(struct prov *p, const char *name, const char *uid, json_object **ret)
+{
+	json_object *body = json_object_new_object(), *pre = json_object_new_object(),
+		    *reply = NULL;
+	char err[512], path[400];
+	int st;
+
+	*ret = NULL;
 	if (!body || !pre) {
 		json_object_put(body);
 		json_object_put(pre);
-		return;
+		return -ENOMEM;
 	}
 	jset(body, "apiVersion", "v1");
 	jset(body, "kind", "DeleteOptions");
@@ -488,16 +589,108 @@ void ctl_pv_changed(struct prov *p, json_object *pv)
 	json_object_object_add(body, "preconditions", pre);
 	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
 	st = kube_request(p->k, "DELETE", path, body, &reply, err, sizeof(err));
-	if (st == 200 || st == 202)
+	json_object_put(body);
+	if (st == 200 || st == 202) {
 		log_info("PV %s deleted", name);
-	else if (st == 404)
+		*ret = reply;
+		return 0;
+	}
+	if (st == 404) {
 		log_info("PV %s was deleted already", name);
-	else if (st < 0)
+		json_object_put(reply);
+		return 1;
+	}
+	if (st < 0)
 		log_info("PV %s: delete failed: %s", name, err);
 	else
 		log_info("PV %s: delete failed: HTTP %d %s", name, st, kube_status_message(reply));
 	json_object_put(reply);
-	json_object_put(body);
+	return -EIO;
+}
+
+/* Apply the PV's onDelete to its asset.  0 done, >0 not ours to touch, <0 failed (event). */
+static int reclaim_asset(struct prov *p, const struct fvp_backend *b, json_object *pv)
+{
+	const char *name = jstr2(pv, "metadata", "name"), *od;
+	char err[FVP_ERR_MAX], done[FVP_PATH_MAX + 200] = "", odbuf[32];
+	int r;
+
+	r = pv_on_delete(p, pv, odbuf, sizeof(odbuf), &od);
+	if (r < 0)
+		return r; /* the class could not be read: retried */
+	r = b->reclaim(&p->site, pv, od, done, sizeof(done), err, sizeof(err));
+	if (r > 0) {
+		log_info("PV %s: %s", name, err);
+		return r;
+	}
+	if (r < 0) {
+		event(&p->ev, pv, true, "VolumeFailedDelete", "%s; the PV is kept", err);
+		return r;
+	}
+	log_info("PV %s released: %s", name, done);
+	return 0;
+}
+
+void ctl_pv_changed(struct prov *p, json_object *pv)
+{
+	json_object *meta = jget(pv, "metadata"), *spec = jget(pv, "spec"), *reply = NULL;
+	const char *name = jstr(meta, "name"), *uid = jstr(meta, "uid"),
+		   *phase = jstr2(pv, "status", "phase"),
+		   *policy = jstr(spec, "persistentVolumeReclaimPolicy");
+	const struct fvp_backend *b = ctl_backend(jstr(jget(meta, "annotations"), ANN_PROVISIONED_BY));
+	bool deleting = jget(meta, "deletionTimestamp") != NULL, fin = has_pv_finalizer(pv);
+	int r;
+
+	if (!b || !safe_name(name) || !uid)
+		return;
+	if (deleting && !fin)
+		return; /* reclaimed, or never ours to hold */
+	if (!policy || !streq(policy, "Delete")) {
+		/* Retain (a policy changed after provisioning): nothing to hold the PV for */
+		if (fin && update_finalizer(p, pv, PV_FINALIZER, false, NULL) == 0)
+			log_info("PV %s: policy %s, finalizer removed", name, policy ? policy : "?");
+		return;
+	}
+	if (!phase || !streq(phase, "Released")) {
+		/* a PV of an older version, or one whose finalizer was removed: protect it */
+		if (!deleting && !fin && update_finalizer(p, pv, PV_FINALIZER, true, NULL) == 0)
+			log_info("PV %s: finalizer %s added", name, PV_FINALIZER);
+		return;
+	}
+	if (reclaim_asset(p, b, pv) != 0)
+		return;
+	if (!deleting) {
+		r = delete_pv(p, name, uid, &reply);
+		if (r != 0 || !fin)
+			goto out; /* failed (retried), gone already, or nothing holds it */
+		/* the reply is the PV, now with a deletionTimestamp: the freshest copy */
+		if (reply && streq(jstr2(reply, "metadata", "uid") ?: "", uid) &&
+		    has_pv_finalizer(reply))
+			pv = reply;
+	}
+	/* the asset is gone: let the API finish the deletion (a 409 comes back by the watch) */
+	if (update_finalizer(p, pv, PV_FINALIZER, false, NULL) == 0)
+		log_info("PV %s: finalizer removed", name);
+out:
+	json_object_put(reply);
+}
+
+/*
+ * A PV of ours went away without us (its finalizer removed by someone else,
+ * or a PV from before the finalizer) while it was Released with policy
+ * Delete: its asset is reclaimed all the same, under the same ownership
+ * rules; nothing is left to do in the API.
+ */
+void ctl_pv_deleted(struct prov *p, json_object *pv)
+{
+	const struct fvp_backend *b =
+		ctl_backend(jstr(jget(jget(pv, "metadata"), "annotations"), ANN_PROVISIONED_BY));
+	const char *phase = jstr2(pv, "status", "phase"),
+		   *policy = jstr2(pv, "spec", "persistentVolumeReclaimPolicy");
+
+	if (!b || !phase || !streq(phase, "Released") || !policy || !streq(policy, "Delete"))
+		return;
+	(void)reclaim_asset(p, b, pv);
 }
 
 /* --- list and watch -------------------------------------------------------------------------- */
@@ -601,6 +794,8 @@ static int drain(void *ud)
 		if (!*stop_flag) {
 			if (e->is_pv && !streq(e->type, "DELETED"))
 				ctl_pv_changed(p, e->obj);
+			else if (e->is_pv)
+				ctl_pv_deleted(p, e->obj);
 			else if (!e->is_pv && streq(e->type, "DELETED"))
 				ctl_claim_deleted(p, e->obj);
 			else if (!e->is_pv)

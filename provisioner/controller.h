@@ -49,6 +49,7 @@ const struct fvp_backend *ctl_backend(const char *name);
 void ctl_claim_changed(struct prov *p, json_object *pvc);
 void ctl_claim_deleted(struct prov *p, json_object *pvc);
 void ctl_pv_changed(struct prov *p, json_object *pv);
+void ctl_pv_deleted(struct prov *p, json_object *pv);
 
 /* List and watch until *stopping. */
 int ctl_run(struct prov *p, volatile int *stopping);
