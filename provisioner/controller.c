@@ -845,8 +845,11 @@ int ctl_run(struct prov *p, volatile int *stopping)
 		if (r == 0)
 			r = kube_watch_add(p->k, path, on_pv_event, p, p->resync, NULL);
 		if (r < 0) {
-			log_info("cannot start watches: %s", strerror(-r));
+			/* none half-started: a leaked one would fill the set (E2BIG) for good */
+			kube_watch_clear(p->k);
+			log_info("cannot start watches: %s; next try in %u s", strerror(-r), backoff);
 			pause_s(backoff);
+			backoff = backoff >= 30 ? 60 : backoff * 2;
 			continue;
 		}
 		p->expired = false;

@@ -381,6 +381,10 @@ int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *use
 	char err[256];
 	int r;
 
+	if (path[0] != '/' ||
+	    strspn(path, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+			 "/?&=._~%:,+-") != strlen(path))
+		return -EINVAL;
 	if (k->nwatches >= WATCH_MAX)
 		return -E2BIG;
 	r = token(k, err, sizeof(err));
@@ -421,7 +425,7 @@ int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *use
 	return 0;
 }
 
-static void watches_clear(struct kube *k)
+void kube_watch_clear(struct kube *k)
 {
 	for (size_t i = 0; i < k->nwatches; i++) {
 		curl_multi_remove_handle(k->multi, k->watches[i]->h);
@@ -482,6 +486,6 @@ int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), voi
 			break;
 		}
 	}
-	watches_clear(k);
+	kube_watch_clear(k);
 	return r;
 }

@@ -91,6 +91,7 @@ class Store:
         self.release = threading.Event()
         self.token = None
         self.cm_paused = False              # the controller-manager has not seen new claims yet
+        self.bad_list_rv = None             # a resource whose lists carry a malformed resourceVersion
 
     # --- state changes (under the lock) -------------------------------------------------
     def _record(self, res, typ, obj):
@@ -353,7 +354,7 @@ class Handler(BaseHTTPRequestHandler):
                 rv = trv
             limit = int(q.get("limit") or 0) or len(items) + 1
             page = items[start:start + limit]
-            meta = {"resourceVersion": str(rv)}
+            meta = {"resourceVersion": str(rv) if st.bad_list_rv != res else "%d x&y" % rv}
             if start + limit < len(items):
                 meta["continue"] = base64.urlsafe_b64encode(
                     json.dumps({"start": start + limit, "rv": rv}).encode()).decode()
