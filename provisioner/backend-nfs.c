@@ -230,6 +230,28 @@ static int nfs_reclaim(const struct fvp_site *s, json_object *pv, const char *on
 	return 0;
 }
 
+static int nfs_record_owner(const struct fvp_site *s, json_object *pv, char *err, size_t errlen)
+{
+	json_object *spec = jget(pv, "spec"), *fx = jget(spec, "flexVolume"),
+		    *opts = jget(fx, "options");
+	const char *sub = jstr(opts, "subPath"), *claim = jstr2(spec, "claimRef", "uid"),
+		   *name = jstr2(pv, "metadata", "name");
+	struct fvp_owner other;
+	int r;
+
+	if (!jstr(fx, "driver") || !streq(jstr(fx, "driver"), FVP_PROVISIONER) ||
+	    !our_share(s, jstr(opts, "server"), jstr(opts, "share")) || !fvp_check_subpath(sub) ||
+	    !claim || !*claim || !name)
+		return 0;
+	r = fvp_dir_record(s->rootfd, sub, claim, name, &other);
+	if (r == 1)
+		return prov_fail(err, errlen, 1, "owner record written for directory %s (claim %s)",
+				 sub, claim);
+	if (r == 0 || r == -ENOENT)
+		return 0;
+	return dir_fail(err, errlen, r, "cannot record the owner of directory", sub, &other, NULL);
+}
+
 const struct fvp_backend fvp_backend_nfs = {
 	.name = FVP_PROVISIONER,
 	.can_expand = false, /* a directory has no size to grow: see docs/provisioner.md */
@@ -238,4 +260,5 @@ const struct fvp_backend fvp_backend_nfs = {
 	.create = nfs_create,
 	.cleanup = nfs_cleanup,
 	.reclaim = nfs_reclaim,
+	.record_owner = nfs_record_owner,
 };

@@ -88,6 +88,14 @@ struct fvp_backend {
 	 */
 	int (*reclaim)(const struct fvp_site *s, json_object *pv, const char *on_delete, char *done,
 		       size_t donelen, char *err, size_t errlen);
+
+	/*
+	 * --record-owners (a migration): PV @pv of this backend may predate
+	 * owner records; record its claim as the owner of its asset when the
+	 * asset has none.  1: recorded now (what in @err); 0: nothing to do;
+	 * <0: refused or failed (why in @err).
+	 */
+	int (*record_owner)(const struct fvp_site *s, json_object *pv, char *err, size_t errlen);
 };
 
 void fvp_volume_done(struct fvp_volume *vol);

@@ -645,6 +645,15 @@ void ctl_pv_changed(struct prov *p, json_object *pv)
 		return;
 	if (deleting && !fin)
 		return; /* reclaimed, or never ours to hold */
+	if (p->record_owners && b->record_owner) {
+		char err[FVP_ERR_MAX];
+
+		r = b->record_owner(&p->site, pv, err, sizeof(err));
+		if (r > 0)
+			log_info("PV %s: %s", name, err);
+		else if (r < 0)
+			event(&p->ev, pv, true, "OwnerRecordFailed", "%s", err);
+	}
 	if (!policy || !streq(policy, "Delete")) {
 		/* Retain (a policy changed after provisioning): nothing to hold the PV for */
 		if (fin && update_finalizer(p, pv, PV_FINALIZER, false, NULL) == 0)

@@ -36,6 +36,7 @@ struct prov {
 	struct kube *k;
 	struct fvp_site site;
 	unsigned int resync; /* watch timeoutSeconds */
+	bool record_owners;  /* --record-owners: write missing owner records of our PVs */
 	struct fvp_events ev;
 	struct pending queue[QUEUE_MAX];
 	size_t nqueue;

@@ -251,6 +251,33 @@ static int owned_by(int pfd, const char *last, const char *claim, struct fvp_own
 	return 0;
 }
 
+int fvp_dir_record(int rootfd, const char *rel, const char *claim, const char *pv,
+		   struct fvp_owner *other)
+{
+	_cleanup_close_ int pfd = -1, fd = -1;
+	char last[256];
+	int r;
+
+	pfd = open_parent(rootfd, rel, false, last, sizeof(last), NULL, 0);
+	if (pfd < 0)
+		return pfd;
+	r = owned_by(pfd, last, claim, other);
+	if (r == 0)
+		return 0;
+	if (r > 0)
+		return -ENOENT;
+	if (r != -EPERM)
+		return r;
+	/* a directory, reached without a symlink or another mount */
+	fd = openat2_dir(pfd, last, O_RDONLY);
+	if (fd < 0)
+		return fd;
+	r = owner_write_at(pfd, last, claim, pv, true);
+	if (r == -EEXIST)
+		return owned_by(pfd, last, claim, other);
+	return r < 0 ? r : 1;
+}
+
 int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid, const char *claim,
 		 const char *pv, bool adopt, enum fvp_dir_made *made, struct fvp_owner *other,
 		 char *inside, size_t insidelen)

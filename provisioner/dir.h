@@ -58,6 +58,15 @@ int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
 		 const char *pv, bool adopt, enum fvp_dir_made *made, struct fvp_owner *other,
 		 char *inside, size_t insidelen);
 
+/*
+ * fvp_dir_record() - write the record of an existing directory @rel made
+ * before owner records existed, naming claim @claim (PV @pv).  1: written;
+ * 0: it names @claim already; -EBUSY another claim's (*@other); -ENOENT no
+ * directory.  (--record-owners: a migration the administrator asks for.)
+ */
+int fvp_dir_record(int rootfd, const char *rel, const char *claim, const char *pv,
+		   struct fvp_owner *other);
+
 /* Read the owner record of @rel.  -ENOENT: none; -EBADMSG: not a record. */
 int fvp_dir_owner(int rootfd, const char *rel, struct fvp_owner *ret);
 

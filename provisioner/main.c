@@ -37,6 +37,7 @@ static void usage(FILE *f)
 		"usage: flexvol-provisioner [--server URL [--token-file FILE] "
 		"[--certificate-authority FILE]]\n"
 		"                           [--root DIR] [--share SERVER:PATH] [--resync SECONDS]\n"
+		"                           [--record-owners]\n"
 		"\n"
 		"Provisions a volume and a PV for each claim of a StorageClass whose\n"
 		"provisioner is one of:");
@@ -47,7 +48,9 @@ static void usage(FILE *f)
 		"service account's token and CA).\n"
 		"  --root DIR      the share, mounted (default /persistentvolumes)\n"
 		"  --share S:P     serve only classes whose server:share is S:P\n"
-		"  --resync N      watch timeout and full re-list period, seconds (default 300)\n");
+		"  --resync N      watch timeout and full re-list period, seconds (default 300)\n"
+		"  --record-owners write the owner record of every PV of ours whose directory\n"
+		"                  has none (PVs made before owner records; once, on upgrade)\n");
 }
 
 int main(int argc, char **argv)
@@ -59,6 +62,7 @@ int main(int argc, char **argv)
 		{ "root", required_argument, NULL, 'r' },
 		{ "share", required_argument, NULL, 'S' },
 		{ "resync", required_argument, NULL, 'R' },
+		{ "record-owners", no_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -89,6 +93,7 @@ int main(int argc, char **argv)
 			p.resync = (unsigned int)v;
 			break;
 		}
+		case 'O': p.record_owners = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}

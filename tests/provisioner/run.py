@@ -924,6 +924,30 @@ def archive_long_name(e):
 
 
 @case
+def record_owners_migration(e):
+    """a PV made before owner records (its directory has none) is not reclaimed
+    (VolumeFailedDelete) until --record-owners writes the record from its claimRef"""
+    e.sc()
+    p = e.start()
+    c = e.pvc("legacy")
+    wait_for(lambda: e.bound(c), "bound")
+    d = dirname_of(c)
+    e.kill(p)
+    for rec in e.owner_records():
+        os.unlink(os.path.join(e.root, rec))  # as an older version left it
+    e.st.api_delete("persistentvolumeclaims", "default", "legacy")
+    p = e.start()
+    wait_for(lambda: [x for x in e.st.items("events") if x["reason"] == "VolumeFailedDelete"],
+             "VolumeFailedDelete without a record")
+    check(d in e.tree() and e.pv_of(c) is not None, "directory and PV kept")
+    e.kill(p)
+    e.start("--record-owners")
+    wait_for(lambda: e.pv_of(c) is None, "reclaimed once the owner is recorded")
+    check(e.tree() == ["archived-" + d], e.tree())
+    check("owner record written" in e.log(), "the migration is logged")
+
+
+@case
 def half_started_watches(e):
     """the claim watch starts, the PV watch cannot (the PV list's resourceVersion is not
     URL text): nothing is left half-started, retries back off, and once the server is sane
