@@ -28,6 +28,7 @@ struct fvp_queue;
 struct prov {
 	struct kube *k;
 	struct fvp_site site;
+	bool record_owners;  /* --record-owners: write missing owner records of our PVs */
 	struct fvp_events ev;
 	/* the runtime (runner.c): its command-line settings */
 	unsigned int resync;	   /* s: every known object queued again (from memory, no list) */
@@ -51,6 +52,7 @@ const struct fvp_backend *ctl_backend(const char *name);
 int ctl_claim_changed(struct prov *p, json_object *pvc);
 int ctl_claim_deleted(struct prov *p, json_object *pvc);
 int ctl_pv_changed(struct prov *p, json_object *pv);
+int ctl_pv_deleted(struct prov *p, json_object *pv);
 
 struct fvp_gauges;
 

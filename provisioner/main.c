@@ -135,6 +135,7 @@ static void usage(FILE *f)
 		"                           [--leader-election-lease-duration S]\n"
 		"                           [--leader-election-renew-deadline S]\n"
 		"                           [--leader-election-retry-period S]\n"
+		"                           [--record-owners]\n"
 		"\n"
 		"Provisions a volume and a PV for each claim of a StorageClass whose\n"
 		"provisioner is one of:");
@@ -163,7 +164,9 @@ static void usage(FILE *f)
 		"  --leader-election-identity ID  holderIdentity (default POD_NAME, else the\n"
 		"                  host name, which is the pod's name)\n"
 		"  --leader-election-lease-duration/-renew-deadline/-retry-period S\n"
-		"                  (default 15, 10, 2 s: client-go's)\n");
+		"                  (default 15, 10, 2 s: client-go's)\n"
+		"  --record-owners write the owner record of every PV of ours whose directory\n"
+		"                  has none (PVs made before owner records; once, on upgrade)\n");
 }
 
 int main(int argc, char **argv)
@@ -188,6 +191,7 @@ int main(int argc, char **argv)
 		{ "leader-election-lease-duration", required_argument, NULL, 4 },
 		{ "leader-election-renew-deadline", required_argument, NULL, 5 },
 		{ "leader-election-retry-period", required_argument, NULL, 6 },
+		{ "record-owners", no_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -276,6 +280,7 @@ int main(int argc, char **argv)
 			if (number(optarg, 1, 600, "--leader-election-retry-period", &lc.retry_s) < 0)
 				return 2;
 			break;
+		case 'O': p.record_owners = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}

@@ -87,7 +87,7 @@ static int work(void *ud, const char *key, int kind, bool deleted, json_object *
 
 	(void)key;
 	if (kind == PV)
-		return deleted ? 0 : ctl_pv_changed(p, obj);
+		return deleted ? ctl_pv_deleted(p, obj) : ctl_pv_changed(p, obj);
 	return deleted ? ctl_claim_deleted(p, obj) : ctl_claim_changed(p, obj);
 }
 
@@ -184,8 +184,10 @@ static void note_rv(struct runner *rn, enum kind k, json_object *obj)
 {
 	const char *rv = jstr2(obj, "metadata", "resourceVersion");
 
+	/* opaque to clients, but it goes into a URL: only what needs no escaping */
 	if (rv && *rv && strlen(rv) < sizeof(rn->rv[k]) &&
-	    strspn(rv, "0123456789") == strlen(rv))
+	    strspn(rv, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
+		    strlen(rv))
 		snprintf(rn->rv[k], sizeof(rn->rv[k]), "%s", rv);
 }
 
@@ -288,7 +290,7 @@ int ctl_run(struct prov *p, volatile int *stopping)
 
 		p->healthy_at = mono_s();
 		if (!listed) {
-			kube_watches_clear(p->k);
+			kube_watch_clear(p->k);
 			watching[CLAIM] = watching[PV] = false;
 			/* PVs first: releasing frees nothing a claim waits for, but it is cheap */
 			fvp_metrics_inc(FVP_M_RELISTS);
@@ -316,9 +318,14 @@ int ctl_run(struct prov *p, volatile int *stopping)
 			started[k] = time(NULL);
 		}
 		if (r < 0) {
-			/* never leave half a watch set behind: the next try adds both again */
-			kube_watches_clear(p->k);
+			/*
+			 * Never leave half a watch set behind; a watch that cannot start
+			 * from where we are (a resourceVersion the server will not take)
+			 * starts again from a fresh list.
+			 */
+			kube_watch_clear(p->k);
 			watching[CLAIM] = watching[PV] = false;
+			listed = false;
 			log_info("cannot start watches: %s; next try in %u s", strerror(-r), backoff);
 			pause_s(&rn, backoff);
 			backoff = backoff >= 30 ? 60 : backoff * 2;
@@ -356,7 +363,7 @@ int ctl_run(struct prov *p, volatile int *stopping)
 			backoff = 1;
 		}
 	}
-	kube_watches_clear(p->k);
+	kube_watch_clear(p->k);
 	/* the workers finish what they are on (each storage call has its deadline) */
 	fvp_queue_free(p->queue);
 	p->queue = NULL;
