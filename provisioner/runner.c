@@ -84,11 +84,16 @@ static bool key_of(enum kind k, json_object *obj, char *key, size_t len)
 static int work(void *ud, const char *key, int kind, bool deleted, json_object *obj)
 {
 	struct prov *p = ud;
+	int r;
 
 	(void)key;
 	if (kind == PV)
-		return deleted ? ctl_pv_deleted(p, obj) : ctl_pv_changed(p, obj);
-	return deleted ? ctl_claim_deleted(p, obj) : ctl_claim_changed(p, obj);
+		r = deleted ? ctl_pv_deleted(p, obj) : ctl_pv_changed(p, obj);
+	else
+		r = deleted ? ctl_claim_deleted(p, obj) : ctl_claim_changed(p, obj);
+	if (r != 0)
+		fvp_metrics_inc(FVP_M_RETRIES);
+	return r;
 }
 
 /* An object as the API has it now: remembered and queued. */
