@@ -118,6 +118,10 @@ static int run(struct job *j, enum fvp_made *made, char *done, size_t donelen, c
 	} else if (r < 0) {
 		r = prov_fail(err, errlen, r, "cannot start the %s: %s", names[j->call],
 			      strerror(-r));
+	} else if (r != 0) {
+		/* the child ran no call: its setup failed (status 127) or it was killed */
+		r = prov_fail(err, errlen, -ECHILD, "the %s's child ended with status %d before it "
+			      "answered (its setup failed: no /dev/null?)", names[j->call], r);
 	} else {
 		r = o->r;
 		snprintf(err, errlen, "%s", o->err);

@@ -90,9 +90,17 @@ class Env:
         if CHROOT:
             # alone in an empty root: the binary, the share, the CA and token files; no
             # libc, no /etc, no /proc (the static binary for the distroless image)
-            shutil.copy(args[0], os.path.join(self.tmp, "flexvol-provisioner"))
+            if not os.path.exists(os.path.join(self.tmp, "flexvol-provisioner")):
+                # once: a second replica runs the same file (it is busy while the first runs)
+                shutil.copy(args[0], os.path.join(self.tmp, "flexvol-provisioner"))
+            # /dev/null, as every container runtime provides: a storage call's child
+            # (src/exec.c) puts its stdin there
+            dev = os.path.join(self.tmp, "dev")
+            if not os.path.exists(os.path.join(dev, "null")):
+                os.makedirs(dev, exist_ok=True)
+                os.mknod(os.path.join(dev, "null"), 0o666 | stat.S_IFCHR, os.makedev(1, 3))
             emu = []
-            if EMULATOR:
+            if EMULATOR and not os.path.exists(os.path.join(self.tmp, os.path.basename(EMULATOR))):
                 shutil.copy(EMULATOR, os.path.join(self.tmp, os.path.basename(EMULATOR)))
                 emu = ["/" + os.path.basename(EMULATOR)]
             args = ["chroot", self.tmp] + emu + ["/flexvol-provisioner"] + [
