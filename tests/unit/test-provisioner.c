@@ -153,6 +153,18 @@ TEST(class_all_parameters)
 	CHECK_STR(c.nfs_version, "4.2");
 	CHECK(c.read_only);
 	CHECK_STR(c.reclaim_policy, "Retain");
+	CHECK(!c.adopt_existing && !c.allow_unscoped);
+	json_object_put(sc);
+	REQUIRE_INT(class_parse("{\"parameters\":{\"server\":\"s\",\"share\":\"/x\","
+				"\"pathPattern\":\"${.PVC.labels.app}/${pvc}\",\"adoptExisting\":\"true\","
+				"\"allowUnscopedClaimValues\":\"true\"}}", &c, err, &sc),
+		    0);
+	CHECK(c.adopt_existing && c.allow_unscoped);
+	json_object_put(sc);
+	/* under the namespace, either spelling */
+	REQUIRE_INT(class_parse("{\"parameters\":{\"server\":\"s\",\"share\":\"/x\","
+				"\"pathPattern\":\"${.PVC.namespace}/${.PVC.annotations.t}\"}}", &c, err, &sc),
+		    0);
 	json_object_put(sc);
 }
 
@@ -178,6 +190,16 @@ TEST(class_refusals)
 		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"${pvc}/..\"}"), "'..'" },
 		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"${bogus}\"}"), "unknown variable" },
 		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"uid\":1}"), "not a string" },
+		/* claim values outside ${namespace}/: refused without the opt-in */
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"${.PVC.labels.a}\"}"),
+		  "allowUnscopedClaimValues" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"${namespace}-${.PVC.annotations.a}\"}"),
+		  "does not start with the namespace" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"x/${namespace}/${.PVC.labels.a}\"}"),
+		  "does not start with the namespace" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"adoptExisting\":\"yes\"}"), "adoptExisting" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"allowUnscopedClaimValues\":\"1\"}"),
+		  "allowUnscopedClaimValues" },
 		{ "{\"reclaimPolicy\":\"Recycle\",\"parameters\":{\"server\":\"s\",\"share\":\"/x\"}}",
 		  "reclaimPolicy" },
 		/* the nfs driver's own checks, with its own words */
