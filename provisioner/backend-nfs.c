@@ -109,6 +109,9 @@ static int dir_fail(char *err, size_t errlen, int r, const char *what, const cha
 		return prov_fail(err, errlen, r,
 				 "%s '%s': it has no owner record, so this provisioner did not make "
 				 "it for this volume; not touched", what, sub);
+	case -ENOTEMPTY:
+		return prov_fail(err, errlen, r, "%s '%s': it holds the directories of other "
+				 "volumes; not adopted", what, sub);
 	case -EBADMSG:
 		return prov_fail(err, errlen, r, "%s '%s': its owner record is not one of ours; not "
 				 "touched", what, sub);

@@ -278,6 +278,37 @@ int fvp_dir_record(int rootfd, const char *rel, const char *claim, const char *p
 	return r < 0 ? r : 1;
 }
 
+/*
+ * Does the directory @name in @pfd hold owner records, i.e. other volumes'
+ * directories?  Adopting it would hand them to one claim.  (One level: a
+ * volume deeper down is not looked for; a whole tree could be huge.)
+ * 1 yes, 0 no, -errno.
+ */
+static int holds_volumes(int pfd, const char *name)
+{
+	int fd = openat2_dir(pfd, name, O_RDONLY), r = 0;
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0)
+		return fd;
+	d = fdopendir(fd);
+	if (!d) {
+		r = NEG_ERRNO();
+		close(fd);
+		return r;
+	}
+	while ((errno = 0, de = readdir(d)))
+		if (!strncmp(de->d_name, FVP_OWNER_PREFIX, strlen(FVP_OWNER_PREFIX))) {
+			r = 1;
+			break;
+		}
+	if (!de && errno)
+		r = NEG_ERRNO();
+	closedir(d);
+	return r;
+}
+
 int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid, const char *claim,
 		 const char *pv, bool adopt, enum fvp_dir_made *made, struct fvp_owner *other,
 		 char *inside, size_t insidelen)
@@ -313,6 +344,12 @@ int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
 				return -EEXIST;
 			if (!S_ISDIR(st.st_mode))
 				return -ENOTDIR;
+			r = holds_volumes(pfd, last);
+			if (r != 0) {
+				if (r > 0 && inside)
+					snprintf(inside, insidelen, "%s", rel);
+				return r > 0 ? -ENOTEMPTY : r;
+			}
 			m = FVP_DIR_ADOPTED;
 		} else if (errno != ENOENT) {
 			return NEG_ERRNO();

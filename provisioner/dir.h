@@ -51,8 +51,9 @@ int fvp_root_open(const char *root);
  * finishes the job (mode and owner set again).  Refused, nothing changed:
  * -EEXIST when @rel exists without a record and !@adopt; -EBUSY when the
  * record names another claim (it goes to *@other); -EPERM when a parent is
- * itself a volume directory (its path to @inside).  An adopted directory
- * keeps its mode and owner.
+ * itself a volume directory (its path to @inside); -ENOTEMPTY when the
+ * directory to adopt holds other volumes' directories.  An adopted
+ * directory keeps its mode and owner.
  */
 int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid, const char *claim,
 		 const char *pv, bool adopt, enum fvp_dir_made *made, struct fvp_owner *other,

@@ -334,9 +334,12 @@ TEST(dir_make_idempotent_and_confined)
 	CHECK_INT(m, FVP_DIR_ADOPTED);
 	snprintf(p, sizeof(p), "%s/a/b/theirs", scratch);
 	CHECK(stat(p, &st) == 0 && (st.st_mode & 07777) == 0755); /* as it was */
-	/* inside another volume: refused */
+	/* inside another volume: refused; adopting a directory that holds volumes: refused */
 	CHECK_INT(mkvol(root, "a/b/c/d", 0770, U2, &m), -EPERM);
 	CHECK(!exists("a/b/c/d"));
+	CHECK_INT(fvp_dir_make(root, "a/b", 0777, (uid_t)-1, (gid_t)-1, U2, "pvc-y", true, &m, &o,
+			       NULL, 0), -ENOTEMPTY);
+	CHECK_INT(fvp_dir_owner(root, "a/b", &o), -ENOENT);
 	/* a symlink in the way, as the last or an inner component: refused, nothing made outside */
 	snprintf(p, sizeof(p), "%s/link", scratch);
 	REQUIRE(symlink("/tmp", p) == 0);
