@@ -42,7 +42,7 @@ static int owner_read_at(int pfd, const char *name, struct fvp_owner *ret);
 /*
  * Split @rel into its parent (opened, confined) and last component.  With
  * @create, missing parents are made (0755).  With @inside, a parent that is
- * itself a volume directory (has an owner record) is -EPERM, its path in
+ * itself a volume directory (has an owner record) is -FVP_E_NESTED, its path in
  * @inside.  Returns the parent fd or -errno.
  */
 static int open_parent(int rootfd, const char *rel, bool create, char *last, size_t lastlen,
@@ -75,7 +75,7 @@ static int open_parent(int rootfd, const char *rel, bool create, char *last, siz
 			if (owner_read_at(fd, comp, &o) != -ENOENT) {
 				snprintf(inside, insidelen, "%.*s", (int)(p - rel + n), rel);
 				close(fd);
-				return -EPERM;
+				return -FVP_E_NESTED;
 			}
 		}
 		if (create && mkdirat(fd, comp, 0755) < 0 && errno != EEXIST) {
@@ -226,8 +226,8 @@ int fvp_dir_owner(int rootfd, const char *rel, struct fvp_owner *ret)
 
 /*
  * The record of @last in @pfd must name @claim: 0 when it does, 1 when there
- * is neither record nor directory (nothing to do), -EPERM for a directory
- * without a record, -EBUSY for another claim's (*@other), -errno.
+ * is neither record nor directory (nothing to do), -FVP_E_UNOWNED for a directory
+ * without a record, -FVP_E_OWNED for another claim's (*@other), -errno.
  */
 static int owned_by(int pfd, const char *last, const char *claim, struct fvp_owner *other)
 {
@@ -239,14 +239,14 @@ static int owned_by(int pfd, const char *last, const char *claim, struct fvp_own
 	if (r == -ENOENT) {
 		if (fstatat(pfd, last, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			return errno == ENOENT ? 1 : NEG_ERRNO();
-		return -EPERM;
+		return -FVP_E_UNOWNED;
 	}
 	if (r < 0)
 		return r;
 	if (!streq(o.claim, claim)) {
 		if (other)
 			*other = o;
-		return -EBUSY;
+		return -FVP_E_OWNED;
 	}
 	return 0;
 }
@@ -266,7 +266,7 @@ int fvp_dir_record(int rootfd, const char *rel, const char *claim, const char *p
 		return 0;
 	if (r > 0)
 		return -ENOENT;
-	if (r != -EPERM)
+	if (r != -FVP_E_UNOWNED)
 		return r;
 	/* a directory, reached without a symlink or another mount */
 	fd = openat2_dir(pfd, last, O_RDONLY);
@@ -315,13 +315,13 @@ int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
 {
 	_cleanup_close_ int pfd = -1, fd = -1;
 	struct fvp_owner o;
-	char last[256], where[FVP_INSIDE_MAX];
+	char last[256], where[FVP_INSIDE_MAX] = "";
 	struct stat st;
 	enum fvp_dir_made m = FVP_DIR_NEW;
 	int r;
 
 	pfd = open_parent(rootfd, rel, true, last, sizeof(last), where, sizeof(where));
-	if (pfd == -EPERM && inside)
+	if (pfd == -FVP_E_NESTED && inside)
 		snprintf(inside, insidelen, "%s", where);
 	if (pfd < 0)
 		return pfd;
@@ -331,7 +331,7 @@ int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
 			if (!streq(o.claim, claim)) {
 				if (other)
 					*other = o;
-				return -EBUSY;
+				return -FVP_E_OWNED;
 			}
 			m = o.adopted ? FVP_DIR_ADOPTED : FVP_DIR_OURS;
 			break;
@@ -341,14 +341,14 @@ int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
 		/* no record: a directory there is someone else's unless adopted */
 		if (fstatat(pfd, last, &st, AT_SYMLINK_NOFOLLOW) == 0) {
 			if (!adopt)
-				return -EEXIST;
+				return -FVP_E_UNOWNED;
 			if (!S_ISDIR(st.st_mode))
 				return -ENOTDIR;
 			r = holds_volumes(pfd, last);
 			if (r != 0) {
 				if (r > 0 && inside)
 					snprintf(inside, insidelen, "%s", rel);
-				return r > 0 ? -ENOTEMPTY : r;
+				return r > 0 ? -FVP_E_HOLDS : r;
 			}
 			m = FVP_DIR_ADOPTED;
 		} else if (errno != ENOENT) {
