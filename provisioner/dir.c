@@ -190,8 +190,9 @@ static int owner_write_at(int pfd, const char *name, const char *claim, const ch
 	fd = openat(pfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return NEG_ERRNO();
+	errno = 0;
 	if (write(fd, text, (size_t)n) != n || fsync(fd) < 0)
-		r = errno ? NEG_ERRNO() : -EIO;
+		r = NEG_ERRNO(); /* -EIO for a short write */
 	if (close(fd) < 0 && r == 0)
 		r = NEG_ERRNO();
 	if (r == 0 && linkat(pfd, tmp, pfd, rec, 0) < 0) {
