@@ -48,7 +48,8 @@ endif
 
 check-static-provisioner: static-provisioner
 	$(Q)python3 tests/provisioner/run.py --build $(STATIC_O) --chroot \
-		-k provision_basic -k https -k delete_ -k restart_between -k watch_expired
+		-k provision_basic -k https -k delete_ -k restart_between -k watch_expired \
+		-k plain_http -k reclaim_only_owned
 
 # deploy/static.mk's image-context calls this after its own copies: the
 # provisioner and its curl/OpenSSL build record go into the image context.
