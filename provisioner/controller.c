@@ -677,6 +677,7 @@ int ctl_pv_changed(struct prov *p, json_object *pv)
 		   *policy = jstr(spec, "persistentVolumeReclaimPolicy");
 	const struct fvp_backend *b = ctl_backend(jstr(jget(meta, "annotations"), ANN_PROVISIONED_BY));
 	bool deleting = jget(meta, "deletionTimestamp") != NULL, fin = has_pv_finalizer(pv);
+	bool finished = false; /* this call ended the PV (metrics: one success per reclaim) */
 	double t0;
 	int r;
 
@@ -717,6 +718,7 @@ int ctl_pv_changed(struct prov *p, json_object *pv)
 		if (r < 0)
 			event(&p->ev, pv, true, "VolumeFailedDelete",
 			      "the asset is reclaimed, deleting the PV failed; retried after a backoff");
+		finished = r == 0 && !fin;
 		if (r != 0 || !fin)
 			goto out; /* failed (retried), gone already, or nothing holds it */
 		/* the reply is the PV, now with a deletionTimestamp: the freshest copy */
@@ -728,9 +730,11 @@ int ctl_pv_changed(struct prov *p, json_object *pv)
 	r = update_finalizer(p, pv, PV_FINALIZER, false, NULL);
 	if (r == 0)
 		log_info("PV %s: finalizer removed", name);
+	finished = r == 0;
 	r = r == -EIO ? -EIO : 0;
 out:
-	fvp_metrics_observe(FVP_M_DELETE, r >= 0, now_s() - t0);
+	if (r < 0 || finished)
+		fvp_metrics_observe(FVP_M_DELETE, r >= 0, now_s() - t0);
 	json_object_put(reply);
 	return r < 0 ? r : 0;
 }
