@@ -688,7 +688,7 @@ int ctl_pv_changed(struct prov *p, json_object *pv)
 	if (p->record_owners && b->record_owner) {
 		char err[FVP_ERR_MAX];
 
-		r = b->record_owner(&p->site, pv, err, sizeof(err));
+		r = fvp_backend_record_owner(&p->site, b, pv, err, sizeof(err));
 		if (r > 0)
 			log_info("PV %s: %s", name, err);
 		else if (r < 0)
