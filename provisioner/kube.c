@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The API client: see kube.h. */
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <json-c/json.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "flag.h"
 #include "fv/macro.h"
 #include "kube.h"
 #include "params.h"
@@ -17,9 +20,17 @@
 #define BODY_MAX (256u << 20)  /* a list of many objects */
 #define EVENT_MAX (16u << 20)  /* one watch event */
 #define TOKEN_MAX 16384
-#define TOKEN_REREAD_S 60      /* client-go re-reads the token file every minute */
 #define JSON_DEPTH 128	       /* managedFields nest deeper than json-c's default 32 */
 #define WATCH_MAX 4
+#define HANDLES_MAX 16	       /* idle one-shot handles kept (one per worker thread in use) */
+/*
+ * 429 Too Many Requests (and a 5xx with Retry-After): waited out and retried
+ * like client-go's rest client does (it retries up to 10 times); each wait is
+ * capped, so a worker is never parked for long: after the last try the
+ * caller sees the 429 and its work item goes to the per-object backoff.
+ */
+#define RETRY_AFTER_TRIES 3
+#define RETRY_AFTER_MAX_S 30
 
 struct kube_watch {
 	CURL *h;
@@ -30,6 +41,7 @@ struct kube_watch {
 	void *userdata;
 	bool stopped; /* the callback asked to stop */
 	char errbuf[CURL_ERROR_SIZE];
+	char token[TOKEN_MAX]; /* the one sent: a 401 marks it stale */
 };
 
 struct kube {
@@ -37,37 +49,85 @@ struct kube {
 	char *token_file;
 	char *ca_file;
 	unsigned int timeout_s;
-	CURL *h;	  /* one-shot requests */
-	CURLM *multi;	  /* watches */
+	CURLM *multi;	  /* watches: one thread (the watcher) */
 	struct kube_watch *watches[WATCH_MAX];
 	size_t nwatches;
+	/*
+	 * Shared by the worker threads, under @lock: the token and a stack of
+	 * idle one-shot handles (a handle keeps its connection for reuse).
+	 */
+	pthread_mutex_t lock;
+	CURL *idle[HANDLES_MAX];
+	size_t nidle;
 	char token[TOKEN_MAX];
-	time_t token_read;
+	bool token_stale; /* a 401 said so: read the file again before the next request */
+	unsigned long token_reads;
+	volatile int *stop; /* waits (Retry-After) end early when it becomes true */
 };
 
 
-/* http:// is accepted for a loopback server only (the tests' fake API server). */
-static bool loopback_http(const char *url)
+/*
+ * Check the --server URL with libcurl's own parser (the one the requests
+ * use, so the host checked is the host connected to): https, or http to a
+ * loopback host only (the tests' fake API server); no user name or password
+ * (a token goes in a header), no query, no fragment.  A string prefix is not
+ * enough: "http://127.0.0.1@evil/" has host "evil".
+ */
+static int check_server(const char *url, char *err, size_t errlen)
 {
-	static const char *const hosts[] = { "http://127.", "http://[::1]", "http://localhost:",
-					     "http://localhost/" };
+	CURLU *u = curl_url();
+	char *scheme = NULL, *host = NULL, *user = NULL, *pass = NULL, *query = NULL, *frag = NULL;
+	struct in_addr a4;
+	int r = 0;
 
-	for (size_t i = 0; i < ARRAY_SIZE(hosts); i++)
-		if (!strncmp(url, hosts[i], strlen(hosts[i])))
-			return true;
-	return false;
+	if (!u)
+		return -ENOMEM;
+	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host) {
+		r = prov_fail(err, errlen, -EINVAL, "--server is not a URL with a host: '%s'", url);
+		goto out;
+	}
+	(void)curl_url_get(u, CURLUPART_USER, &user, 0);
+	(void)curl_url_get(u, CURLUPART_PASSWORD, &pass, 0);
+	(void)curl_url_get(u, CURLUPART_QUERY, &query, 0);
+	(void)curl_url_get(u, CURLUPART_FRAGMENT, &frag, 0);
+	if (user || pass || query || frag) {
+		r = prov_fail(err, errlen, -EINVAL,
+			      "--server must be a URL scheme://host[:port][/path], without user, password, "
+			      "query or fragment: '%s'", url);
+		goto out;
+	}
+	if (streq(scheme, "https"))
+		goto out;
+	/* 127.0.0.0/8 as an address (inet_pton takes only the full dotted quad), ::1, localhost */
+	if (streq(scheme, "http") &&
+	    ((inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127) ||
+	     streq(host, "[::1]") || streq(host, "localhost")))
+		goto out;
+	r = prov_fail(err, errlen, -EINVAL,
+		      "--server must be an https:// URL (http:// only for 127.0.0.1, [::1] or "
+		      "localhost): '%s'", url);
+out:
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(user);
+	curl_free(pass);
+	curl_free(query);
+	curl_free(frag);
+	curl_url_cleanup(u);
+	return r;
 }
 
 int kube_new(const struct kube_config *cfg, struct kube **ret, char *err, size_t errlen)
 {
 	struct kube *k;
 	size_t n;
+	int r;
 
-	if (strncmp(cfg->server, "https://", 8) && !loopback_http(cfg->server))
-		return prov_fail(err, errlen, -EINVAL,
-			    "--server must be an https:// URL (http:// only for 127.0.0.1, [::1] "
-			    "or localhost): '%s'",
-			    cfg->server);
+	r = check_server(cfg->server, err, errlen);
+	if (r < 0)
+		return r;
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
 		return prov_fail(err, errlen, -ENOMEM, "curl_global_init failed");
 	k = calloc(1, sizeof(*k));
@@ -77,10 +137,12 @@ int kube_new(const struct kube_config *cfg, struct kube **ret, char *err, size_t
 	k->token_file = cfg->token_file ? strdup(cfg->token_file) : NULL;
 	k->ca_file = cfg->ca_file ? strdup(cfg->ca_file) : NULL;
 	k->timeout_s = cfg->timeout_s ? cfg->timeout_s : 30;
-	k->h = curl_easy_init();
+	k->stop = cfg->stop;
+	k->token_stale = true;
+	pthread_mutex_init(&k->lock, NULL);
 	k->multi = curl_multi_init();
 	if (!k->server || (cfg->token_file && !k->token_file) || (cfg->ca_file && !k->ca_file) ||
-	    !k->h || !k->multi) {
+	    !k->multi) {
 		kube_free(k);
 		return -ENOMEM;
 	}
@@ -95,58 +157,106 @@ void kube_free(struct kube *k)
 {
 	if (!k)
 		return;
-	if (k->h)
-		curl_easy_cleanup(k->h);
+	for (size_t i = 0; i < k->nidle; i++)
+		curl_easy_cleanup(k->idle[i]);
 	if (k->multi)
 		curl_multi_cleanup(k->multi);
 	free(k->server);
 	free(k->token_file);
 	free(k->ca_file);
+	pthread_mutex_destroy(&k->lock);
+	explicit_bzero(k->token, sizeof(k->token));
 	free(k);
 }
 
-/* The bearer token, re-read at most every minute (rotation). */
-static int token(struct kube *k, char *err, size_t errlen)
+/*
+ * The bearer token (under k->lock): read once, and again after a 401.  Bound
+ * service-account tokens rotate (kubelet rewrites the file at 80 % of their
+ * lifetime; the old one stays valid until it expires), so a 401 is the
+ * moment the file has something newer, not a clock tick.  client-go's
+ * cached file token source re-reads on a timer instead; a 401-driven
+ * re-read never sends a token that is known to be refused and never reads
+ * the file for nothing.
+ */
+static int token_locked(struct kube *k, char *err, size_t errlen)
 {
-	time_t now = time(NULL);
+	char buf[TOKEN_MAX];
 	FILE *f;
 	size_t n;
 
-	if (!k->token_file || (k->token[0] && now - k->token_read < TOKEN_REREAD_S))
+	if (!k->token_file || !k->token_stale)
 		return 0;
 	f = fopen(k->token_file, "re");
 	if (!f)
 		return prov_fail(err, errlen, NEG_ERRNO(), "cannot read the token file '%s': %m",
 			    k->token_file);
-	n = fread(k->token, 1, sizeof(k->token) - 1, f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
 	fclose(f);
-	while (n && (k->token[n - 1] == '\n' || k->token[n - 1] == '\r' || k->token[n - 1] == ' '))
+	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
 		n--;
-	k->token[n] = '\0';
-	if (!n || strpbrk(k->token, "\r\n"))
+	buf[n] = '\0';
+	if (!n || strpbrk(buf, "\r\n")) {
+		explicit_bzero(buf, sizeof(buf));
 		return prov_fail(err, errlen, -EINVAL, "the token file '%s' is empty or not one line",
 			    k->token_file);
-	k->token_read = now;
+	}
+	memcpy(k->token, buf, n + 1);
+	explicit_bzero(buf, sizeof(buf));
+	k->token_stale = false;
+	k->token_reads++;
 	return 0;
 }
 
-static struct curl_slist *headers(struct kube *k, bool json_body)
+/* A 401 with the token @used (a prefix is enough): read the file again next time. */
+static void token_refused(struct kube *k, const char *used)
+{
+	pthread_mutex_lock(&k->lock);
+	if (k->token_file && streq(k->token, used))
+		k->token_stale = true;
+	pthread_mutex_unlock(&k->lock);
+}
+
+unsigned long kube_token_reads(struct kube *k)
+{
+	unsigned long n;
+
+	pthread_mutex_lock(&k->lock);
+	n = k->token_reads;
+	pthread_mutex_unlock(&k->lock);
+	return n;
+}
+
+/*
+ * The request headers, with the current token (re-read first when stale);
+ * the token used is copied to @used (TOKEN_MAX bytes) to recognise a 401 for it.
+ */
+static int headers(struct kube *k, bool json_body, char *used, struct curl_slist **ret, char *err,
+		   size_t errlen)
 {
 	struct curl_slist *h = NULL, *t;
 	char auth[TOKEN_MAX + 32];
+	int r;
 
+	*ret = NULL;
+	pthread_mutex_lock(&k->lock);
+	r = token_locked(k, err, errlen);
+	memcpy(used, k->token, TOKEN_MAX);
+	pthread_mutex_unlock(&k->lock);
+	if (r < 0)
+		return r;
 	h = curl_slist_append(h, "Accept: application/json");
 	if (h && json_body && (t = curl_slist_append(h, "Content-Type: application/json")))
 		h = t;
-	if (h && k->token[0]) {
-		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", k->token);
+	if (h && used[0]) {
+		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", used);
 		if ((t = curl_slist_append(h, auth)))
 			h = t;
 		explicit_bzero(auth, sizeof(auth));
 	}
 	if (h && (t = curl_slist_append(h, "User-Agent: flexvol-provisioner")))
 		h = t;
-	return h;
+	*ret = h;
+	return h ? 0 : -ENOMEM;
 }
 
 static void common_opts(struct kube *k, CURL *h, const char *url)
@@ -215,54 +325,142 @@ static json_object *parse_json(const char *s, size_t n)
 	return o;
 }
 
-int kube_request(struct kube *k, const char *method, const char *path, json_object *body,
-		 json_object **ret, char *err, size_t errlen)
+static CURL *handle_get(struct kube *k)
 {
-	_cleanup_free_ char *url = NULL;
-	struct curl_slist *h;
+	CURL *h = NULL;
+
+	pthread_mutex_lock(&k->lock);
+	if (k->nidle)
+		h = k->idle[--k->nidle];
+	pthread_mutex_unlock(&k->lock);
+	return h ? h : curl_easy_init();
+}
+
+static void handle_put(struct kube *k, CURL *h)
+{
+	pthread_mutex_lock(&k->lock);
+	if (k->nidle < HANDLES_MAX) {
+		k->idle[k->nidle++] = h;
+		h = NULL;
+	}
+	pthread_mutex_unlock(&k->lock);
+	if (h)
+		curl_easy_cleanup(h);
+}
+
+/* Sleep @s seconds, or less when *k->stop becomes true. */
+static void wait_s(struct kube *k, unsigned int s)
+{
+	for (unsigned int i = 0; i < s * 10 && !(k->stop && flag_get(k->stop)); i++) {
+		struct timespec ts = { 0, 100 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* One try: the status, the Retry-After seconds (or -1) in *retry_after, the token used in @used. */
+static int request_once(struct kube *k, CURL *h, const char *method, const char *url,
+			const char *path, const char *data, json_object **ret, long *retry_after,
+			char *used, char *err, size_t errlen)
+{
+	struct curl_slist *hdrs;
 	struct buf b = { 0 };
 	char errbuf[CURL_ERROR_SIZE] = "";
-	const char *data = NULL;
+	curl_off_t ra = -1;
 	long status = 0;
 	CURLcode c;
 	int r;
 
-	if (ret)
-		*ret = NULL;
-	r = token(k, err, errlen);
+	*retry_after = -1;
+	r = headers(k, data != NULL, used, &hdrs, err, errlen);
 	if (r < 0)
 		return r;
-	if (asprintf(&url, "%s%s", k->server, path) < 0)
-		return -ENOMEM;
-	curl_easy_reset(k->h);
-	common_opts(k, k->h, url);
-	curl_easy_setopt(k->h, CURLOPT_TIMEOUT, (long)k->timeout_s);
-	curl_easy_setopt(k->h, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(k->h, CURLOPT_WRITEFUNCTION, buf_write);
-	curl_easy_setopt(k->h, CURLOPT_WRITEDATA, &b);
-	curl_easy_setopt(k->h, CURLOPT_CUSTOMREQUEST, method);
-	if (body) {
-		data = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
-		curl_easy_setopt(k->h, CURLOPT_POSTFIELDS, data);
-		curl_easy_setopt(k->h, CURLOPT_POSTFIELDSIZE, (long)strlen(data));
+	curl_easy_reset(h);
+	common_opts(k, h, url);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)k->timeout_s);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+	if (data) {
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, data);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(data));
 	} else if (streq(method, "GET")) {
-		curl_easy_setopt(k->h, CURLOPT_HTTPGET, 1L);
+		curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
 	}
-	h = headers(k, body != NULL);
-	curl_easy_setopt(k->h, CURLOPT_HTTPHEADER, h);
-	c = curl_easy_perform(k->h);
-	curl_slist_free_all(h);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+	c = curl_easy_perform(h);
+	/* the header list holds the token: not left in freed memory */
+	for (struct curl_slist *l = hdrs; l; l = l->next)
+		explicit_bzero(l->data, strlen(l->data));
+	curl_slist_free_all(hdrs);
 	if (c != CURLE_OK) {
 		free(b.p);
 		return prov_fail(err, errlen, c == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO,
 			    "%s %s: %s", method, path,
 			    b.too_big ? "response too large" : errbuf[0] ? errbuf : curl_easy_strerror(c));
 	}
-	curl_easy_getinfo(k->h, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	/* libcurl parses both forms of the header (delay-seconds and an HTTP date) */
+	if (curl_easy_getinfo(h, CURLINFO_RETRY_AFTER, &ra) == CURLE_OK && ra >= 0)
+		*retry_after = ra > RETRY_AFTER_MAX_S ? RETRY_AFTER_MAX_S : (long)ra;
 	if (ret && b.n)
 		*ret = parse_json(b.p, b.n);
 	free(b.p);
 	return (int)status;
+}
+
+int kube_request(struct kube *k, const char *method, const char *path, json_object *body,
+		 json_object **ret, char *err, size_t errlen)
+{
+	_cleanup_free_ char *url = NULL;
+	const char *data = NULL;
+	char *used;
+	bool reread = false;
+	CURL *h;
+	int st = 0;
+
+	if (ret)
+		*ret = NULL;
+	if (asprintf(&url, "%s%s", k->server, path) < 0)
+		return -ENOMEM;
+	used = malloc(TOKEN_MAX);
+	h = handle_get(k);
+	if (!used || !h) {
+		free(used);
+		if (h)
+			handle_put(k, h);
+		return -ENOMEM;
+	}
+	if (body)
+		data = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
+	for (unsigned int tries = 0;; tries++) {
+		long retry_after;
+
+		if (ret) {
+			json_object_put(*ret);
+			*ret = NULL;
+		}
+		st = request_once(k, h, method, url, path, data, ret, &retry_after, used, err,
+				  errlen);
+		if (st == 401 && k->token_file && !reread) {
+			/* rotated under us: read the file again and try once more */
+			token_refused(k, used);
+			reread = true;
+			continue;
+		}
+		if ((st == 429 || (st >= 500 && retry_after >= 0)) && tries + 1 < RETRY_AFTER_TRIES &&
+		    !(k->stop && flag_get(k->stop))) {
+			/* the server said when: wait that long (at least a second) */
+			wait_s(k, retry_after > 0 ? (unsigned int)retry_after : 1);
+			continue;
+		}
+		break;
+	}
+	explicit_bzero(used, TOKEN_MAX);
+	free(used);
+	handle_put(k, h);
+	return st;
 }
 
 const char *kube_status_message(json_object *status)
@@ -283,7 +481,10 @@ static void watch_free(struct kube_watch *w)
 		return;
 	if (w->h)
 		curl_easy_cleanup(w->h);
+	for (struct curl_slist *l = w->hdrs; l; l = l->next)
+		explicit_bzero(l->data, strlen(l->data));
 	curl_slist_free_all(w->hdrs);
+	explicit_bzero(w->token, sizeof(w->token));
 	if (w->tok)
 		json_tokener_free(w->tok);
 	free(w);
@@ -340,11 +541,12 @@ int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *use
 	char err[256];
 	int r;
 
+	if (path[0] != '/' ||
+	    strspn(path, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+			 "/?&=._~%:,+-") != strlen(path))
+		return -EINVAL;
 	if (k->nwatches >= WATCH_MAX)
 		return -E2BIG;
-	r = token(k, err, sizeof(err));
-	if (r < 0)
-		return r;
 	if (asprintf(&url, "%s%s", k->server, path) < 0)
 		return -ENOMEM;
 	w = calloc(1, sizeof(*w));
@@ -352,10 +554,10 @@ int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *use
 		return -ENOMEM;
 	w->h = curl_easy_init();
 	w->tok = json_tokener_new_ex(JSON_DEPTH);
-	w->hdrs = headers(k, false);
-	if (!w->h || !w->tok || !w->hdrs) {
+	r = headers(k, false, w->token, &w->hdrs, err, sizeof(err));
+	if (r < 0 || !w->h || !w->tok) {
 		watch_free(w);
-		return -ENOMEM;
+		return r < 0 ? r : -ENOMEM;
 	}
 	w->fn = fn;
 	w->userdata = userdata;
@@ -380,7 +582,7 @@ int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *use
 	return 0;
 }
 
-static void watches_clear(struct kube *k)
+void kube_watch_clear(struct kube *k)
 {
 	for (size_t i = 0; i < k->nwatches; i++) {
 		curl_multi_remove_handle(k->multi, k->watches[i]->h);
@@ -390,12 +592,27 @@ static void watches_clear(struct kube *k)
 	k->nwatches = 0;
 }
 
+/* Remove and free watch @w only (the others keep streaming). */
+static void watch_remove(struct kube *k, struct kube_watch *w)
+{
+	for (size_t i = 0; i < k->nwatches; i++) {
+		if (k->watches[i] != w)
+			continue;
+		curl_multi_remove_handle(k->multi, w->h);
+		watch_free(w);
+		k->watches[i] = k->watches[--k->nwatches];
+		k->watches[k->nwatches] = NULL;
+		return;
+	}
+}
+
 int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), void *userdata,
-		   char *err, size_t errlen)
+		   void **ended, char *err, size_t errlen)
 {
 	int running = 1, r = 0;
 
-	while (!*stop) {
+	*ended = NULL;
+	while (!flag_get(stop)) {
 		CURLMcode mc = curl_multi_perform(k->multi, &running);
 		CURLMsg *msg;
 		int left;
@@ -413,22 +630,30 @@ int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), voi
 		if (msg && msg->msg == CURLMSG_DONE) {
 			struct kube_watch *w = NULL;
 			long status = 0;
-			char *url = NULL;
 
 			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&w);
 			curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
-			curl_easy_getinfo(msg->easy_handle, CURLINFO_EFFECTIVE_URL, &url);
 			if (w && w->stopped)
 				r = 0;
 			else if (msg->data.result == CURLE_OK)
 				r = prov_fail(err, errlen, 0, "watch ended by the server");
-			else if (msg->data.result == CURLE_HTTP_RETURNED_ERROR)
+			else if (msg->data.result == CURLE_HTTP_RETURNED_ERROR && status == 401) {
+				if (w)
+					token_refused(k, w->token);
+				r = prov_fail(err, errlen, -EACCES, "watch: HTTP 401 (token refused)");
+			} else if (msg->data.result == CURLE_HTTP_RETURNED_ERROR)
 				r = prov_fail(err, errlen, status == 410 ? -ESTALE : -EIO,
 					 "watch: HTTP %ld", status);
 			else
 				r = prov_fail(err, errlen, -EIO, "watch: %s",
 					 w && w->errbuf[0] ? w->errbuf :
 							     curl_easy_strerror(msg->data.result));
+			if (w) {
+				/* only this one ends: the others keep their place in their streams */
+				*ended = w->userdata;
+				watch_remove(k, w);
+				return r;
+			}
 			break;
 		}
 		if (!running) {
@@ -441,6 +666,6 @@ int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), voi
 			break;
 		}
 	}
-	watches_clear(k);
+	kube_watch_clear(k);
 	return r;
 }

@@ -1,9 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A small Kubernetes API client on libcurl + json-c: one-shot requests and
- * watch streams.  HTTPS with the cluster CA and a bearer token (re-read from
- * its file, since bound service-account tokens rotate); plain http:// only
- * for a loopback server (tests).
+ * watch streams.  HTTPS with the cluster CA and a bearer token (read from its
+ * file at the first request and again after a 401: bound service-account
+ * tokens rotate); plain http:// only for a loopback server (tests).
+ *
+ * kube_request() may be called from several threads at once (each call
+ * takes an idle connection handle or makes one); the watch functions belong
+ * to one thread.  A 429 (or a 5xx with Retry-After) is waited out as the
+ * server asks and retried a few times, as client-go does.
  */
 #ifndef FVP_KUBE_H
 #define FVP_KUBE_H
@@ -19,6 +24,7 @@ struct kube_config {
 	const char *token_file;	  /* or NULL: no Authorization header */
 	const char *ca_file;	  /* or NULL: the system CAs */
 	unsigned int timeout_s;	  /* per one-shot request */
+	volatile int *stop;	  /* or NULL: Retry-After waits end when it becomes true */
 };
 
 /* Returns 0 and *ret, or -EINVAL with a message in @err (bad server URL). */
@@ -34,6 +40,9 @@ void kube_free(struct kube *k);
 int kube_request(struct kube *k, const char *method, const char *path, struct json_object *body,
 		 struct json_object **ret, char *err, size_t errlen);
 
+/* How often the token file was read (tests, metrics). */
+unsigned long kube_token_reads(struct kube *k);
+
 /* The "message" of an API Status body, or "". */
 const char *kube_status_message(struct json_object *status);
 
@@ -48,19 +57,30 @@ struct kube_watch;
  */
 typedef int (*kube_event_fn)(void *userdata, const char *type, struct json_object *object);
 
-/* Start watching @path ("/api/v1/persistentvolumes?watch=1&resourceVersion=...") */
+/*
+ * Start watching @path ("/api/v1/persistentvolumes?watch=1&resourceVersion=...").
+ * -EINVAL for a path with bytes that do not belong in a URL (a resourceVersion
+ * is the server's text), -E2BIG past WATCH_MAX.  A caller that adds several
+ * and fails half-way must kube_watch_clear() before it tries again.
+ */
 int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *userdata,
 		   unsigned int timeout_s, struct kube_watch **ret);
 
+/* End and free every added watch (a watch set that failed half-way through starting). */
+void kube_watch_clear(struct kube *k);
+
 /*
  * kube_watch_run() - run every added watch until one of them ends (server
- * closed, timed out, HTTP error, transport error, or the callback said stop),
- * @after returned <0, or *@stop becomes true.  @after runs after every round
- * of transfers, outside libcurl's callbacks (it may make requests).  All
- * watches are removed on return.  Returns 0 when a watch ended cleanly,
- * -ESTALE for HTTP 410, -errno otherwise (message in @err).
+ * closed, timed out, HTTP error, transport error, or the callback said
+ * stop), @after returned <0, or *@stop becomes true.  @after runs after
+ * every round of transfers, outside libcurl's callbacks (it may make
+ * requests).  When one watch ended, only that one is removed (the others
+ * keep streaming) and *@ended is its userdata; otherwise every watch is
+ * removed and *@ended is NULL.  Returns 0 when a watch ended cleanly,
+ * -ESTALE for HTTP 410, -EACCES for 401 (the token is read again before the
+ * next request), -errno otherwise (message in @err).
  */
 int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), void *userdata,
-		   char *err, size_t errlen);
+		   void **ended, char *err, size_t errlen);
 
 #endif

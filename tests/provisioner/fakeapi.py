@@ -14,13 +14,26 @@ It speaks the wire format the provisioner sees from a real kube-apiserver:
 - GET of one object, 404 with a Status (reason "NotFound");
 - POST, 201 with the stored object (uid, resourceVersion, creationTimestamp
   set), 409 with a Status (reason "AlreadyExists");
-- DELETE with DeleteOptions.preconditions.uid: 200, 404, 409 (Conflict);
+- DELETE with DeleteOptions.preconditions.uid: 200, 404, 409 (Conflict); an
+  object with finalizers only gets a deletionTimestamp (200 with the object)
+  and goes when an update leaves it without finalizers;
+- PUT (update) with optimistic concurrency on resourceVersion (409);
 - a bearer token check (401) when a token is configured; HTTPS when a
   certificate is given.
 
-A small PV controller is built in (the part provisioning relies on): a PV
-whose claimRef names an existing pending claim by uid binds it (both become
-Bound); deleting a claim makes its bound PV Released.
+A small PV controller is built in (the part provisioning relies on), as the
+controller-manager's does it:
+- a pending claim with a StorageClass is first matched against Available PVs
+  (same class, enough capacity, the access modes; a claim with a selector
+  matches none here); a match is bound.  Only when nothing matched, and for a
+  WaitForFirstConsumer class only once volume.kubernetes.io/selected-node is
+  set, it hands the claim to the class's provisioner: the annotations
+  volume.kubernetes.io/storage-provisioner and its beta twin.  Claims that
+  carry either annotation already are left as they are.  cm_paused holds
+  that back (the controller-manager has not seen the claim yet);
+  cm_resume() catches up;
+- a PV whose claimRef names an existing pending claim by uid binds it (both
+  become Bound); deleting a claim makes its bound PV Released.
 
 Test hooks (called from the test, in-process): expire_next_watches(),
 inject_watch_error(), drop_watches(), race_next_pv_create, stall_pv_create.
@@ -42,6 +55,7 @@ KINDS = {
     "persistentvolumes": ("PersistentVolume", False),
     "storageclasses": ("StorageClass", False),
     "events": ("Event", True),
+    "leases": ("Lease", True),  # coordination.k8s.io/v1
 }
 
 
@@ -74,9 +88,14 @@ class Store:
         self.conflict_next_put = False      # the next update is a 409 Conflict
         self.split_events = False           # watch events cut into 7-byte chunks
         self.coalesce_events = False        # pending watch events sent as one chunk
+        self.throttles = []                 # [method, path prefix, n left, Retry-After or None]
+        self.timed = []                     # (time, method, path, status) of every answer
+        self.bookmarks = 0                  # BOOKMARK events sent
         self.stalled = threading.Event()    # set when a PV POST is hanging
         self.release = threading.Event()
         self.token = None
+        self.cm_paused = False              # the controller-manager has not seen new claims yet
+        self.bad_list_rv = None             # a resource whose lists carry a malformed resourceVersion
 
     # --- state changes (under the lock) -------------------------------------------------
     def _record(self, res, typ, obj):
@@ -132,7 +151,10 @@ class Store:
             return self.remove(res, ns, name)
 
     def _controller(self, res, obj):
-        """Bind a new PV to the pending claim its claimRef names (uid must match)."""
+        """Bind a new PV to the pending claim its claimRef names (uid must match); hand an
+        unmatched pending claim to its provisioner."""
+        if res == "persistentvolumeclaims":
+            return self._claim_controller(obj)
         if res != "persistentvolumes" or obj.get("status", {}).get("phase"):
             return
         ref = obj["spec"].get("claimRef") or {}
@@ -148,6 +170,63 @@ class Store:
         pvc["status"] = {"phase": "Bound"}
         pvc["metadata"]["resourceVersion"] = self._next_rv()
         self._record("persistentvolumeclaims", "MODIFIED", pvc)
+
+    @staticmethod
+    def _bytes(q):
+        units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "": 1}
+        for u in ("Ki", "Mi", "Gi", "Ti"):
+            if q.endswith(u):
+                return int(q[:-2]) * units[u]
+        return int(q)
+
+    def _claim_controller(self, pvc):
+        """The controller-manager's syncUnboundClaim, the parts a provisioner sees."""
+        m, spec = pvc["metadata"], pvc.get("spec", {})
+        ann = m.setdefault("annotations", {})
+        if self.cm_paused or m.get("deletionTimestamp") or spec.get("volumeName") or \
+                pvc.get("status", {}).get("phase", "Pending") != "Pending" or \
+                "volume.kubernetes.io/storage-provisioner" in ann or \
+                "volume.beta.kubernetes.io/storage-provisioner" in ann:
+            return
+        cls = spec.get("storageClassName") or ann.get("volume.beta.kubernetes.io/storage-class")
+        sc = self.objs["storageclasses"].get(("", cls)) if cls else None
+        want = self._bytes(spec.get("resources", {}).get("requests", {}).get("storage", "0"))
+        if not spec.get("selector"):
+            for pv in sorted(self.objs["persistentvolumes"].values(),
+                             key=lambda o: self._bytes(o["spec"].get("capacity", {}).get("storage", "0"))):
+                ps = pv["spec"]
+                if pv.get("status", {}).get("phase") != "Available" or ps.get("claimRef") or \
+                        pv["metadata"].get("deletionTimestamp") or \
+                        (ps.get("storageClassName") or "") != (cls or "") or \
+                        self._bytes(ps.get("capacity", {}).get("storage", "0")) < want or \
+                        not set(spec.get("accessModes", [])) <= set(ps.get("accessModes", [])):
+                    continue
+                ps["claimRef"] = {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
+                                  "namespace": m["namespace"], "name": m["name"], "uid": m["uid"],
+                                  "resourceVersion": m["resourceVersion"]}
+                pv["status"] = {"phase": "Bound"}
+                pv["metadata"]["resourceVersion"] = self._next_rv()
+                self._record("persistentvolumes", "MODIFIED", pv)
+                spec["volumeName"] = pv["metadata"]["name"]
+                pvc["status"] = {"phase": "Bound"}
+                m["resourceVersion"] = self._next_rv()
+                self._record("persistentvolumeclaims", "MODIFIED", pvc)
+                return
+        if sc is None:
+            return
+        if sc.get("volumeBindingMode") == "WaitForFirstConsumer" and \
+                not ann.get("volume.kubernetes.io/selected-node"):
+            return
+        ann["volume.kubernetes.io/storage-provisioner"] = sc["provisioner"]
+        ann["volume.beta.kubernetes.io/storage-provisioner"] = sc["provisioner"]
+        m["resourceVersion"] = self._next_rv()
+        self._record("persistentvolumeclaims", "MODIFIED", pvc)
+
+    def cm_resume(self):
+        with self.lock:
+            self.cm_paused = False
+            for pvc in list(self.objs["persistentvolumeclaims"].values()):
+                self._claim_controller(pvc)
 
     # --- test helpers ---------------------------------------------------------------------
     def get(self, res, name, ns=""):
@@ -169,6 +248,17 @@ class Store:
         with self.lock:
             self.compacted = self.rv
             self.history = [h for h in self.history if h[0] > self.rv]
+
+    def throttle(self, method, prefix, n=1, retry_after=1):
+        """The next @n @method requests below @prefix get 429 Too Many Requests (with
+        Retry-After: @retry_after seconds, or none), as API priority and fairness answers."""
+        with self.lock:
+            self.throttles.append([method, prefix, n, retry_after])
+
+    def times(self, method, prefix, code=None):
+        with self.lock:
+            return [t for t, m, p, c in self.timed
+                    if m == method and p.startswith(prefix) and (code is None or c == code)]
 
     def expire_next_watches(self, n=2):
         with self.lock:
@@ -199,15 +289,18 @@ class Handler(BaseHTTPRequestHandler):
     def store(self):
         return self.server.store
 
-    def send_json(self, code, obj):
+    def send_json(self, code, obj, headers=None):
         body = (json.dumps(obj) + "\n").encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
         self.end_headers()
         self.wfile.write(body)
         with self.store.lock:
             self.store.requests.append((self.command, self.path, code))
+            self.store.timed.append((time.time(), self.command, self.path, code))
 
     def read_body(self):
         n = int(self.headers.get("Content-Length") or 0)
@@ -220,7 +313,7 @@ class Handler(BaseHTTPRequestHandler):
         parts = [p for p in u.path.split("/") if p]
         if parts[:2] == ["api", "v1"]:
             rest = parts[2:]
-        elif parts[:3] == ["apis", "storage.k8s.io", "v1"]:
+        elif parts[:3] in (["apis", "storage.k8s.io", "v1"], ["apis", "coordination.k8s.io", "v1"]):
             rest = parts[3:]
         else:
             return None
@@ -231,11 +324,30 @@ class Handler(BaseHTTPRequestHandler):
             return None
         return rest[0], ns, (rest[1] if len(rest) > 1 else None), q
 
+    def throttled(self):
+        st = self.store
+        with st.lock:
+            for t in st.throttles:
+                if t[2] > 0 and t[0] == self.command and self.path.startswith(t[1]):
+                    t[2] -= 1
+                    break
+            else:
+                return False
+        self.send_json(429, status(429, "TooManyRequests", "Too many requests, please try again later."),
+                       {"Retry-After": str(t[3])} if t[3] is not None else None)
+        return True
+
     def authorized(self):
+        """False (answered 429 or 401, the request body read and dropped) or True."""
+        n = int(self.headers.get("Content-Length") or 0)
+        if self.throttled():
+            self.rfile.read(n)
+            return False
         if self.store.token is None:
             return True
         if self.headers.get("Authorization") == "Bearer " + self.store.token:
             return True
+        self.rfile.read(n)
         self.send_json(401, status(401, "Unauthorized", "Unauthorized"))
         return False
 
@@ -279,7 +391,7 @@ class Handler(BaseHTTPRequestHandler):
                 rv = trv
             limit = int(q.get("limit") or 0) or len(items) + 1
             page = items[start:start + limit]
-            meta = {"resourceVersion": str(rv)}
+            meta = {"resourceVersion": str(rv) if st.bad_list_rv != res else "%d x&y" % rv}
             if start + limit < len(items):
                 meta["continue"] = base64.urlsafe_b64encode(
                     json.dumps({"start": start + limit, "rv": rv}).encode()).decode()
@@ -314,6 +426,7 @@ class Handler(BaseHTTPRequestHandler):
         st = self.store
         rv = int(q.get("resourceVersion") or 0)
         deadline = time.time() + int(q.get("timeoutSeconds") or 1800)
+        bookmarks = q.get("allowWatchBookmarks") == "true"
         with st.lock:
             st.requests.append(("WATCH", self.path, 200))
             gen, errgen = st.watch_generation, st.error_generation
@@ -352,6 +465,18 @@ class Handler(BaseHTTPRequestHandler):
                     if ev and ev[0]["type"] != "ERROR":
                         sent = max(int(e["object"]["metadata"]["resourceVersion"]) for e in ev)
                 self.chunks(ev)
+                if bookmarks and not ev and time.time() >= deadline:
+                    # as kube-apiserver does for allowWatchBookmarks: the current
+                    # resourceVersion just before the watch times out, so the client
+                    # resumes from there even when nothing it watches has changed
+                    with st.lock:
+                        sent = max(sent, st.rv)
+                    self.chunk({"type": "BOOKMARK", "object": {
+                        "kind": KINDS[res][0], "apiVersion": "v1",
+                        "metadata": {"resourceVersion": str(sent),
+                                     "annotations": {"k8s.io/initial-events-end": "false"}}}})
+                    with st.lock:
+                        st.bookmarks += 1
                 if (ev and ev[0]["type"] == "ERROR") or time.time() >= deadline:
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
@@ -455,6 +580,10 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_json(409, status(
                     409, "Conflict", "Precondition failed: UID in precondition: %s, UID in object "
                     "meta: %s" % (pre, o["metadata"]["uid"])))
+            if o["metadata"].get("finalizers"):
+                # the API: only a deletionTimestamp; the object stays until its finalizers go
+                out = json.loads(json.dumps(st.api_delete(res, ns, name)))
+                return self.send_json(200, out)
             st.remove(res, ns, name)
         self.send_json(200, status(200, "", "") | {"status": "Success"})
 

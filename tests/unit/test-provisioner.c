@@ -12,6 +12,11 @@
 #include "unit.h"
 #include "dir.h"
 #include "params.h"
+#include "queue.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
 
 static json_object *claim(void)
 {
@@ -153,6 +158,18 @@ TEST(class_all_parameters)
 	CHECK_STR(c.nfs_version, "4.2");
 	CHECK(c.read_only);
 	CHECK_STR(c.reclaim_policy, "Retain");
+	CHECK(!c.adopt_existing && !c.allow_unscoped);
+	json_object_put(sc);
+	REQUIRE_INT(class_parse("{\"parameters\":{\"server\":\"s\",\"share\":\"/x\","
+				"\"pathPattern\":\"${.PVC.labels.app}/${pvc}\",\"adoptExisting\":\"true\","
+				"\"allowUnscopedClaimValues\":\"true\"}}", &c, err, &sc),
+		    0);
+	CHECK(c.adopt_existing && c.allow_unscoped);
+	json_object_put(sc);
+	/* under the namespace, either spelling */
+	REQUIRE_INT(class_parse("{\"parameters\":{\"server\":\"s\",\"share\":\"/x\","
+				"\"pathPattern\":\"${.PVC.namespace}/${.PVC.annotations.t}\"}}", &c, err, &sc),
+		    0);
 	json_object_put(sc);
 }
 
@@ -178,6 +195,16 @@ TEST(class_refusals)
 		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"${pvc}/..\"}"), "'..'" },
 		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"${bogus}\"}"), "unknown variable" },
 		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"uid\":1}"), "not a string" },
+		/* claim values outside ${namespace}/: refused without the opt-in */
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"${.PVC.labels.a}\"}"),
+		  "allowUnscopedClaimValues" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"${namespace}-${.PVC.annotations.a}\"}"),
+		  "does not start with the namespace" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"x/${namespace}/${.PVC.labels.a}\"}"),
+		  "does not start with the namespace" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"adoptExisting\":\"yes\"}"), "adoptExisting" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"allowUnscopedClaimValues\":\"1\"}"),
+		  "allowUnscopedClaimValues" },
 		{ "{\"reclaimPolicy\":\"Recycle\",\"parameters\":{\"server\":\"s\",\"share\":\"/x\"}}",
 		  "reclaimPolicy" },
 		/* the nfs driver's own checks, with its own words */
@@ -265,44 +292,112 @@ static int mk(const char *rel)
 	return mkdir(p, 0755);
 }
 
+#define U1 "uid-1"
+#define U2 "uid-2"
+
+/* fvp_dir_make for claim @claim, no owner change, no adoption */
+static int mkvol(int root, const char *rel, mode_t mode, const char *claim, enum fvp_dir_made *m)
+{
+	struct fvp_owner o;
+	char inside[256];
+
+	return fvp_dir_make(root, rel, mode, (uid_t)-1, (gid_t)-1, claim, "pvc-x", false, m, &o, inside,
+			    sizeof(inside));
+}
+
 TEST(dir_make_idempotent_and_confined)
 {
 	int root = scratch_root();
 	char p[512], out[512];
 	struct stat st;
-	bool created = false;
+	enum fvp_dir_made m = FVP_DIR_OURS;
+	struct fvp_owner o;
 
 	REQUIRE(root >= 0);
 	umask(022);
-	if (fvp_dir_make(root, "probe", 0700, (uid_t)-1, (gid_t)-1, NULL) == -ENOSYS)
+	if (mkvol(root, "probe", 0700, U1, NULL) == -ENOSYS)
 		SKIP("openat2() is not available here (qemu-user)");
-	CHECK_INT(fvp_dir_make(root, "a/b/c", 0770, (uid_t)-1, (gid_t)-1, &created), 0);
-	CHECK(created);
+	CHECK_INT(mkvol(root, "a/b/c", 0770, U1, &m), 0);
+	CHECK_INT(m, FVP_DIR_NEW);
 	snprintf(p, sizeof(p), "%s/a/b/c", scratch);
 	CHECK(stat(p, &st) == 0 && (st.st_mode & 07777) == 0770);
-	/* a second call (a restart) reuses it and sets the mode again */
+	REQUIRE_INT(fvp_dir_owner(root, "a/b/c", &o), 0);
+	CHECK_STR(o.claim, U1);
+	CHECK_STR(o.name, "c");
+	/* a second call for the same claim (a restart) keeps it and sets the mode again */
 	chmod(p, 0700);
-	CHECK_INT(fvp_dir_make(root, "a/b/c", 0770, (uid_t)-1, (gid_t)-1, &created), 0);
-	CHECK(!created);
+	CHECK_INT(mkvol(root, "a/b/c", 0770, U1, &m), 0);
+	CHECK_INT(m, FVP_DIR_OURS);
 	CHECK(stat(p, &st) == 0 && (st.st_mode & 07777) == 0770);
+	/* another claim: refused; a directory without a record: refused unless adopted */
+	CHECK_INT(mkvol(root, "a/b/c", 0770, U2, &m), -FVP_E_OWNED);
+	REQUIRE_INT(mk("a/b/theirs"), 0);
+	CHECK_INT(mkvol(root, "a/b/theirs", 0770, U1, &m), -FVP_E_UNOWNED);
+	CHECK_INT(fvp_dir_owner(root, "a/b/theirs", &o), -ENOENT);
+	CHECK_INT(fvp_dir_make(root, "a/b/theirs", 0777, (uid_t)-1, (gid_t)-1, U1, "pvc-x", true, &m,
+			       &o, NULL, 0), 0);
+	CHECK_INT(m, FVP_DIR_ADOPTED);
+	snprintf(p, sizeof(p), "%s/a/b/theirs", scratch);
+	CHECK(stat(p, &st) == 0 && (st.st_mode & 07777) == 0755); /* as it was */
+	/* inside another volume: refused; adopting a directory that holds volumes: refused */
+	CHECK_INT(mkvol(root, "a/b/c/d", 0770, U2, &m), -FVP_E_NESTED);
+	CHECK(!exists("a/b/c/d"));
+	CHECK_INT(fvp_dir_make(root, "a/b", 0777, (uid_t)-1, (gid_t)-1, U2, "pvc-y", true, &m, &o,
+			       NULL, 0), -FVP_E_HOLDS);
+	CHECK_INT(fvp_dir_owner(root, "a/b", &o), -ENOENT);
 	/* a symlink in the way, as the last or an inner component: refused, nothing made outside */
 	snprintf(p, sizeof(p), "%s/link", scratch);
 	REQUIRE(symlink("/tmp", p) == 0);
-	CHECK_INT(fvp_dir_make(root, "link", 0777, (uid_t)-1, (gid_t)-1, NULL), -ENOTDIR);
-	CHECK_INT(fvp_dir_make(root, "link/escaped", 0777, (uid_t)-1, (gid_t)-1, NULL), -ENOTDIR);
+	CHECK_INT(fvp_dir_make(root, "link", 0777, (uid_t)-1, (gid_t)-1, U1, "pvc-x", true, &m, &o,
+			       NULL, 0), -ENOTDIR);
+	CHECK_INT(mkvol(root, "link/escaped", 0777, U1, NULL), -ENOTDIR);
 	CHECK(access("/tmp/escaped", F_OK) != 0);
-	/* archive: renamed next to itself; again: absent is fine; a taken name gets a stamp */
-	CHECK_INT(fvp_dir_archive(root, "a/b/c", out, sizeof(out)), 0);
+	/* archive: only by the owner; renamed next to itself, record gone; again: absent is fine */
+	CHECK_INT(fvp_dir_archive(root, "a/b/c", U2, &o, out, sizeof(out)), -FVP_E_OWNED);
+	CHECK_STR(o.claim, U1);
+	CHECK_INT(fvp_dir_archive(root, "a/b/c", U1, NULL, out, sizeof(out)), 0);
 	CHECK_STR(out, "a/b/archived-c");
 	CHECK(exists("a/b/archived-c") && !exists("a/b/c"));
-	CHECK_INT(fvp_dir_archive(root, "a/b/c", out, sizeof(out)), 0);
-	REQUIRE_INT(mk("a/b/c"), 0);
-	CHECK_INT(fvp_dir_archive(root, "a/b/c", out, sizeof(out)), 0);
+	CHECK_INT(fvp_dir_owner(root, "a/b/c", &o), -ENOENT);
+	CHECK_INT(fvp_dir_archive(root, "a/b/c", U1, NULL, out, sizeof(out)), 0);
+	/* a taken archive name gets a stamp */
+	CHECK_INT(mkvol(root, "a/b/c", 0770, U1, &m), 0);
+	CHECK_INT(fvp_dir_archive(root, "a/b/c", U1, NULL, out, sizeof(out)), 0);
 	CHECK_CONTAINS(out, "a/b/archived-c-");
 	CHECK(!exists("a/b/c"));
+	/* a directory without a record is never archived */
+	REQUIRE_INT(mk("nobody"), 0);
+	CHECK_INT(fvp_dir_archive(root, "nobody", U1, NULL, out, sizeof(out)), -FVP_E_UNOWNED);
+	CHECK(exists("nobody"));
 	/* the archive never follows a symlink in the parents */
-	CHECK_INT(fvp_dir_archive(root, "link/x", out, sizeof(out)), -ENOTDIR);
+	CHECK_INT(fvp_dir_archive(root, "link/x", U1, NULL, out, sizeof(out)), -ENOTDIR);
 	close(root);
+}
+
+TEST(archive_name_bounded)
+{
+	char name[256], out[300], out2[300];
+
+	fvp_archive_name("data", NULL, out, sizeof(out));
+	CHECK_STR(out, "archived-data");
+	fvp_archive_name("data", "20260101T000000Z", out, sizeof(out));
+	CHECK_STR(out, "archived-data-20260101T000000Z");
+	memset(name, 'a', 255);
+	name[255] = '\0';
+	fvp_archive_name(name, NULL, out, sizeof(out));
+	CHECK_INT((int)strlen(out), 255);
+	name[254] = 'b';
+	fvp_archive_name(name, NULL, out2, sizeof(out2));
+	CHECK_INT((int)strlen(out2), 255);
+	CHECK(strcmp(out, out2) != 0);
+	fvp_archive_name(name, "20260101T000000Z", out, sizeof(out));
+	CHECK_INT((int)strlen(out), 255);
+	CHECK_CONTAINS(out, "-20260101T000000Z");
+	/* 246 bytes fit exactly */
+	name[246] = '\0';
+	fvp_archive_name(name, NULL, out, sizeof(out));
+	CHECK_INT((int)strlen(out), 255);
+	CHECK(!strncmp(out + 9, name, 246));
 }
 
 TEST(dir_delete_never_follows)
@@ -312,7 +407,7 @@ TEST(dir_delete_never_follows)
 	int fd;
 
 	REQUIRE(root >= 0);
-	if (fvp_dir_make(root, "probe", 0700, (uid_t)-1, (gid_t)-1, NULL) == -ENOSYS)
+	if (mkvol(root, "probe", 0700, U1, NULL) == -ENOSYS)
 		SKIP("openat2() is not available here (qemu-user)");
 	/* outside/keep must survive: reached only through symlinks inside the tree */
 	snprintf(q, sizeof(q), "%s/../fvp-outside-%d", scratch, (int)getpid());
@@ -321,7 +416,7 @@ TEST(dir_delete_never_follows)
 	fd = open(p, O_CREAT | O_WRONLY, 0644);
 	REQUIRE(fd >= 0);
 	close(fd);
-	REQUIRE_INT(mk("v"), 0);
+	REQUIRE_INT(mkvol(root, "v", 0755, U1, NULL), 0);
 	REQUIRE_INT(mk("v/d"), 0);
 	snprintf(p, sizeof(p), "%s/v/d/out", scratch);
 	REQUIRE(symlink(q, p) == 0);
@@ -329,19 +424,240 @@ TEST(dir_delete_never_follows)
 	fd = open(p, O_CREAT | O_WRONLY, 0644);
 	REQUIRE(fd >= 0);
 	close(fd);
-	CHECK_INT(fvp_dir_delete(root, "v"), 0);
+	CHECK_INT(fvp_dir_delete(root, "v", U2, NULL), -FVP_E_OWNED);
+	CHECK(exists("v/file"));
+	CHECK_INT(fvp_dir_delete(root, "v", U1, NULL), 0);
 	CHECK(!exists("v"));
 	snprintf(p, sizeof(p), "%s/keep", q);
 	CHECK(access(p, F_OK) == 0);
-	/* absent: fine; remove_empty leaves a non-empty directory alone */
-	CHECK_INT(fvp_dir_delete(root, "v"), 0);
-	REQUIRE_INT(mk("w"), 0);
+	/* absent: fine; remove_empty leaves a non-empty directory alone, and one without a record */
+	CHECK_INT(fvp_dir_delete(root, "v", U1, NULL), 0);
+	REQUIRE_INT(mkvol(root, "w", 0755, U1, NULL), 0);
+	REQUIRE_INT(mkvol(root, "w/x", 0755, U1, NULL), -FVP_E_NESTED); /* inside w */
 	REQUIRE_INT(mk("w/x"), 0);
-	CHECK_INT(fvp_dir_remove_empty(root, "w"), -ENOTEMPTY);
-	CHECK_INT(fvp_dir_remove_empty(root, "w/x"), 0);
-	CHECK(!exists("w/x"));
-	CHECK_INT(fvp_dir_remove_empty(root, "w/x"), 0);
+	CHECK_INT(fvp_dir_remove_empty(root, "w", U1, NULL), -ENOTEMPTY);
+	CHECK_INT(fvp_dir_remove_empty(root, "w/x", U1, NULL), -FVP_E_UNOWNED);
+	CHECK(exists("w/x"));
+	snprintf(p, sizeof(p), "%s/w/x", scratch);
+	REQUIRE(rmdir(p) == 0);
+	CHECK_INT(fvp_dir_remove_empty(root, "w", U1, NULL), 0);
+	CHECK(!exists("w"));
+	CHECK_INT(fvp_dir_owner(root, "w", &(struct fvp_owner){ 0 }), -ENOENT);
+	CHECK_INT(fvp_dir_remove_empty(root, "w", U1, NULL), 0);
 	snprintf(p, sizeof(p), "rm -rf '%s' '%s'", q, scratch);
 	CHECK_INT(system(p), 0);
 	close(root);
+}
+
+/* --- the work queue ---------------------------------------------------------------------- */
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(unsigned int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+
+	nanosleep(&ts, NULL);
+}
+
+struct qt {
+	pthread_mutex_t lock;
+	unsigned int calls, running, max_running, fail_first;
+	unsigned int hold_ms;	   /* each call takes this long */
+	int last_value;		   /* the object's int */
+	int retry_s;		   /* > 0: failures ask for this many seconds */
+	uint64_t at[16];	   /* when each call started */
+	bool same_key_twice;	   /* one key on two workers at once (must never happen) */
+	char busy[8][16];
+};
+
+static int qt_work(void *ud, const char *key, int kind, bool deleted, json_object *obj)
+{
+	struct qt *t = ud;
+	unsigned int n;
+
+	(void)kind;
+	(void)deleted;
+	pthread_mutex_lock(&t->lock);
+	n = t->calls++;
+	if (n < ARRAY_SIZE(t->at))
+		t->at[n] = mono_ms();
+	t->last_value = json_object_get_int(obj);
+	for (size_t i = 0; i < ARRAY_SIZE(t->busy); i++)
+		if (streq(t->busy[i], key))
+			t->same_key_twice = true;
+	for (size_t i = 0; i < ARRAY_SIZE(t->busy); i++)
+		if (!t->busy[i][0]) {
+			snprintf(t->busy[i], sizeof(t->busy[i]), "%s", key);
+			break;
+		}
+	if (++t->running > t->max_running)
+		t->max_running = t->running;
+	pthread_mutex_unlock(&t->lock);
+	sleep_ms(t->hold_ms);
+	pthread_mutex_lock(&t->lock);
+	t->running--;
+	for (size_t i = 0; i < ARRAY_SIZE(t->busy); i++)
+		if (streq(t->busy[i], key)) {
+			t->busy[i][0] = '\0';
+			break;
+		}
+	pthread_mutex_unlock(&t->lock);
+	if (n < t->fail_first)
+		return t->retry_s > 0 ? t->retry_s : -EIO;
+	return 0;
+}
+
+static unsigned int qt_calls(struct qt *t)
+{
+	unsigned int n;
+
+	pthread_mutex_lock(&t->lock);
+	n = t->calls;
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
+static bool qt_wait(struct qt *t, unsigned int calls, unsigned int timeout_ms)
+{
+	uint64_t end = mono_ms() + timeout_ms;
+
+	while (qt_calls(t) < calls && mono_ms() < end)
+		sleep_ms(5);
+	return qt_calls(t) >= calls;
+}
+
+static struct fvp_queue *qt_queue(struct qt *t, unsigned int workers, unsigned int base_ms,
+				  unsigned int max_ms)
+{
+	struct fvp_queue_config cfg = { .workers = workers, .base_ms = base_ms, .max_ms = max_ms,
+					.fn = qt_work, .userdata = t };
+	struct fvp_queue *q = NULL;
+
+	pthread_mutex_init(&t->lock, NULL);
+	return fvp_queue_new(&cfg, &q) == 0 ? q : NULL;
+}
+
+static void add_int(struct fvp_queue *q, const char *key, int v)
+{
+	json_object *o = json_object_new_int(v);
+
+	fvp_queue_add(q, key, 0, false, o);
+	json_object_put(o);
+}
+
+TEST(queue_backoff_doubles_to_the_cap)
+{
+	/* the library's 15 s .. 1000 s */
+	CHECK_INT(fvp_backoff_ms(15000, 1000000, 1), 15000);
+	CHECK_INT(fvp_backoff_ms(15000, 1000000, 2), 30000);
+	CHECK_INT(fvp_backoff_ms(15000, 1000000, 5), 240000);
+	CHECK_INT(fvp_backoff_ms(15000, 1000000, 7), 960000);
+	CHECK_INT(fvp_backoff_ms(15000, 1000000, 8), 1000000);
+	CHECK_INT(fvp_backoff_ms(15000, 1000000, 64), 1000000);
+}
+
+TEST(queue_one_key_one_worker_newest_object)
+{
+	struct qt t = { .hold_ms = 200 };
+	struct fvp_queue *q = qt_queue(&t, 4, 50, 100);
+	struct fvp_queue_stats st;
+
+	REQUIRE(q);
+	add_int(q, "pvc/a/x", 1);
+	REQUIRE(qt_wait(&t, 1, 2000));
+	/* five events while it runs: one more run, with the newest object, on one worker */
+	for (int i = 2; i <= 6; i++)
+		add_int(q, "pvc/a/x", i);
+	REQUIRE(qt_wait(&t, 2, 2000));
+	sleep_ms(400);
+	CHECK_INT(qt_calls(&t), 2);
+	CHECK_INT(t.last_value, 6);
+	CHECK(!t.same_key_twice);
+	fvp_queue_stats(q, &st);
+	CHECK_INT(st.ready + st.delayed + st.running, 0);
+	CHECK_INT(fvp_queue_failures(q, "pvc/a/x"), 0);
+	fvp_queue_free(q);
+}
+
+TEST(queue_bounded_workers)
+{
+	struct qt t = { .hold_ms = 150 };
+	struct fvp_queue *q = qt_queue(&t, 4, 50, 100);
+	char key[32];
+	uint64_t t0 = mono_ms();
+
+	REQUIRE(q);
+	for (int i = 0; i < 12; i++) {
+		snprintf(key, sizeof(key), "pv/v%d", i);
+		add_int(q, key, i);
+	}
+	REQUIRE(qt_wait(&t, 12, 5000));
+	sleep_ms(200);
+	/* 12 items of 150 ms on 4 workers: three rounds, never more than 4 at once */
+	CHECK_INT(t.max_running, 4);
+	CHECK(mono_ms() - t0 >= 450);
+	fvp_queue_free(q);
+}
+
+TEST(queue_failures_back_off_then_forgotten)
+{
+	struct qt t = { .fail_first = 3 };
+	struct fvp_queue *q = qt_queue(&t, 2, 200, 300);
+	struct fvp_queue_stats st;
+
+	REQUIRE(q);
+	add_int(q, "pvc/ns/f", 1);
+	REQUIRE(qt_wait(&t, 1, 1000));
+	sleep_ms(20);
+	CHECK_INT(fvp_queue_failures(q, "pvc/ns/f"), 1);
+	REQUIRE(qt_wait(&t, 4, 3000));
+	/* waits of 200, then 300 (400 capped), 300 (800 capped) ms; upper bounds loose (load) */
+	CHECK(t.at[1] - t.at[0] >= 200);
+	CHECK(t.at[2] - t.at[1] >= 300);
+	CHECK(t.at[3] - t.at[2] >= 300 && t.at[3] - t.at[2] < 700);
+	sleep_ms(50);
+	CHECK_INT(fvp_queue_failures(q, "pvc/ns/f"), 0);
+	fvp_queue_stats(q, &st);
+	CHECK_INT(st.failed, 3);
+	CHECK_INT(st.done, 1);
+	CHECK_INT(st.delayed, 0);
+	fvp_queue_free(q);
+}
+
+TEST(queue_event_ends_backoff_retry_after_wins)
+{
+	struct qt t = { .fail_first = 2 };
+	struct fvp_queue *q = qt_queue(&t, 1, 60000, 60000);
+	struct fvp_queue_stats st;
+
+	REQUIRE(q);
+	add_int(q, "pv/b", 1);
+	REQUIRE(qt_wait(&t, 1, 1000));
+	sleep_ms(20);
+	fvp_queue_stats(q, &st);
+	CHECK_INT(st.delayed, 1);
+	/* a minute's backoff; a new event for the key runs it now, the failure count stays */
+	add_int(q, "pv/b", 2);
+	REQUIRE(qt_wait(&t, 2, 1000));
+	sleep_ms(20);
+	CHECK_INT(fvp_queue_failures(q, "pv/b"), 2);
+	fvp_queue_free(q);
+
+	/* a handler's "retry after N s" (Retry-After) replaces the exponential wait */
+	memset(&t, 0, sizeof(t));
+	t.fail_first = 1;
+	t.retry_s = 1;
+	q = qt_queue(&t, 1, 60000, 60000);
+	REQUIRE(q);
+	add_int(q, "pv/c", 1);
+	REQUIRE(qt_wait(&t, 2, 3000));
+	CHECK(t.at[1] - t.at[0] >= 1000 && t.at[1] - t.at[0] < 10000);
+	fvp_queue_free(q);
 }

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The controller: lists, then watches PersistentVolumeClaims and
+ * PersistentVolumes, and hands each to the backend whose provisioner name its
+ * class (claim) or provisioned-by annotation (PV) carries.  Nothing here
+ * knows what an asset is (backend.h).
+ */
+#ifndef FVP_CONTROLLER_H
+#define FVP_CONTROLLER_H
+
+#include <json-c/json.h>
+#include <stdbool.h>
+#include <time.h>
+
+#include "backend.h"
+#include "events.h"
+
+#define ANN_PROVISIONED_BY "pv.kubernetes.io/provisioned-by"
+#define ANN_ON_DELETE "flexvol/on-delete"
+#define ANN_SP "volume.kubernetes.io/storage-provisioner"
+#define ANN_SP_BETA "volume.beta.kubernetes.io/storage-provisioner"
+#define ANN_CLASS_BETA "volume.beta.kubernetes.io/storage-class"
+#define ANN_SELECTED_NODE "volume.kubernetes.io/selected-node"
+
+struct kube;
+struct fvp_queue;
+
+struct prov {
+	struct kube *k;
+	struct fvp_site site;
+	bool record_owners;  /* --record-owners: write missing owner records of our PVs */
+	struct fvp_events ev;
+	/* the runtime (runner.c): its command-line settings */
+	unsigned int resync;	   /* s: every known object queued again (from memory, no list) */
+	unsigned int watch_s;	   /* s: a watch's timeoutSeconds (it is then resumed) */
+	unsigned int workers;	   /* worker threads */
+	unsigned int retry_base_ms, retry_max_ms; /* per-object backoff */
+	struct fvp_queue *queue;
+	volatile int healthy_at;   /* monotonic s of the last watch-loop round (/healthz) */
+	volatile int synced;	   /* the first list is done (/readyz) */
+	bool leader_elect;	   /* false: every replica works (the gauge says leader) */
+};
+
+/* The backend serving provisioner @name, or NULL. */
+const struct fvp_backend *ctl_backend(const char *name);
+
+/*
+ * One claim or PV as the API has it now (from a list or a watch event),
+ * called by a worker (runner.c).  0: done; <0: try again after the object's
+ * backoff; >0: try again after that many seconds.
+ */
+int ctl_claim_changed(struct prov *p, json_object *pvc);
+int ctl_claim_deleted(struct prov *p, json_object *pvc);
+int ctl_pv_changed(struct prov *p, json_object *pv);
+int ctl_pv_deleted(struct prov *p, json_object *pv);
+
+struct fvp_gauges;
+
+/* The queue's and the lease's gauges for metrics.c (runner.c). */
+void ctl_gauges(void *p, struct fvp_gauges *g);
+
+/* List, watch and work until *stopping (runner.c). */
+int ctl_run(struct prov *p, volatile int *stopping);
+
+#endif

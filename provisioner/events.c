@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Log lines and API Events: see events.h. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "events.h"
+#include "jsonutil.h"
+#include "kube.h"
+
+void log_info(const char *fmt, ...)
+{
+	char stamp[32], line[2048];
+	time_t now = time(NULL);
+	struct tm tm;
+	va_list ap;
+
+	gmtime_r(&now, &tm);
+	strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%s flexvol-provisioner[%d]: %s\n", stamp, (int)getpid(), line);
+}
+
+static unsigned long hash_str(const char *a, const char *b)
+{
+	unsigned long h = 5381;
+
+	for (; *a; a++)
+		h = h * 33 + (unsigned char)*a;
+	for (; *b; b++)
+		h = h * 33 + (unsigned char)*b;
+	return h;
+}
+
+/* the cache below is shared by the worker threads */
+static pthread_mutex_t sent_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Was this exact event for this object sent within EVENT_REPEAT_S?  Records it otherwise. */
+static bool event_repeated(struct fvp_events *ev, const char *uid, const char *reason,
+			   const char *msg)
+{
+	unsigned long h = hash_str(reason, msg);
+	time_t now = time(NULL);
+	size_t slot = 0;
+	bool repeated = false;
+
+	pthread_mutex_lock(&sent_lock);
+	for (size_t i = 0; i < EVENT_CACHE; i++) {
+		if (streq(ev->sent[i].key, uid)) {
+			if (ev->sent[i].hash == h && now - ev->sent[i].when < EVENT_REPEAT_S)
+				repeated = true;
+			slot = i;
+			break;
+		}
+		if (ev->sent[i].when < ev->sent[slot].when)
+			slot = i;
+	}
+	if (!repeated) {
+		snprintf(ev->sent[slot].key, sizeof(ev->sent[slot].key), "%s", uid);
+		ev->sent[slot].hash = h;
+		ev->sent[slot].when = now;
+	}
+	pthread_mutex_unlock(&sent_lock);
+	return repeated;
+}
+
+void event(struct fvp_events *evs, json_object *obj, bool warning, const char *reason,
+	   const char *fmt, ...)
+{
+	json_object *meta = jget(obj, "metadata"), *ev, *m, *io, *src, *reply = NULL;
+	const char *ns = jstr(meta, "namespace"), *name = jstr(meta, "name"),
+		   *uid = jstr(meta, "uid");
+	/* a claim has a namespace; a PV has none and its events go to "default", as client-go's */
+	bool is_pv = !ns;
+	const char *evns = is_pv ? "default" : ns;
+	char msg[1024], now[32], evname[300], path[400], err[512];
+	struct timespec ts;
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (is_pv)
+		log_info("%s PV %s: %s", reason, name ? name : "?", msg);
+	else
+		log_info("%s %s/%s: %s", reason, ns, name ? name : "?", msg);
+	if (!evs->k || !safe_name(evns) || !name || !uid || event_repeated(evs, uid, reason, msg))
+		return;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	rfc3339(now, sizeof(now));
+	/* client-go's naming: <object>.<unix nanoseconds in hex> */
+	snprintf(evname, sizeof(evname), "%.200s.%llx", name,
+		 (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+	ev = json_object_new_object();
+	m = json_object_new_object();
+	io = json_object_new_object();
+	src = json_object_new_object();
+	if (!ev || !m || !io || !src) {
+		json_object_put(ev);
+		json_object_put(m);
+		json_object_put(io);
+		json_object_put(src);
+		return;
+	}
+	jset(ev, "apiVersion", "v1");
+	jset(ev, "kind", "Event");
+	jset(m, "name", evname);
+	jset(m, "namespace", evns);
+	json_object_object_add(ev, "metadata", m);
+	jset(io, "apiVersion", "v1");
+	jset(io, "kind", is_pv ? "PersistentVolume" : "PersistentVolumeClaim");
+	jset(io, "namespace", ns);
+	jset(io, "name", name);
+	jset(io, "uid", uid);
+	jset(io, "resourceVersion", jstr(meta, "resourceVersion"));
+	json_object_object_add(ev, "involvedObject", io);
+	jset(ev, "reason", reason);
+	jset(ev, "message", msg);
+	jset(ev, "type", warning ? "Warning" : "Normal");
+	jset(src, "component", "flexvol-provisioner");
+	json_object_object_add(ev, "source", src);
+	jset(ev, "firstTimestamp", now);
+	jset(ev, "lastTimestamp", now);
+	json_object_object_add(ev, "count", json_object_new_int(1));
+	jset(ev, "reportingComponent", "flexvol-provisioner");
+	jset(ev, "reportingInstance", evs->identity);
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", evns);
+	st = kube_request(evs->k, "POST", path, ev, &reply, err, sizeof(err));
+	if (st < 0)
+		log_info("event %s for %s/%s not sent: %s", reason, evns, name, err);
+	else if (st != 201 && st != 200)
+		log_info("event %s for %s/%s not sent: HTTP %d %s", reason, evns, name, st,
+			 kube_status_message(reply));
+	json_object_put(reply);
+	json_object_put(ev);
+}

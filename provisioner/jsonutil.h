@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Small json-c helpers for reading API objects: a missing member or one of
+ * the wrong type reads as NULL, so a chain like jstr2(pvc, "spec",
+ * "volumeName") never needs its own checks.  Nothing here allocates except
+ * jset (which adds to @o) and does no I/O.
+ */
+#ifndef FVP_JSONUTIL_H
+#define FVP_JSONUTIL_H
+
+#include <json-c/json.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Member @key of object @o, or NULL. */
+json_object *jget(json_object *o, const char *key);
+/* String member @key of @o, or NULL. */
+const char *jstr(json_object *o, const char *key);
+/* String member @b of object member @a of @o, or NULL. */
+const char *jstr2(json_object *o, const char *a, const char *b);
+/* Add string member @key = @val to @o (nothing when @val is NULL). */
+void jset(json_object *o, const char *key, const char *val);
+/* Is the string @s an element of the array @arr? */
+bool jarray_has(json_object *arr, const char *s);
+
+/* API object names we put into URLs: DNS-1123 subdomains (the API guarantees it; we check). */
+bool safe_name(const char *s);
+
+/* The current UTC time as RFC 3339 ("2026-01-02T03:04:05Z"). */
+void rfc3339(char *buf, size_t len);
+
+#endif
