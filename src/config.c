@@ -42,6 +42,7 @@ static const struct key keys[] = {
 	SEC(device_timeout, "FLEXVOL_DEVICE_TIMEOUT"),
 	STR(attach_mode, K_MODE, "FLEXVOL_ATTACH_MODE"),
 	BOOL(debug, "FLEXVOL_DEBUG"),
+	STR(chap_dir, K_PATH, "FLEXVOL_CHAP_DIR"),
 };
 
 static int seterr(char *err, size_t errlen, const char *fmt, ...) _printf_(3, 4);
@@ -201,6 +202,7 @@ static void set_defaults(struct fv_config *cfg, const char *driver)
 	cfg->mount_timeout = 60;
 	cfg->device_timeout = 60;
 	strcpy(cfg->attach_mode, "controller");
+	strcpy(cfg->chap_dir, "/etc/flexvol/chap");
 }
 
 int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t errlen)

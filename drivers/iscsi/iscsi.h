@@ -64,7 +64,8 @@ struct iscsivol {
 	const char *iqn;
 	unsigned int lun;
 	const char *iface;
-	const char *credfile; /* absolute path, or NULL */
+	const char *credfile; /* the option as given, or NULL */
+	char credrel[PATH_MAX]; /* scratch of the lexical check */
 	bool has_secret;      /* CHAP from kubernetes.io/secret/<key> (node-mode mount) */
 	struct creds secret;  /* wiped with the volume (blkvol.c) */
 	bool ro;

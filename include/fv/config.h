@@ -21,6 +21,8 @@
  *	attach_mode     FLEXVOL_ATTACH_MODE      controller  (or node: block drivers do the
  *	                                         node-side attach in mount, init says attach:false)
  *	debug           FLEXVOL_DEBUG            false (true: debug lines in the log)
+ *	chap_dir        FLEXVOL_CHAP_DIR         /etc/flexvol/chap  (the only directory whose
+ *	                                         files iscsi's chapCredentialsFile may name)
  */
 #ifndef FV_CONFIG_H
 #define FV_CONFIG_H
@@ -41,6 +43,7 @@ struct fv_config {
 	unsigned int device_timeout; /* seconds */
 	char attach_mode[16];	     /* "controller" or "node" */
 	bool debug;		     /* debug lines in the log */
+	char chap_dir[PATH_MAX];     /* iscsi CHAP credentials files live here, and only here */
 };
 
 /*

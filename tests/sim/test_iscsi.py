@@ -72,12 +72,15 @@ class Env:
         os.chmod(os.path.join(self.fake, "iscsiadm"), 0o755)
         self.scenario(targets=[IQN])
         self.log = os.path.join(self.dir, "iscsi.log")
+        self.chapdir = os.path.join(self.dir, "chap")
+        os.mkdir(self.chapdir, 0o700)
         self.node = os.uname().nodename
         self.env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "FLEXVOL_CONFIG": "/dev/null",
                     "FLEXVOL_STATE_DIR": os.path.join(self.dir, "state"),
                     "FLEXVOL_RUN_DIR": os.path.join(self.dir, "run"), "FLEXVOL_LOG_FILE": self.log,
                     "FLEXVOL_HELPER_PATH": self.fake + ":/usr/sbin:/usr/bin:/sbin:/bin",
-                    "FLEXVOL_HELPER_TIMEOUT": "20", "FLEXVOL_DEVICE_TIMEOUT": "1"}
+                    "FLEXVOL_HELPER_TIMEOUT": "20", "FLEXVOL_DEVICE_TIMEOUT": "1",
+                    "FLEXVOL_CHAP_DIR": self.chapdir}
         for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
             if k in os.environ:
                 self.env[k] = os.environ[k]
@@ -101,8 +104,8 @@ class Env:
         u = {k: v for k, v in u.items() if v is not None}
         return self.k.options(vol, u, fstype="ext4")
 
-    def creds(self, text, mode=0o600, name="chap.conf"):
-        p = os.path.join(self.dir, name)
+    def creds(self, text, mode=0o600, name="chap.conf", where=None):
+        p = os.path.join(where or self.chapdir, name)
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.write(fd, text.encode())
         os.close(fd)
@@ -196,8 +199,8 @@ BAD = [
     ({"iface": "-I"}, "'iface'"),
     ({"iface": "eth0;x"}, "'iface'"),
     ({"iface": "a" * 65}, "'iface'"),
-    ({"chapCredentialsFile": "relative/chap"}, "chapCredentialsFile"),
     ({"chapCredentialsFile": "/etc/../etc/shadow"}, "chapCredentialsFile"),
+    ({"chapCredentialsFile": "a/../../x"}, "chapCredentialsFile"),
 ]
 
 
@@ -272,16 +275,17 @@ def creds_not_root_owned(e):
 @case
 def creds_symlink_refused(e):
     p = e.creds("session.username = u\nsession.password = topsecret-1234\n")
-    link = os.path.join(e.dir, "link.conf")
+    link = os.path.join(e.chapdir, "link.conf")
     os.symlink(p, link)
     creds_refused(e, link, "symlink")
+    creds_refused(e, "link.conf", "symlink")
 
 
 @case
 def creds_missing_or_not_a_file(e):
-    creds_refused(e, os.path.join(e.dir, "nope.conf"), "cannot open credentials file", "No such file")
-    os.mkdir(os.path.join(e.dir, "adir"), 0o700)
-    creds_refused(e, os.path.join(e.dir, "adir"), "not a regular file")
+    creds_refused(e, os.path.join(e.chapdir, "nope.conf"), "credentials file", "does not exist")
+    os.mkdir(os.path.join(e.chapdir, "adir"), 0o700)
+    creds_refused(e, os.path.join(e.chapdir, "adir"), "not a regular file", "a directory")
 
 
 @case
@@ -319,10 +323,115 @@ def creds_bad_lines_not_quoted(e):
         check("pasword" not in r["message"], "unknown key quoted: %r" % r["message"])
 
 
+class OpenWatch:
+    """inotify IN_OPEN|IN_CLOSE_NOWRITE on one path: did anything open() it?  (O_PATH opens nothing.)"""
+
+    def __init__(self, path):
+        import ctypes
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        check(self.fd >= 0, "inotify_init1")
+        check(self.libc.inotify_add_watch(self.fd, path.encode(), 0x20 | 0x10) >= 0,
+              "inotify_add_watch %s" % path)
+
+    def opened(self):
+        try:
+            return len(os.read(self.fd, 4096)) > 0
+        except BlockingIOError:
+            return False
+
+    def close(self):
+        os.close(self.fd)
+
+
+def chardev(path):
+    """A character device node with /dev/null's numbers (a stand-in for /dev/watchdog or a tape)."""
+    import stat as st
+    os.mknod(path, 0o600 | st.S_IFCHR, os.stat("/dev/null").st_rdev)
+    return path
+
+
+@case
+def creds_device_node_never_opened(e):
+    """A device node named as the credentials file (/dev/watchdog arms the watchdog on open, a tape
+    rewinds on close) is refused by its type before anything opens it: inotify sees no open, both
+    inside the credentials directory and outside it."""
+    inside = chardev(os.path.join(e.chapdir, "watchdog"))
+    outside = chardev(os.path.join(e.dir, "watchdog"))
+    for p, words in ((inside, ("not a regular file", "a character device")),
+                     ("watchdog", ("not a regular file",)),
+                     (outside, ("credentials directory", e.chapdir))):
+        w = OpenWatch(p if p.startswith("/") else inside)
+        try:
+            r = e.k.waitforattach("", e.opts(chapCredentialsFile=p))
+            check(not w.opened(), "%s was opened" % p)
+            failure(r, *words)
+        finally:
+            w.close()
+    check(e.calls() == [], "iscsiadm ran: %r" % e.calls())
+
+
+@case
+def creds_outside_the_directory_refused(e):
+    """Any path outside the credentials directory is refused without being looked at: the same
+    message for a root-only 0600 credentials file, a file owned by someone else, a missing file and
+    a directory, so a PV author learns nothing about the node's files (owner, mode, existence)."""
+    good = e.creds("session.username = u\nsession.password = topsecret-1234\n", where=e.dir,
+                   name="other-array.conf")
+    other = e.creds("x", where=e.dir, name="nobody.conf")
+    os.chown(other, 65534, 65534)
+    msgs = []
+    for p in (good, other, os.path.join(e.dir, "missing.conf"), e.dir, "/etc/shadow", "/dev/watchdog",
+              os.path.dirname(e.chapdir.rstrip("/")) + "/chapx/y.conf"):
+        r = e.k.waitforattach("", e.opts(chapCredentialsFile=p))
+        failure(r, "credentials directory", e.chapdir)
+        m = r["message"]
+        check(m.endswith("'%s'" % p), "the message ends with the option: %r" % m)
+        m = m[:-len(p) - 2]
+        for leak in ("uid", "mode", "exist", "No such", "regular", "directory '<P>'", "symlink",
+                     "permission", "Permission"):
+            check(leak not in m, "message reveals %r: %r" % (leak, r["message"]))
+        msgs.append(m)
+    check(len(set(msgs)) == 1, "messages differ by what the path is: %r" % msgs)
+    check(e.calls() == [], "iscsiadm ran: %r" % e.calls())
+
+
+@case
+def creds_symlinks_in_the_directory_refused(e):
+    """Opened beneath the directory literally: a symlink (to a file inside or outside) and a
+    symlinked subdirectory are refused; a real subdirectory's file is read."""
+    real = e.creds("session.username = u\nsession.password = topsecret-1234\n", name="real.conf")
+    outside = e.creds("session.username = u\nsession.password = topsecret-1234\n", where=e.dir,
+                      name="outside.conf")
+    os.symlink("real.conf", os.path.join(e.chapdir, "alias.conf"))
+    os.symlink(outside, os.path.join(e.chapdir, "out.conf"))
+    os.symlink(e.dir, os.path.join(e.chapdir, "sub"))
+    for p in ("alias.conf", "out.conf", "sub/outside.conf", os.path.join(e.chapdir, "sub/outside.conf")):
+        r = creds_refused(e, p, "symlink")
+        check(e.dir + "/outside" not in r["message"], "the target is named: %r" % r)
+    os.mkdir(os.path.join(e.chapdir, "array1"), 0o700)
+    e.creds("session.username = u\nsession.password = topsecret-1234\n", where=os.path.join(e.chapdir, "array1"))
+    for p in ("array1/chap.conf", os.path.join(e.chapdir, "array1/chap.conf"), real):
+        r = e.k.waitforattach("", e.opts(chapCredentialsFile=p))
+        failure(r, "did not appear")  # read, logged in (fake iscsiadm); no device on the host
+
+
+@case
+def creds_directory_must_be_root_only(e):
+    """A credentials directory that others may write (plant files in) is refused."""
+    p = e.creds("session.username = u\nsession.password = topsecret-1234\n")
+    os.chmod(e.chapdir, 0o777)
+    creds_refused(e, p, "credentials directory", "writable")
+    os.chmod(e.chapdir, 0o700)
+    os.chown(e.chapdir, 65534, 65534)
+    creds_refused(e, p, "credentials directory", "owned by uid 65534")
+    os.chown(e.chapdir, 0, 0)
+
+
 @case
 def creds_fifo_does_not_hang(e):
     """A FIFO as credentials file fails at once (nobody writes it)."""
-    p = os.path.join(e.dir, "fifo.conf")
+    p = os.path.join(e.chapdir, "fifo.conf")
     os.mkfifo(p, 0o600)
     t = time.monotonic()
     creds_refused(e, p, "not a regular file")

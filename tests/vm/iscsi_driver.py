@@ -154,7 +154,7 @@ class Case:
         self.env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "FLEXVOL_CONFIG": "/dev/null",
                     "FLEXVOL_STATE_DIR": self.state, "FLEXVOL_RUN_DIR": os.path.join(self.dir, "run"),
                     "FLEXVOL_LOG_FILE": self.logfile, "FLEXVOL_HELPER_TIMEOUT": "30",
-                    "FLEXVOL_DEVICE_TIMEOUT": "30"}
+                    "FLEXVOL_DEVICE_TIMEOUT": "30", "FLEXVOL_CHAP_DIR": self.dir}
         self.drv = Driver(os.path.join(self.build, "iscsi"), self.env, timeout=200)
         self.node = os.uname().nodename
         self.k = Kubelet(self.drv, os.path.join(self.dir, "kubelet"), self.node)
