@@ -49,10 +49,34 @@ elif "update" in a:
 else:
     kind = "other"
 portal = a[a.index("-p") + 1] if "-p" in a else ""
+# a small database of node and discovery records: "-o new" adds, "-o delete" removes, a
+# plain query ("-m node -T -p -I", "-m discoverydb -t -p") answers 0 or 21 (no records)
+mode = a[a.index("-m") + 1] if "-m" in a else ""
+op = a[a.index("-o") + 1] if "-o" in a else ""
+dbf = os.path.join(d, "db.json")
+try:
+    db = json.load(open(dbf))
+except (OSError, ValueError):
+    db = sc.get("db", [])
+rec = [mode, a[a.index("-T") + 1] if "-T" in a else "", portal] + ([a[a.index("-I") + 1]] if mode == "node" and "-I" in a else [])
+if mode in ("node", "discoverydb") and op in ("new", "delete"):
+    if op == "new" and rec not in db:
+        db.append(rec)
+    if op == "delete":
+        db = [r for r in db if not (r[0] == mode and r[2] == portal and (mode == "discoverydb" or r[1] == rec[1]))]
+    json.dump(db, open(dbf, "w"))
+if mode in ("node", "discoverydb") and not op and "--login" not in a and "--discover" not in a and "-T" in a + ["-T"] and portal:
+    if kind == "other":
+        kind = "query"
+        if not any(rule.get("kind") == "query" for rule in sc.get("rules", [])):
+            sys.exit(0 if rec in db else 21)
 for rule in sc.get("rules", []):
     if rule.get("kind") == kind and rule.get("arg", "") in a + [""]:
         if rule.get("sleep"):
+            t0 = time.time()
             time.sleep(rule["sleep"])
+            with open(os.path.join(d, "spans"), "a") as f:
+                f.write(json.dumps([kind, a, t0, time.time()]) + "\n")
         sys.stdout.write(rule.get("out", ""))
         sys.exit(rule.get("rc", 0))
 if kind == "discover":
@@ -455,11 +479,78 @@ def creds_passed_to_iscsiadm_never_logged(e):
     check("sess-user" in flat and "tgt-user" in flat, "user names not passed")
     check("***" in e.logtext(), "redacted argv not logged")
     # the order: discovery record with CHAP, discover, node update with CHAP, login
+    calls = [c for c in calls if not is_query(c)]
     kinds = [("discoverydb" in c and "new" in c, "--discover" in c,
               "node.session.auth.authmethod" in c and "CHAP" in c, "--login" in c) for c in calls]
     check(kinds[0][0] and kinds[2][1] and kinds[5][2] and kinds[6][3], "call order %r" % calls)
     upd = calls[1]
     check(upd[upd.index("discovery.sendtargets.auth.password") + 2] == "disc-secret-4321", "discovery pw")
+
+
+def is_query(c):
+    """a look at open-iscsi's database (does a record exist?), not a change"""
+    return "-o" not in c and "--login" not in c and "--logout" not in c and "--discover" not in c \
+        and "--rescan" not in c
+
+
+def changes_of(calls, mode):
+    return [c for c in calls if c[:2] == ["-m", mode] and "-o" in c and c[c.index("-o") + 1] in
+            ("new", "update", "delete")]
+
+
+@case
+def admin_discovery_record_left_alone(e):
+    """An administrator's discovery record for the portal is used as it is: never created over,
+    updated (our discovery CHAP is not written into it) or deleted (issue 17 point 5)."""
+    e.scenario(rules=[])
+    with open(os.path.join(e.fake, "scenario.json")) as f:
+        sc = json.load(f)
+    sc["db"] = [["discoverydb", "", PORTAL]]
+    with open(os.path.join(e.fake, "scenario.json"), "w") as f:
+        json.dump(sc, f)
+    p = e.creds("discovery.username = du\ndiscovery.password = disc-secret-4321\n")
+    r = e.k.waitforattach("", e.opts(chapCredentialsFile=p))
+    failure(r, "did not appear")  # discovered and logged in (fake); no device on the host
+    calls = e.calls()
+    check(any("--discover" in c for c in calls), "no discovery: %r" % calls)
+    check(changes_of(calls, "discoverydb") == [], "the administrator's discovery record was "
+          "changed: %r" % changes_of(calls, "discoverydb"))
+    check("disc-secret-4321" not in [x for c in calls for x in c], "our secret went into it")
+
+
+@case
+def admin_node_record_not_touched(e):
+    """A node record for (target, portal, iface) that flexvol did not create is the
+    administrator's: a clear Failure, and it is neither updated nor deleted (issue 17 point 5)."""
+    e.scenario(rules=[])
+    with open(os.path.join(e.fake, "scenario.json")) as f:
+        sc = json.load(f)
+    sc["db"] = [["node", IQN, PORTAL, "default"]]
+    with open(os.path.join(e.fake, "scenario.json"), "w") as f:
+        json.dump(sc, f)
+    r = e.k.waitforattach("", e.opts())
+    failure(r, "did not create", "neither changes nor deletes")
+    ch = changes_of(e.calls(), "node")
+    check(ch == [], "the administrator's node record was changed: %r" % ch)
+    check(not any("--login" in c for c in e.calls()), "logged in with it")
+
+
+@case
+def discovery_serialised_per_portal(e):
+    """Two targets behind one portal: their discoveries (keyed by portal in open-iscsi) never
+    overlap, although the two calls hold different target locks (issue 17 point 5)."""
+    iqn2 = IQN + "-b"
+    e.scenario(targets=[IQN, iqn2], rules=[{"kind": "discover", "sleep": 1.0,
+                                            "out": "%s,1 %s\n%s,1 %s\n" % (PORTAL, IQN, PORTAL, iqn2)}])
+    o1, o2 = e.opts(), e.opts(vol="pv2", iqn=iqn2)
+    ps = [e.drv.spawn("waitforattach", "", o) for o in (o1, o2)]
+    for p in ps:
+        p.communicate(timeout=60)
+    spans = []
+    with open(os.path.join(e.fake, "spans")) as f:
+        spans = sorted((s[2], s[3]) for s in map(json.loads, f) if s[0] == "discover")
+    check(len(spans) == 2, "two discoveries: %r" % spans)
+    check(spans[0][1] <= spans[1][0], "the discoveries overlapped: %r" % spans)
 
 
 # --- iscsiadm error mapping (fake iscsiadm) ---------------------------------------------
