@@ -128,6 +128,11 @@ struct iscsi_view {
  */
 int iscsi_view_load(struct iscsi_view *v, const char *iqn);
 void iscsi_view_free(struct iscsi_view *v);
+/*
+ * Keep only the sessions through open-iscsi iface @iface (and their disks):
+ * a volume uses the sessions of the iface its options name.
+ */
+void iscsi_view_keep_iface(struct iscsi_view *v, const char *iface);
 /* The CHAP settings session @sid logged in with (sysfs, root only); absent ones "". */
 int iscsi_session_chap(int sid, struct chap *c);
 /* The device root (/dev, FLEXVOL_DEV_ROOT in the unit tests). */
@@ -169,6 +174,7 @@ int iscsi_devt_target(dev_t devt, char *iqn, size_t len, unsigned int *lun);
 struct iscsi_lunmatch {
 	const char *iqn;
 	unsigned int lun;
+	const char *iface; /* NULL: any */
 };
 struct udev_device;
 bool iscsi_match_lun(struct udev_device *d, void *arg);

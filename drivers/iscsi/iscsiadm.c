@@ -197,7 +197,8 @@ static int discovery_record_exists(struct fv_ctx *cx, const char *portal, char *
 
 	if (r == 0)
 		return 1;
-	if (r == ISCSI_ERR_NO_OBJS_FOUND)
+	/* open-iscsi 2.1 answers a missing discovery record with a database error */
+	if (r == ISCSI_ERR_NO_OBJS_FOUND || (r == ISCSI_ERR_IDBM && strstr(why, "not found")))
 		return 0;
 	return r < 0 ? r : -FV_ERR_HELPER;
 }
@@ -321,11 +322,14 @@ static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 	return 0;
 }
 
-/* Is any session to @iqn logged in?  (The kernel's view, sysfs.c.) */
-static bool target_logged_in(const char *iqn)
+/* Is any session to @iqn through @iface logged in?  (The kernel's view, sysfs.c.) */
+static bool target_logged_in(const char *iqn, const char *iface)
 {
 	struct iscsi_view v;
-	bool in = iscsi_view_load(&v, iqn) == 0 && iscsi_view_logged_in(&v);
+	bool in = iscsi_view_load(&v, iqn) == 0;
+
+	iscsi_view_keep_iface(&v, iface);
+	in = in && iscsi_view_logged_in(&v);
 
 	iscsi_view_free(&v);
 	return in;
@@ -354,7 +358,7 @@ int iscsi_login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *port
 	 */
 	if (iscsi_own_read(cx, v->iqn, &own) == 0 &&
 	    (!streq(own.portal, adv) || !streq(own.iface, v->iface))) {
-		if (!target_logged_in(v->iqn)) {
+		if (!target_logged_in(v->iqn, own.iface[0] ? own.iface : v->iface)) {
 			const char *del[] = { NULL, "-m", "node", "-o", "delete", "-T", v->iqn, "-p",
 					      own.portal, "-I", own.iface, NULL };
 			char why2[512];
@@ -440,7 +444,7 @@ int iscsi_login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *port
 	return 0;
 fail:
 	/* no session came of it: the record (with a CHAP secret) goes, unless a session uses it */
-	if (!target_logged_in(v->iqn)) {
+	if (!target_logged_in(v->iqn, v->iface)) {
 		const char *del[] = { NULL, "-m", "node", "-o", "delete", "-T", v->iqn, "-p", adv,
 				      "-I", v->iface, NULL };
 		char why2[512];

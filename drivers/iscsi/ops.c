@@ -223,6 +223,7 @@ static int find_disk(const struct iscsivol *v, struct iscsi_disk *ret, char *dev
 		iscsi_view_free(&view);
 		return r;
 	}
+	iscsi_view_keep_iface(&view, v->iface);
 	dk = iscsi_view_lun(&view, v->lun);
 	if (dk) {
 		if (ret)
@@ -289,7 +290,7 @@ static int check_session_chap(struct fv_ctx *cx, const struct iscsivol *v,
 static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *dev, size_t len)
 {
 	const struct fv_config *cfg = fv_ctx_config(cx);
-	struct iscsi_lunmatch m = { v->iqn, v->lun };
+	struct iscsi_lunmatch m = { v->iqn, v->lun, v->iface };
 	struct fv_devwait *w = NULL;
 	struct iscsi_view view = { 0 };
 	struct iscsi_disk dk;
@@ -308,6 +309,7 @@ static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *de
 		if (r < 0)
 			return r;
 		r = iscsi_view_load(&view, v->iqn);
+		iscsi_view_keep_iface(&view, v->iface);
 		if (r == 0)
 			r = check_session_chap(cx, v, &view, &c);
 		else
@@ -325,6 +327,7 @@ static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *de
 		r = fv_fail(cx, r, "cannot read the iSCSI sessions: %s", strerror(-r));
 		goto out;
 	}
+	iscsi_view_keep_iface(&view, v->iface); /* the sessions of the iface the options name */
 	had_session = iscsi_view_logged_in(&view);
 	/* the volume's credentials, read (and checked) whether or not there is a session */
 	r = iscsi_get_creds(cx, v, &c);
@@ -410,6 +413,7 @@ static int fence(struct fv_ctx *cx, const struct iscsivol *v, const char *dev)
 		iscsi_view_free(&view);
 		return fv_fail(cx, r, "cannot read the iSCSI sessions: %s", strerror(-r));
 	}
+	iscsi_view_keep_iface(&view, v->iface);
 	dk = iscsi_view_lun(&view, v->lun);
 	if (dk)
 		for (size_t i = 0; i < view.nsessions; i++)

@@ -208,6 +208,30 @@ int iscsi_view_load(struct iscsi_view *v, const char *iqn)
 	return 0;
 }
 
+void iscsi_view_keep_iface(struct iscsi_view *v, const char *iface)
+{
+	size_t ns = 0, nd = 0;
+
+	if (!iface)
+		return;
+	for (size_t i = 0; i < v->nsessions; i++) {
+		const struct iscsi_session *s = &v->sessions[i];
+
+		if (s->iface[0] && !streq(s->iface, iface)) {
+			for (size_t j = 0; j < v->ndisks; j++)
+				if (v->disks[j].sid == s->sid)
+					v->disks[j].sid = -1; /* dropped below */
+			continue;
+		}
+		v->sessions[ns++] = *s;
+	}
+	v->nsessions = ns;
+	for (size_t j = 0; j < v->ndisks; j++)
+		if (v->disks[j].sid >= 0)
+			v->disks[nd++] = v->disks[j];
+	v->ndisks = nd;
+}
+
 void iscsi_view_free(struct iscsi_view *v)
 {
 	free(v->sessions);
@@ -457,7 +481,14 @@ bool iscsi_match_lun(struct udev_device *d, void *arg)
 			continue;
 		snprintf(path, sizeof(path), "%s/iscsi_session/%s/targetname",
 			 udev_device_get_syspath(p), name);
-		return fv_read_line(path, target, sizeof(target)) > 0 && !strcasecmp(target, m->iqn);
+		if (fv_read_line(path, target, sizeof(target)) <= 0 || strcasecmp(target, m->iqn))
+			return false;
+		if (!m->iface)
+			return true;
+		snprintf(path, sizeof(path), "%s/iscsi_session/%s/ifacename",
+			 udev_device_get_syspath(p), name);
+		/* (a kernel without the attribute: any session of the target) */
+		return fv_read_line(path, target, sizeof(target)) <= 0 || streq(target, m->iface);
 	}
 	return false;
 }
