@@ -86,6 +86,12 @@ static int release_target(struct fv_ctx *cx, const char *iqn, int lun)
 		goto out;
 	}
 	have_own = iscsi_own_read(cx, iqn, &own) == 0;
+	/*
+	 * The decision is over the sessions of our iface: what other ifaces'
+	 * sessions to the target use does not keep ours (nor is it ours to end).
+	 */
+	if (have_own)
+		iscsi_view_keep_iface(&v, own.iface);
 	r = iscsi_release_decide(&v, lun, in_use, NULL, busy, sizeof(busy));
 	if (r < 0) {
 		r = fv_fail(cx, r, "cannot tell whether the disks of '%s' are in use: %s", iqn,
@@ -287,7 +293,8 @@ static int check_session_chap(struct fv_ctx *cx, const struct iscsivol *v,
  * The node-local attach: a session to the target (reused when there is
  * one), and the LUN's disk.  Call with the target lock held.
  */
-static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *dev, size_t len)
+static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *dev, size_t len,
+			   bool *ret_new)
 {
 	const struct fv_config *cfg = fv_ctx_config(cx);
 	struct iscsi_lunmatch m = { v->iqn, v->lun, v->iface };
@@ -373,6 +380,7 @@ static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *de
 			goto out;
 		}
 		t_login = fv_now_ms();
+		*ret_new = true;
 	}
 	/* the LUN's disk may have come between our first look and the monitor */
 	r = fv_devwait_run(cx, w, find_disk(v, &dk, dev, len) == 0 ? dk.name : NULL,
@@ -479,10 +487,22 @@ static int iscsi_attach(struct fv_ctx *cx, const void *vol, const char *name, co
 
 	if (lock < 0)
 		return lock;
-	r = ensure_attached(cx, v, dev, len);
+	bool new_session = false;
+
+	r = ensure_attached(cx, v, dev, len, &new_session);
 	/* the claim of a trusted name (mountdevice, node-mode mount) is where a writer fences */
-	if (r == 0 && name && !v->ro)
+	if (r == 0 && name && !v->ro) {
 		r = fence(cx, v, dev);
+		/* refused: a session this very call made goes again (nobody else will release it) */
+		if (r < 0 && new_session) {
+			char msg[1024];
+
+			snprintf(msg, sizeof(msg), "%s", fv_ctx_message(cx));
+			(void)release_target(cx, v->iqn, -1);
+			fv_ctx_reset_message(cx);
+			fv_fail(cx, r, "%s", msg);
+		}
+	}
 	if (r < 0) {
 		fv_unlock(lock);
 		return r;

@@ -545,6 +545,8 @@ def sigkill_login(c):
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     log("killed waitforattach (pid %d) during 'iscsiadm --login'" % p.pid)
+    if os.environ.get("FV_DEBUG_KILL"):
+        log(run("sh", "-c", "ps -eo pid,ppid,stat,etime,args | grep -i iscsi; ls -la /run/lock/iscsi /var/lock/iscsi /etc/iscsi 2>&1", check_rc=False).stdout)
     w = c.ok(k.waitforattach("", opts))
     dev = w["device"]
     settle()
@@ -855,6 +857,14 @@ def fence_two_nodes(c):
         key_a = res[0]
         check(keys == [key_a], "registered keys %r, holder 0x%x" % (keys, key_a))
         log("node A holds LUN 1 with key 0x%016x" % key_a)
+        # node B in node mode: its first pod's mount is refused the same way, and leaves no session
+        envn = dict(b.drv.env, FLEXVOL_ATTACH_MODE="node",
+                    FLEXVOL_STATE_DIR=os.path.join(b.dir, "nstate"), FLEXVOL_RUN_DIR=os.path.join(b.dir, "nrun"))
+        kn = Kubelet(Driver(b.drv.path, envn, timeout=200), os.path.join(b.dir, "kn"), "node-b")
+        r = kn.mount("pod-n", vol, kn.options(vol, {"targetPortal": c.portal, "iqn": c.iqn1, "lun": "1",
+                                                    "iface": b.iface}, fstype="ext4", pod="pod-n"))
+        check(r.status == "Failure" and "0x%016x" % key_a in r["message"], "node mode on node B: %r" % r)
+        check(session_of(c.iqn1, b.iface) == [], "node mode left a session: %r" % session_of(c.iqn1, b.iface))
         db = c.ok(b.k.waitforattach("", ob))["device"]
         check(db != da, "one disk for both sessions: %s" % db)
         r = b.k.mountdevice(vol, db, ob)
