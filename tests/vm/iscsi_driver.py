@@ -610,7 +610,9 @@ def measure(c):
         t = time.monotonic()
         dev = c.ok(k.waitforattach(h, opts))["device"]
         c.record("waitforattach-call", time.monotonic() - t)
+        t = time.monotonic()
         c.ok(k.mountdevice(vol, dev, opts))
+        c.record("mountdevice-call", time.monotonic() - t)
         t = time.monotonic()
         c.ok(k.unmountdevice(vol))
         c.record("unmountdevice-call", time.monotonic() - t)
