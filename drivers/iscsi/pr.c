@@ -207,8 +207,17 @@ int iscsi_pr_fence(const struct iscsi_disk *dk, uint64_t key, uint64_t *holder, 
 	r = read_reservation(fd, holder, &type, why, whylen);
 	if (r < 0)
 		return r;
-	if (r == 1 && *holder != key)
-		return -EBUSY; /* another node's: never register under it (type 5 lets registrants write) */
+	if (r == 1 && *holder != key) {
+		/*
+		 * Another node's: never register under it (type 5 lets registrants
+		 * write), and drop a registration of ours left by a killed call.
+		 */
+		char w2[128];
+
+		if (key_registered(fd, key, w2, sizeof(w2)) == 1)
+			(void)pr_out(fd, PR_OUT_REGISTER, key, 0, w2, sizeof(w2));
+		return -EBUSY;
+	}
 	/*
 	 * REGISTER AND IGNORE EXISTING KEY: the same call whether this nexus is
 	 * registered or not (a retry, a second session of this node)

@@ -810,12 +810,23 @@ def pr_state(dev):
     return ks, ((int(m.group(1), 16), m.group(3).strip()) if m else None)
 
 
+def pr_key(initiator):
+    """the driver's reservation key of an initiator name (drivers/iscsi/pr.c: FNV-1a 64)."""
+    h = 0xcbf29ce484222325
+    for ch in ("flexvol-pr:" + initiator).encode():
+        h = ((h ^ ch) * 0x100000001b3) & 0xffffffffffffffff
+    return h or 1
+
+
 def can_write(dev):
-    """one direct 4 KiB write of zeros at the end of @dev (outside any filesystem's data)."""
+    """one direct 4 KiB write to the last block of @dev, of the bytes already there (nothing changes
+    when it succeeds): does the target let this initiator write?"""
     size = size_of(dev)
-    p = subprocess.run(["dd", "if=/dev/zero", "of=" + dev, "bs=4096", "count=1", "oflag=direct",
-                        "seek=%d" % (size // 4096 - 1)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True)
+    seek = "%d" % (size // 4096 - 1)
+    with tempfile.NamedTemporaryFile() as t:
+        run("dd", "if=" + dev, "of=" + t.name, "bs=4096", "count=1", "iflag=direct", "skip=" + seek)
+        p = subprocess.run(["dd", "if=" + t.name, "of=" + dev, "bs=4096", "count=1", "oflag=direct",
+                            "seek=" + seek], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return p.returncode == 0
 
 
@@ -869,6 +880,10 @@ def fence_two_nodes(c):
         check(session_of(c.iqn1, b.iface) == [], "node mode left a session: %r" % session_of(c.iqn1, b.iface))
         db = c.ok(b.k.waitforattach("", ob))["device"]
         check(db != da, "one disk for both sessions: %s" % db)
+        # a registration of node B left by a killed call: under A's reservation (registrants only) it
+        # would let B write; B's refused claim drops it
+        run("sg_persist", "--out", "--register", "--param-sark=0x%016x" % pr_key(b.initiator), db)
+        check(can_write(db), "a registrant cannot write (the test's premise)")
         r = b.k.mountdevice(vol, db, ob)
         check(r.status == "Failure" and "reserved for writing by another node" in r["message"] and
               "0x%016x" % key_a in r["message"], "node B mounted a LUN node A writes: %r" % r)
