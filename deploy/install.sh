@@ -23,11 +23,16 @@
 # in a key, a bad value) stops the install with exit 1 and the driver's
 # message, which names the file, line and key; nothing is changed.
 #
-# --uninstall removes what an install with the same options puts there:
-# <plugin dir>/flexvol~<driver>/<driver> of each driver (and leftover temp
-# files of this installer), then the directory flexvol~<driver> if it is then
-# empty; the node config only if it still has the content --config names.
-# Nothing outside flexvol~<driver>/ is touched (other vendors' drivers stay).
+# --uninstall removes what an install with the same options puts there.
+# Each flexvol~<driver>/ is first renamed to .flexvol~<driver>.uninstalled
+# (kubelet's prober ignores dot-names; a driver directory without its
+# executable would make every probe fail), then <driver> and leftover temp
+# files of this installer go, then the directory if it is empty (files that
+# are not ours stay in it, under the dot-name, and are reported).  An
+# uninstall killed half-way leaves either the whole driver or the dot-name;
+# a rerun finishes it.  The node config goes only if it still has the
+# content --config names.  Nothing outside our directories is touched
+# (other vendors' drivers stay).
 #
 # How the copy is done, and why:
 #   - kubelet watches the plugin directory and re-runs `init` of a driver on
@@ -218,18 +223,34 @@ ready() {
 if [ "$UNINSTALL" = 1 ]; then
 	for d in $list; do
 		dir=$PLUGIN_DIR/$VENDOR~$d
-		for old in "$dir/.$d.tmp."*; do
-			[ ! -e "$old" ] || rm -f "$old" || die "cannot remove $old"
-		done
-		if [ -e "$dir/$d" ] || [ -L "$dir/$d" ]; then
-			[ ! -d "$dir/$d" ] || die "$dir/$d is a directory"
-			rm -f "$dir/$d" || die "cannot remove $dir/$d"
-			RESULT=removed
-		else
-			RESULT="not installed"
+		# kubelet's prober fails on a flexvol~<drv>/ without its executable
+		# (forever, if we were killed half-way): the directory first goes
+		# under a dot-name, which the prober ignores, and only then is
+		# anything in it removed.  A rerun finds the dot-name and finishes.
+		gone=$PLUGIN_DIR/.$VENDOR~$d.uninstalled
+		RESULT="not installed"
+		if [ -d "$dir" ] && [ ! -L "$dir" ]; then
+			if [ -e "$gone" ] || [ -L "$gone" ]; then
+				# an earlier, interrupted uninstall's: ours goes first, foreign files stay
+				rm -f "$gone/$d" "$gone/.$d.tmp."* || die "cannot clean $gone"
+				rmdir "$gone" 2> /dev/null ||
+					die "$gone (an earlier uninstall's) holds files that are not ours; move them away, then rerun"
+			fi
+			mv "$dir" "$gone" || die "cannot rename $dir to $gone"
+			sync "$PLUGIN_DIR" 2> /dev/null || true
 		fi
-		if [ -d "$dir" ] && ! rmdir "$dir" 2> /dev/null; then
-			RESULT="$RESULT; $dir kept: it holds files that are not ours"
+		if [ -d "$gone" ] && [ ! -L "$gone" ]; then
+			for old in "$gone/.$d.tmp."*; do
+				[ ! -e "$old" ] || rm -f "$old" || die "cannot remove $old"
+			done
+			if [ -e "$gone/$d" ] || [ -L "$gone/$d" ]; then
+				[ ! -d "$gone/$d" ] || die "$gone/$d is a directory"
+				rm -f "$gone/$d" || die "cannot remove $gone/$d"
+				RESULT=removed
+			fi
+			if ! rmdir "$gone" 2> /dev/null; then
+				RESULT="$RESULT; $gone kept: it holds files that are not ours"
+			fi
 		fi
 		say "$VENDOR/$d: $RESULT"
 	done

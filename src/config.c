@@ -45,6 +45,7 @@ static const struct key keys[] = {
 	SEC0(gc_grace, "FLEXVOL_GC_GRACE"),
 	SEC0(gc_interval, "FLEXVOL_GC_INTERVAL"),
 	BOOL(debug, "FLEXVOL_DEBUG"),
+	STR(chap_dir, K_PATH, "FLEXVOL_CHAP_DIR"),
 };
 
 static int seterr(char *err, size_t errlen, const char *fmt, ...) _printf_(3, 4);
@@ -212,6 +213,7 @@ static void set_defaults(struct fv_config *cfg, const char *driver)
 	strcpy(cfg->attach_mode, "controller");
 	cfg->gc_grace = 600;
 	cfg->gc_interval = 60;
+	strcpy(cfg->chap_dir, "/etc/flexvol/chap");
 }
 
 int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t errlen)

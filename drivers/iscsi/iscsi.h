@@ -64,7 +64,8 @@ struct iscsivol {
 	const char *iqn;
 	unsigned int lun;
 	const char *iface;
-	const char *credfile; /* absolute path, or NULL */
+	const char *credfile; /* the option as given, or NULL */
+	char credrel[PATH_MAX]; /* scratch of the lexical check */
 	bool has_secret;      /* CHAP from kubernetes.io/secret/<key> (node-mode mount) */
 	struct creds secret;  /* wiped with the volume (blkvol.c) */
 	bool ro;
@@ -101,6 +102,9 @@ struct iscsi_session {
 	int sid;
 	char target[IQN_MAX + 32];
 	char state[32];
+	char iface[72];		       /* ifacename */
+	char initiator[IQN_MAX + 32];  /* initiatorname: the identity the target sees */
+	char addr[PORTAL_MAX];	       /* "addr:port" of its connection, "" unknown */
 };
 
 struct iscsi_disk {
@@ -124,14 +128,25 @@ struct iscsi_view {
  */
 int iscsi_view_load(struct iscsi_view *v, const char *iqn);
 void iscsi_view_free(struct iscsi_view *v);
+/*
+ * Keep only the sessions through open-iscsi iface @iface (and their disks):
+ * a volume uses the sessions of the iface its options name.
+ */
+void iscsi_view_keep_iface(struct iscsi_view *v, const char *iface);
+/* The CHAP settings session @sid logged in with (sysfs, root only); absent ones "". */
+int iscsi_session_chap(int sid, struct chap *c);
+/* The device root (/dev, FLEXVOL_DEV_ROOT in the unit tests). */
+const char *iscsi_dev_root(void);
 /* Any session of @v logged in? */
 bool iscsi_view_logged_in(const struct iscsi_view *v);
 /* The disk of LUN @lun on a logged-in session of @v, or NULL. */
 const struct iscsi_disk *iscsi_view_lun(const struct iscsi_view *v, unsigned int lun);
 
 /*
- * Is disk @dk in use on this node: mounted (or a partition of it), or held
- * by another block device (dm, md)?  1 (with a reason in @why), 0, -errno.
+ * Is disk @dk in use on this node: mounted (or a partition of it), held by
+ * another block device (dm, md, LVM; on the disk or a partition), swap, or
+ * held open exclusively by anything (O_EXCL probe: mounts in other mount
+ * namespaces too)?  1 (with a reason in @why), 0, -errno.
  */
 int iscsi_disk_in_use(const struct iscsi_disk *dk, char *why, size_t len);
 
@@ -159,6 +174,7 @@ int iscsi_devt_target(dev_t devt, char *iqn, size_t len, unsigned int *lun);
 struct iscsi_lunmatch {
 	const char *iqn;
 	unsigned int lun;
+	const char *iface; /* NULL: any */
 };
 struct udev_device;
 bool iscsi_match_lun(struct udev_device *d, void *arg);
@@ -168,5 +184,37 @@ int iscsi_disk_rescan(dev_t devt, uint64_t *ret_bytes);
 
 /* Remove the SCSI device of an unused LUN disk (the session stays for its siblings). */
 void iscsi_delete_disk(const struct iscsi_disk *dk);
+
+/* owner.c: the sessions, node records and discovery records that are ours */
+struct iscsi_own {
+	char iqn[IQN_MAX + 32];
+	char portal[PORTAL_MAX]; /* the node record's portal */
+	char iface[72];
+	int sid; /* -1: not known (killed between the login and the record) */
+	char boot_id[64];
+};
+/* Our node record / session of @iqn: 0 (in @o), 1 none, <0. */
+int iscsi_own_read(struct fv_ctx *cx, const char *iqn, struct iscsi_own *o);
+/* Write @o (with this boot's id) BEFORE creating what it describes. */
+int iscsi_own_write(struct fv_ctx *cx, const struct iscsi_own *o);
+int iscsi_own_remove(struct fv_ctx *cx, const char *iqn);
+/* Is session @s the one of our record @o? */
+bool iscsi_own_session(const struct iscsi_own *o, const struct iscsi_session *s);
+/* The discovery record of @portal: @op 0 is it ours? (1, 0), 1 claim it, -1 forget it. */
+int iscsi_own_discovery(struct fv_ctx *cx, const char *portal, int op);
+
+/* pr.c: SCSI-3 persistent reservations (fencing, docs/fencing.md) */
+/* This node's reservation key: derived from the session's initiator name, never 0. */
+uint64_t iscsi_pr_key(const char *initiator);
+/*
+ * iscsi_pr_fence() - register @key on disk @dk and hold WRITE EXCLUSIVE -
+ * REGISTRANTS ONLY.  0 (held by @key, also when it was already), -EBUSY
+ * (another key holds it: *@holder, 0 when unknown), -EOPNOTSUPP (the target
+ * has no persistent reservations), other -errno with @why.
+ */
+int iscsi_pr_fence(const struct iscsi_disk *dk, uint64_t key, uint64_t *holder, char *why,
+		   size_t whylen);
+/* iscsi_pr_unfence() - release @key's reservation of @dk and unregister it.  0 or -errno. */
+int iscsi_pr_unfence(const struct iscsi_disk *dk, uint64_t key, char *why, size_t whylen);
 
 #endif

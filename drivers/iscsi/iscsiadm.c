@@ -9,6 +9,7 @@
 
 #include "fv/config.h"
 #include "fv/exec.h"
+#include "fv/lock.h"
 
 #include "iscsi.h"
 
@@ -184,29 +185,77 @@ static void delete_discovery_record(struct fv_ctx *cx, const struct iscsivol *v,
 		fv_log("could not delete the discovery record of %s: %s", portal, why);
 }
 
-static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *portal,
-		    const struct creds *c, char *adv, size_t advlen, char *why, size_t whylen)
+/*
+ * Does open-iscsi hold a discovery record for @portal (sendtargets)?
+ * 1, 0, or <0 with @why.
+ */
+static int discovery_record_exists(struct fv_ctx *cx, const char *portal, char *why,
+				   size_t whylen)
 {
-	_cleanup_free_ char *out = NULL;
+	const char *argv[] = { NULL, "-m", "discoverydb", "-t", "sendtargets", "-p", portal, NULL };
+	int r = iscsi_adm(cx, argv, 0, why, whylen, NULL);
+
+	if (r == 0)
+		return 1;
+	/* open-iscsi 2.1 answers a missing discovery record with a database error */
+	if (r == ISCSI_ERR_NO_OBJS_FOUND || (r == ISCSI_ERR_IDBM && strstr(why, "not found")))
+		return 0;
+	return r < 0 ? r : -FV_ERR_HELPER;
+}
+
+/*
+ * Discovery under the portal's lock: discovery records are keyed by portal,
+ * so two targets behind one portal (two target locks) take turns here.
+ * An existing discovery record that is not ours (the administrator's) is
+ * used as it is by "-o nonpersistent" and never created, updated or
+ * deleted; ours is claimed in the state dir before it is created.
+ */
+static int discover_locked(struct fv_ctx *cx, const struct iscsivol *v, const char *portal,
+			   const struct creds *c, char **out, char *why, size_t whylen)
+{
 	char names[4][96];
 	const char *argv[32];
 	unsigned int redact = 0;
 	bool chap = c && c->discovery.user[0];
-	char *line, *save = NULL;
 	const char *disc[] = { NULL, "-m", "discoverydb", "-t", "sendtargets", "-p", portal,
 			       "-I", v->iface, "--discover", "-o", "nonpersistent", NULL };
-	int n, r;
+	int n, r, ours = iscsi_own_discovery(cx, portal, 0), exists;
 
-	if (chap) {
-		/* the discovery record carries the discovery CHAP settings */
+	if (ours < 0)
+		ours = 0;
+	exists = discovery_record_exists(cx, portal, why, whylen);
+	if (exists < 0)
+		return exists;
+	if (exists && ours) {
+		/* ours, left by a killed call (with its secret): it goes first */
+		delete_discovery_record(cx, v, portal);
+		exists = discovery_record_exists(cx, portal, why, whylen);
+		if (exists < 0)
+			return exists;
+	}
+	if (!exists && ours)
+		(void)iscsi_own_discovery(cx, portal, -1);
+	if (exists) {
+		fv_log("using the existing discovery record of %s as it is (not flexvol's)%s", portal,
+		       chap ? "; the volume's discovery CHAP settings are not applied" : "");
+		return iscsi_adm(cx, disc, 0, why, whylen, out);
+	}
+	if (!chap)
+		return iscsi_adm(cx, disc, 0, why, whylen, out);
+	/* the discovery record carries the discovery CHAP settings: claimed before it exists */
+	r = iscsi_own_discovery(cx, portal, 1);
+	if (r < 0) {
+		snprintf(why, whylen, "cannot write the state record of the discovery record: %s",
+			 strerror(-r));
+		return r;
+	}
+	{
 		const char *mk[] = { NULL, "-m", "discoverydb", "-t", "sendtargets", "-p", portal,
 				     "-I", v->iface, "-o", "new", NULL };
 
 		r = iscsi_adm(cx, mk, 0, why, whylen, NULL);
-		if (r != 0) {
-			delete_discovery_record(cx, v, portal);
-			return r < 0 ? r : -FV_ERR_HELPER;
-		}
+	}
+	if (r == 0) {
 		n = 0;
 		argv[n++] = NULL;
 		const char *head[] = { "-m", "discoverydb", "-t", "sendtargets", "-p", portal, "-I",
@@ -216,19 +265,37 @@ static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 			argv[n++] = head[i];
 		if (add_chap(argv, &n, &redact, "discovery.sendtargets.auth", &c->discovery,
 			     names) < 0) {
-			delete_discovery_record(cx, v, portal);
 			snprintf(why, whylen, "too many iscsiadm arguments to redact");
-			return -E2BIG;
+			r = -E2BIG;
+		} else {
+			argv[n] = NULL;
+			r = iscsi_adm(cx, argv, redact, why, whylen, NULL);
+			if (r == 0)
+				r = iscsi_adm(cx, disc, 0, why, whylen, out);
 		}
-		argv[n] = NULL;
-		r = iscsi_adm(cx, argv, redact, why, whylen, NULL);
-		if (r == 0)
-			r = iscsi_adm(cx, disc, 0, why, whylen, &out);
-		/* ours, with its secret: gone whatever happened */
-		delete_discovery_record(cx, v, portal);
-	} else {
-		r = iscsi_adm(cx, disc, 0, why, whylen, &out);
 	}
+	/* ours, with its secret: gone whatever happened */
+	delete_discovery_record(cx, v, portal);
+	if (discovery_record_exists(cx, portal, names[0], sizeof(names[0])) == 0)
+		(void)iscsi_own_discovery(cx, portal, -1);
+	return r;
+}
+
+static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *portal,
+		    const struct creds *c, char *adv, size_t advlen, char *why, size_t whylen)
+{
+	_cleanup_free_ char *out = NULL;
+	char *line, *save = NULL, name[PORTAL_MAX + 32];
+	int lock, r;
+
+	snprintf(name, sizeof(name), "iscsi-portal-%s", portal);
+	lock = fv_lock(cx, name);
+	if (lock < 0) {
+		snprintf(why, whylen, "%s", fv_ctx_message(cx));
+		return lock;
+	}
+	r = discover_locked(cx, v, portal, c, &out, why, whylen);
+	fv_unlock(lock);
 	if (r == ISCSI_ERR_LOGIN_AUTH_FAILED)
 		snprintf(why, whylen, "discovery CHAP authentication failed (iscsiadm status 24)");
 	if (r != 0)
@@ -255,11 +322,14 @@ static int discover(struct fv_ctx *cx, const struct iscsivol *v, const char *por
 	return 0;
 }
 
-/* Is any session to @iqn logged in?  (The kernel's view, sysfs.c.) */
-static bool target_logged_in(const char *iqn)
+/* Is any session to @iqn through @iface logged in?  (The kernel's view, sysfs.c.) */
+static bool target_logged_in(const char *iqn, const char *iface)
 {
 	struct iscsi_view v;
-	bool in = iscsi_view_load(&v, iqn) == 0 && iscsi_view_logged_in(&v);
+	bool in = iscsi_view_load(&v, iqn) == 0;
+
+	iscsi_view_keep_iface(&v, iface);
+	in = in && iscsi_view_logged_in(&v);
 
 	iscsi_view_free(&v);
 	return in;
@@ -269,6 +339,7 @@ int iscsi_login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *port
 		   const struct creds *c, char *why, size_t whylen)
 {
 	char adv[PORTAL_MAX], names[4][96];
+	struct iscsi_own own = { .sid = -1 };
 	const char *argv[40];
 	unsigned int redact = 0;
 	bool chap = c && c->session.user[0];
@@ -278,14 +349,49 @@ int iscsi_login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *port
 	if (r != 0)
 		return r;
 	/*
-	 * Exactly one node record, ours: "-o new" for this target, portal and
-	 * iface (discovery wrote none).  Its status is not checked: a record
-	 * left by an earlier, killed call may exist, and a real failure shows
-	 * in the update that follows ("no records found").  Until that update
-	 * the record has iscsid.conf's node.startup; a SIGKILL in between
-	 * leaves this one record, which the retry updates and the logout
-	 * deletes.
+	 * The node record (target, portal, iface) must be ours: one that
+	 * exists without our claim is the administrator's, and is neither
+	 * changed (its CHAP, its startup) nor deleted.  A claim of ours for
+	 * another portal or iface (an earlier login elsewhere, killed) has its
+	 * record deleted first.  Our claim is written before the record is
+	 * created: a SIGKILL from here on leaves a record that is known ours.
 	 */
+	if (iscsi_own_read(cx, v->iqn, &own) == 0 &&
+	    (!streq(own.portal, adv) || !streq(own.iface, v->iface))) {
+		if (!target_logged_in(v->iqn, own.iface[0] ? own.iface : v->iface)) {
+			const char *del[] = { NULL, "-m", "node", "-o", "delete", "-T", v->iqn, "-p",
+					      own.portal, "-I", own.iface, NULL };
+			char why2[512];
+
+			(void)iscsi_adm(cx, del, 0, why2, sizeof(why2), NULL);
+			(void)iscsi_own_remove(cx, v->iqn);
+		}
+		own.iqn[0] = '\0';
+	}
+	if (!own.iqn[0]) {
+		const char *q[] = { NULL, "-m", "node", "-T", v->iqn, "-p", adv, "-I", v->iface, NULL };
+
+		r = iscsi_adm(cx, q, 0, why, whylen, NULL);
+		if (r == 0) {
+			snprintf(why, whylen, "open-iscsi has a node record for this target at %s "
+				 "(iface %s) that flexvol did not create; flexvol neither changes nor "
+				 "deletes it: log in with it yourself (flexvol then uses that session) "
+				 "or delete it", adv, v->iface);
+			return -EEXIST;
+		}
+		if (r != ISCSI_ERR_NO_OBJS_FOUND)
+			return r < 0 ? r : -FV_ERR_HELPER;
+		snprintf(own.iqn, sizeof(own.iqn), "%s", v->iqn);
+		snprintf(own.portal, sizeof(own.portal), "%s", adv);
+		snprintf(own.iface, sizeof(own.iface), "%s", v->iface);
+		own.sid = -1;
+		r = iscsi_own_write(cx, &own);
+		if (r < 0) {
+			snprintf(why, whylen, "cannot write the state record of the node record: %s",
+				 strerror(-r));
+			return r;
+		}
+	}
 	const char *mk[] = { NULL, "-m", "node", "-o", "new", "-T", v->iqn, "-p", adv, "-I",
 			     v->iface, NULL };
 	(void)iscsi_adm(cx, mk, 0, why, whylen, NULL);
@@ -317,12 +423,28 @@ int iscsi_login_at(struct fv_ctx *cx, const struct iscsivol *v, const char *port
 		r = 0; /* already logged in: what we wanted */
 	if (r != 0)
 		goto fail;
-	fv_log("logged in to %s at %s (discovered via %s, iface %s%s)", v->iqn, adv, portal,
-	       v->iface, chap ? ", CHAP" : "");
+	/* the session's sid into our claim: only that session is ever logged out by us */
+	{
+		struct iscsi_view view;
+
+		if (iscsi_view_load(&view, v->iqn) == 0)
+			for (size_t i = 0; i < view.nsessions; i++) {
+				const struct iscsi_session *se = &view.sessions[i];
+
+				if (streq(se->iface, v->iface) && (!se->addr[0] || streq(se->addr, adv)) &&
+				    se->sid > own.sid)
+					own.sid = se->sid;
+			}
+		iscsi_view_free(&view);
+		if (own.sid >= 0)
+			(void)iscsi_own_write(cx, &own);
+	}
+	fv_log("logged in to %s at %s (discovered via %s, iface %s%s), session %d", v->iqn, adv,
+	       portal, v->iface, chap ? ", CHAP" : "", own.sid);
 	return 0;
 fail:
 	/* no session came of it: the record (with a CHAP secret) goes, unless a session uses it */
-	if (!target_logged_in(v->iqn)) {
+	if (!target_logged_in(v->iqn, v->iface)) {
 		const char *del[] = { NULL, "-m", "node", "-o", "delete", "-T", v->iqn, "-p", adv,
 				      "-I", v->iface, NULL };
 		char why2[512];
@@ -330,6 +452,8 @@ fail:
 
 		if (k != 0 && k != ISCSI_ERR_NO_OBJS_FOUND)
 			fv_log("could not delete the node record of %s at %s: %s", v->iqn, adv, why2);
+		else
+			(void)iscsi_own_remove(cx, v->iqn);
 	}
 	return r < 0 ? r : -FV_ERR_HELPER;
 }

@@ -38,26 +38,64 @@ static int in_use(const struct iscsi_disk *dk, void *arg, char *why, size_t len)
 	return iscsi_disk_in_use(dk, why, len);
 }
 
+/* Release this node's persistent reservation of disk @dk (key from its session's initiator). */
+static void unfence_disk(const struct iscsi_view *v, const struct iscsi_disk *dk)
+{
+	char why[256];
+	int r;
+
+	for (size_t i = 0; i < v->nsessions; i++) {
+		const struct iscsi_session *s = &v->sessions[i];
+
+		if (s->sid != dk->sid || !s->initiator[0])
+			continue;
+		r = iscsi_pr_unfence(dk, iscsi_pr_key(s->initiator), why, sizeof(why));
+		/*
+		 * Not fatal: the release goes on.  The reservation stays with this
+		 * node's key (safe: nobody else writes), this node can take it again,
+		 * and another node needs it broken (docs/fencing.md).
+		 */
+		if (r < 0)
+			fv_log("could not release the reservation of /dev/%s (LUN %u, key 0x%016llx): "
+			       "%s", dk->name, dk->lun,
+			       (unsigned long long)iscsi_pr_key(s->initiator), why);
+	}
+}
+
 /*
- * Log every session to @iqn out - unless a disk of any of them is still in
- * use on this node (mounted, held).  Then, when @lun >= 0, only that LUN's
- * disks go, if unused (the in-tree plugin's deleteDevice).  Call with the
- * target lock held.
+ * Log our session to @iqn out - unless a disk of any session to it is still
+ * in use on this node (mounted, held, swap, open exclusively).  Then, when
+ * @lun >= 0, only that LUN's disks go, if unused (the in-tree plugin's
+ * deleteDevice).  Only what is ours (owner.c) is logged out, removed or
+ * deleted: an administrator's session to the same target, and its node
+ * record, stay as they are.  Reservations of the LUNs that go are
+ * released first.  Call with the target lock held.
  */
 static int release_target(struct fv_ctx *cx, const char *iqn, int lun)
 {
 	struct iscsi_view v;
+	struct iscsi_own own;
 	char why[512], busy[512];
 	uint64_t t0 = fv_now_ms();
+	size_t nours = 0;
+	bool have_own;
 	int r = iscsi_view_load(&v, iqn);
 
 	if (r < 0) {
 		r = fv_fail(cx, r, "cannot read the iSCSI sessions: %s", strerror(-r));
 		goto out;
 	}
+	have_own = iscsi_own_read(cx, iqn, &own) == 0;
+	/*
+	 * The decision is over the sessions of our iface: what other ifaces'
+	 * sessions to the target use does not keep ours (nor is it ours to end).
+	 */
+	if (have_own)
+		iscsi_view_keep_iface(&v, own.iface);
 	r = iscsi_release_decide(&v, lun, in_use, NULL, busy, sizeof(busy));
 	if (r < 0) {
-		r = fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
+		r = fv_fail(cx, r, "cannot tell whether the disks of '%s' are in use: %s", iqn,
+			    strerror(-r));
 		goto out;
 	}
 	if (r == ISCSI_KEEP) {
@@ -67,16 +105,29 @@ static int release_target(struct fv_ctx *cx, const char *iqn, int lun)
 	if (r == ISCSI_DELETE_LUN) {
 		fv_log("keeping the session to %s: %s", iqn, busy);
 		for (size_t i = 0; i < v.ndisks; i++)
-			if ((int)v.disks[i].lun == lun)
-				iscsi_delete_disk(&v.disks[i]);
+			if ((int)v.disks[i].lun == lun) {
+				unfence_disk(&v, &v.disks[i]);
+				for (size_t j = 0; j < v.nsessions; j++)
+					if (v.sessions[j].sid == v.disks[i].sid && have_own &&
+					    iscsi_own_session(&own, &v.sessions[j]))
+						iscsi_delete_disk(&v.disks[i]);
+			}
 		r = 0;
 		goto out;
 	}
+	for (size_t i = 0; i < v.ndisks; i++)
+		unfence_disk(&v, &v.disks[i]);
 	r = 0;
 	for (size_t i = 0; i < v.nsessions; i++) {
 		char sid[16];
 		const char *argv[] = { NULL, "-m", "session", "-r", sid, "--logout", NULL };
 
+		if (!have_own || !iscsi_own_session(&own, &v.sessions[i])) {
+			fv_log("leaving session %d to %s (iface %s, %s): flexvol did not create it",
+			       v.sessions[i].sid, iqn, v.sessions[i].iface, v.sessions[i].addr);
+			continue;
+		}
+		nours++;
 		snprintf(sid, sizeof(sid), "%d", v.sessions[i].sid);
 		r = iscsi_adm(cx, argv, 0, why, sizeof(why), NULL);
 		/* gone meanwhile: the goal is reached */
@@ -90,16 +141,30 @@ static int release_target(struct fv_ctx *cx, const char *iqn, int lun)
 			goto out;
 		}
 	}
-	if (v.nsessions > 0) {
-		/* forget the node records: no stale CHAP secrets, no login at iscsid start */
-		const char *argv[] = { NULL, "-m", "node", "-T", iqn, "-o", "delete", NULL };
-		int k = iscsi_adm(cx, argv, 0, why, sizeof(why), NULL);
+	if (have_own) {
+		bool still = false;
 
-		if (k != 0 && k != ISCSI_ERR_NO_OBJS_FOUND)
-			fv_log("could not delete the node records of %s: %s", iqn, why);
-		fv_log("logged out of %s (%zu session%s) in %llu ms", iqn, v.nsessions,
-		       v.nsessions == 1 ? "" : "s", (unsigned long long)(fv_now_ms() - t0));
+		/* our record goes once no session of ours uses it (and never an administrator's) */
+		iscsi_view_free(&v);
+		if (iscsi_view_load(&v, iqn) == 0)
+			for (size_t i = 0; i < v.nsessions; i++)
+				still |= streq(v.sessions[i].iface, own.iface) &&
+					 (!v.sessions[i].addr[0] || streq(v.sessions[i].addr, own.portal));
+		if (!still) {
+			const char *argv[] = { NULL, "-m", "node", "-o", "delete", "-T", own.iqn, "-p",
+					       own.portal, "-I", own.iface, NULL };
+			int k = iscsi_adm(cx, argv, 0, why, sizeof(why), NULL);
+
+			if (k != 0 && k != ISCSI_ERR_NO_OBJS_FOUND)
+				fv_log("could not delete our node record of %s at %s: %s", iqn,
+				       own.portal, why);
+			else
+				(void)iscsi_own_remove(cx, iqn);
+		}
 	}
+	if (nours > 0)
+		fv_log("logged out of %s (%zu session%s) in %llu ms", iqn, nours,
+		       nours == 1 ? "" : "s", (unsigned long long)(fv_now_ms() - t0));
 out:
 	iscsi_view_free(&v);
 	return r;
@@ -164,6 +229,7 @@ static int find_disk(const struct iscsivol *v, struct iscsi_disk *ret, char *dev
 		iscsi_view_free(&view);
 		return r;
 	}
+	iscsi_view_keep_iface(&view, v->iface);
 	dk = iscsi_view_lun(&view, v->lun);
 	if (dk) {
 		if (ret)
@@ -174,14 +240,64 @@ static int find_disk(const struct iscsivol *v, struct iscsi_disk *ret, char *dev
 	return dk ? 0 : 1;
 }
 
+/* Equal without an early exit (secrets). */
+static bool same_secret(const char *a, const char *b)
+{
+	size_t na = strlen(a), nb = strlen(b);
+	unsigned char d = na != nb;
+
+	for (size_t i = 0; i < CHAP_MAX; i++)
+		d |= (unsigned char)((i < na ? a[i] : 0) ^ (i < nb ? b[i] : 0));
+	return d == 0;
+}
+
+/*
+ * CHAP per volume: a session that exists already was authenticated with
+ * someone's credentials, not necessarily this volume's.  The kernel keeps
+ * the CHAP settings each session logged in with (sysfs, root only): the
+ * volume's must be the same, and a volume without credentials gets no LUN
+ * of a CHAP session.  Secrets are compared, never logged or quoted.
+ */
+static int check_session_chap(struct fv_ctx *cx, const struct iscsivol *v,
+			      const struct iscsi_view *view, const struct creds *c)
+{
+	for (size_t i = 0; i < view->nsessions; i++) {
+		const struct iscsi_session *s = &view->sessions[i];
+		struct chap have;
+		bool same;
+		int r;
+
+		if (!streq(s->state, "LOGGED_IN"))
+			continue;
+		r = iscsi_session_chap(s->sid, &have);
+		if (r < 0)
+			continue; /* gone meanwhile */
+		same = streq(have.user, c->session.user) && same_secret(have.pass, c->session.pass) &&
+		       streq(have.user_in, c->session.user_in) &&
+		       same_secret(have.pass_in, c->session.pass_in);
+		explicit_bzero(&have, sizeof(have));
+		if (same)
+			continue;
+		if (!c->session.user[0])
+			return fv_fail(cx, -EACCES, "the session to '%s' (session %d) authenticated "
+				       "with CHAP, and this volume has no CHAP credentials; refusing "
+				       "LUN %u to it", v->iqn, s->sid, v->lun);
+		return fv_fail(cx, -EACCES, "this volume's CHAP credentials are not the ones the "
+			       "session to '%s' (session %d) logged in with; refusing LUN %u to it",
+			       v->iqn, s->sid, v->lun);
+	}
+	return 0;
+}
+
 /*
  * The node-local attach: a session to the target (reused when there is
  * one), and the LUN's disk.  Call with the target lock held.
  */
-static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *dev, size_t len)
+static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *dev, size_t len,
+			   bool *ret_new)
 {
 	const struct fv_config *cfg = fv_ctx_config(cx);
-	struct iscsi_lunmatch m = { v->iqn, v->lun };
+	struct iscsi_lunmatch m = { v->iqn, v->lun, v->iface };
 	struct fv_devwait *w = NULL;
 	struct iscsi_view view = { 0 };
 	struct iscsi_disk dk;
@@ -192,8 +308,23 @@ static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *de
 	int r;
 
 	r = find_disk(v, NULL, dev, len);
-	if (r <= 0)
-		return r < 0 ? fv_fail(cx, r, "cannot read the iSCSI sessions: %s", strerror(-r)) : 0;
+	if (r < 0)
+		return fv_fail(cx, r, "cannot read the iSCSI sessions: %s", strerror(-r));
+	if (r == 0) {
+		/* the LUN's disk is there: its session's CHAP must be this volume's too */
+		r = iscsi_get_creds(cx, v, &c);
+		if (r < 0)
+			return r;
+		r = iscsi_view_load(&view, v->iqn);
+		iscsi_view_keep_iface(&view, v->iface);
+		if (r == 0)
+			r = check_session_chap(cx, v, &view, &c);
+		else
+			r = fv_fail(cx, r, "cannot read the iSCSI sessions: %s", strerror(-r));
+		explicit_bzero(&c, sizeof(c));
+		iscsi_view_free(&view);
+		return r;
+	}
 	r = fv_devwait_open(cx, &w); /* before the login: no event can be missed */
 	if (r < 0)
 		return r;
@@ -203,14 +334,20 @@ static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *de
 		r = fv_fail(cx, r, "cannot read the iSCSI sessions: %s", strerror(-r));
 		goto out;
 	}
+	iscsi_view_keep_iface(&view, v->iface); /* the sessions of the iface the options name */
 	had_session = iscsi_view_logged_in(&view);
+	/* the volume's credentials, read (and checked) whether or not there is a session */
+	r = iscsi_get_creds(cx, v, &c);
+	if (r < 0)
+		goto out;
 	if (had_session) {
+		r = check_session_chap(cx, v, &view, &c);
+		explicit_bzero(&c, sizeof(c));
+		if (r < 0)
+			goto out;
 		/* logged in for another LUN; this one may be new to the session */
 		rescan_target(cx, &view);
 	} else {
-		r = iscsi_get_creds(cx, v, &c);
-		if (r < 0)
-			goto out;
 		/*
 		 * All portals together get four helper deadlines (8 min by
 		 * default), then the device wait its own: below kubelet's 10 min.
@@ -243,6 +380,7 @@ static int ensure_attached(struct fv_ctx *cx, const struct iscsivol *v, char *de
 			goto out;
 		}
 		t_login = fv_now_ms();
+		*ret_new = true;
 	}
 	/* the LUN's disk may have come between our first look and the monitor */
 	r = fv_devwait_run(cx, w, find_disk(v, &dk, dev, len) == 0 ? dk.name : NULL,
@@ -261,6 +399,63 @@ out:
 	iscsi_view_free(&view);
 	fv_devwait_free(w);
 	return r;
+}
+
+/*
+ * One writer across nodes (docs/fencing.md): before a read-write mount,
+ * this node takes the LUN's persistent reservation (WRITE EXCLUSIVE -
+ * REGISTRANTS ONLY) under its own key; a reservation of another key is a
+ * Failure that names it.  Read-only volumes take none (the reservation type
+ * lets everyone read).  A target without persistent reservations is used
+ * unfenced, and the log says so.
+ */
+static int fence(struct fv_ctx *cx, const struct iscsivol *v, const char *dev)
+{
+	struct iscsi_view view;
+	const struct iscsi_disk *dk;
+	char why[256], initiator[IQN_MAX + 32] = "";
+	uint64_t key, holder = 0;
+	int r = iscsi_view_load(&view, v->iqn);
+
+	if (r < 0) {
+		iscsi_view_free(&view);
+		return fv_fail(cx, r, "cannot read the iSCSI sessions: %s", strerror(-r));
+	}
+	iscsi_view_keep_iface(&view, v->iface);
+	dk = iscsi_view_lun(&view, v->lun);
+	if (dk)
+		for (size_t i = 0; i < view.nsessions; i++)
+			if (view.sessions[i].sid == dk->sid)
+				snprintf(initiator, sizeof(initiator), "%s", view.sessions[i].initiator);
+	if (!dk || !initiator[0]) {
+		iscsi_view_free(&view);
+		return fv_fail(cx, -ENXIO, "cannot find the session of %s (LUN %u of '%s') to "
+			       "reserve the LUN", dev, v->lun, v->iqn);
+	}
+	key = iscsi_pr_key(initiator);
+	r = iscsi_pr_fence(dk, key, &holder, why, sizeof(why));
+	iscsi_view_free(&view);
+	if (r == -EBUSY && holder)
+		return fv_fail(cx, -FV_ERR_CONFLICT, "LUN %u of '%s' is reserved for writing by "
+			       "another node (SCSI persistent reservation key 0x%016llx; this node, "
+			       "initiator %s, has key 0x%016llx): one writer at a time. If that node "
+			       "is dead, break its reservation (docs/fencing.md)", v->lun, v->iqn,
+			       (unsigned long long)holder, initiator, (unsigned long long)key);
+	if (r == -EBUSY)
+		return fv_fail(cx, -FV_ERR_CONFLICT, "LUN %u of '%s' is reserved for writing by "
+			       "another node (reservation conflict; this node's key is 0x%016llx)",
+			       v->lun, v->iqn, (unsigned long long)key);
+	if (r == -EOPNOTSUPP) {
+		fv_log("LUN %u of %s: the target has no persistent reservations (%s); NOT fenced",
+		       v->lun, v->iqn, why);
+		return 0;
+	}
+	if (r < 0)
+		return fv_fail(cx, r, "cannot reserve LUN %u of '%s' (%s): %s", v->lun, v->iqn, dev,
+			       why);
+	fv_debug("LUN %u of %s reserved with key 0x%016llx (%s)", v->lun, v->iqn,
+		 (unsigned long long)key, initiator);
+	return 0;
 }
 
 /* --- the backend steps ------------------------------------------------------------ */
@@ -292,7 +487,22 @@ static int iscsi_attach(struct fv_ctx *cx, const void *vol, const char *name, co
 
 	if (lock < 0)
 		return lock;
-	r = ensure_attached(cx, v, dev, len);
+	bool new_session = false;
+
+	r = ensure_attached(cx, v, dev, len, &new_session);
+	/* the claim of a trusted name (mountdevice, node-mode mount) is where a writer fences */
+	if (r == 0 && name && !v->ro) {
+		r = fence(cx, v, dev);
+		/* refused: a session this very call made goes again (nobody else will release it) */
+		if (r < 0 && new_session) {
+			char msg[1024];
+
+			snprintf(msg, sizeof(msg), "%s", fv_ctx_message(cx));
+			(void)release_target(cx, v->iqn, -1);
+			fv_ctx_reset_message(cx);
+			fv_fail(cx, r, "%s", msg);
+		}
+	}
 	if (r < 0) {
 		fv_unlock(lock);
 		return r;

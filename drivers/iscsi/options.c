@@ -15,6 +15,7 @@
 #include <json-c/json.h>
 
 #include "fv/blkutil.h"
+#include "fv/config.h"
 #include "fv/kv.h"
 #include "iscsi.h"
 
@@ -144,18 +145,24 @@ static void erase_credbuf(char **p)
 }
 
 /*
- * Read the credentials file: a regular file (not a symlink), owned by root,
- * with no group or world permission bits.  It is opened like a hostile
- * file: O_NOFOLLOW, and O_NONBLOCK so that a FIFO cannot block the open
- * (fstat then refuses anything but a regular file, before any read).
- * No text of the file is ever logged or quoted in a message, not even a
- * key we do not know: messages name the line number, and a known key's
- * name.
+ * Read the credentials file @rel, a path below the node's credentials
+ * directory (config chap_dir; iscsi_parse() confined it lexically).  It is
+ * opened like the loop driver opens images: beneath the directory, taken
+ * literally (RESOLVE_BENEATH|NO_SYMLINKS|NO_MAGICLINKS: no symlink, no
+ * "..", no /proc magic link), O_PATH first and refused by its type before
+ * any real open - so a device node (/dev/watchdog arms the watchdog on
+ * open, a tape rewinds on close), a FIFO or a socket is only ever looked
+ * at.  The file must be root-owned without group or world permission
+ * bits; the directory root-owned and writable by root alone.  Messages
+ * describe files inside the directory only.  No text of the file is ever
+ * logged or quoted in a message, not even a key we do not know: messages
+ * name the line number, and a known key's name.
  */
-static int read_creds(struct fv_ctx *cx, const char *path, struct creds *c)
+static int read_creds(struct fv_ctx *cx, const char *opt, struct creds *c)
 {
-	char where[PATH_MAX + 32];
-	_cleanup_close_ int fd = -1;
+	const char *dir = fv_ctx_config(cx)->chap_dir;
+	char where[PATH_MAX + 32], path[PATH_MAX + 8], rel[PATH_MAX];
+	_cleanup_close_ int dfd = -1, fd = -1;
 	_cleanup_(erase_credbuf) char *buf = NULL;
 	struct stat st;
 	struct fv_kv it;
@@ -164,15 +171,41 @@ static int read_creds(struct fv_ctx *cx, const char *path, struct creds *c)
 	int r;
 
 	memset(c, 0, sizeof(*c));
-	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0 && errno == ELOOP)
-		return fv_fail(cx, -EPERM, "credentials file '%s' is a symlink; refusing it", path);
+	/*
+	 * Confined lexically before anything is looked at: one message for
+	 * every path outside the directory, whatever it is (nothing about the
+	 * node's other files - owner, mode, existence - reaches a PV author).
+	 */
+	if (fv_path_confine(dir, opt, rel, sizeof(rel)) < 0)
+		return fv_fail(cx, -FV_ERR_BADOPT, "option 'chapCredentialsFile' must name a file in "
+			       "the credentials directory '%s' (node config chap_dir), relative to "
+			       "it or absolute inside it: '%s'", dir, opt);
+	snprintf(path, sizeof(path), "%s/%s", dir, rel);
+	/* the directory is the administrator's (node config): opened as configured */
+	dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || fstat(dfd, &st) < 0)
+		return fv_fail(cx, NEG_ERRNO(), "credentials directory '%s' (config chap_dir) is not "
+			       "usable: %m", dir);
+	if (st.st_uid != 0)
+		return fv_fail(cx, -EPERM, "credentials directory '%s' is owned by uid %u, not root; "
+			       "refusing it", dir, (unsigned int)st.st_uid);
+	if (st.st_mode & 022)
+		return fv_fail(cx, -EPERM, "credentials directory '%s' has mode %04o: writable by "
+			       "group/world; refusing it (chmod 700)", dir,
+			       (unsigned int)(st.st_mode & 07777));
+	fd = fv_open_regular_beneath(dfd, rel, O_RDONLY, &st);
+	if (fd == -EMEDIUMTYPE)
+		return fv_fail(cx, -EPERM, "credentials file '%s' is not a regular file: it is %s",
+			       path, fv_file_type(st.st_mode));
+	if (fd == -ELOOP)
+		return fv_fail(cx, -EPERM, "credentials file '%s' is or passes through a symlink: "
+			       "refused (the option is taken literally)", path);
+	if (fd == -ENOENT)
+		return fv_fail(cx, -ENOENT, "credentials file '%s' does not exist", path);
+	if (fd == -EXDEV)
+		return fv_fail(cx, -EPERM, "credentials file '%s' resolves outside '%s'", path, dir);
 	if (fd < 0)
-		return fv_fail(cx, NEG_ERRNO(), "cannot open credentials file '%s': %m", path);
-	if (fstat(fd, &st) < 0)
-		return fv_fail(cx, NEG_ERRNO(), "cannot stat credentials file '%s': %m", path);
-	if (!S_ISREG(st.st_mode))
-		return fv_fail(cx, -EPERM, "credentials file '%s' is not a regular file", path);
+		return fv_fail(cx, fd, "cannot open credentials file '%s': %s", path, strerror(-fd));
 	if (st.st_uid != 0)
 		return fv_fail(cx, -EPERM, "credentials file '%s' is owned by uid %u, not root; "
 			       "refusing it", path, (unsigned int)st.st_uid);
@@ -361,7 +394,6 @@ int iscsi_parse(struct fv_ctx *cx, const struct fv_opts *o, void *vol)
 {
 	struct iscsivol *v = vol;
 	const char *s, *lun, *extra;
-	char tmp[PATH_MAX];
 	uint64_t n;
 	int r;
 
@@ -434,11 +466,16 @@ int iscsi_parse(struct fv_ctx *cx, const struct fv_opts *o, void *vol)
 	r = fv_opt(cx, o, "chapCredentialsFile", &v->credfile);
 	if (r < 0)
 		return r;
-	if (r == 0 && (v->credfile[0] != '/' ||
-		       fv_path_confine("/", v->credfile, tmp, sizeof(tmp)) < 0))
+	/*
+	 * Lexical only here (attach runs in the controller-manager, which has
+	 * no node config): no "..", no control character.  The confinement to
+	 * the node's credentials directory is read_creds()'s, on the node.
+	 */
+	if (r == 0 && fv_path_confine("/", v->credfile, v->credrel, sizeof(v->credrel)) < 0)
 		return fv_fail(cx, -FV_ERR_BADOPT,
-			       "option 'chapCredentialsFile' must be an absolute path without "
-			       "'..': '%s'",
+			       "option 'chapCredentialsFile' must be a file name in the credentials "
+			       "directory (node config chap_dir, default /etc/flexvol/chap), "
+			       "relative to it or absolute, without '..': '%s'",
 			       v->credfile);
 	r = parse_secret(cx, o, v);
 	if (r < 0)

@@ -43,7 +43,7 @@ static void udev_device_unrefp(struct udev_device **p)
 		udev_device_unref(*p);
 }
 
-static const char *dev_root(void)
+const char *iscsi_dev_root(void)
 {
 	const char *r = secure_getenv("FLEXVOL_DEV_ROOT");
 
@@ -116,6 +116,49 @@ static int load_disks(struct udev *udev, struct udev_device *parent, int sid, st
 	return 0;
 }
 
+/* A session attribute; "(null)" (the kernel's word for unset) and absent are "". */
+static void sysattr(struct udev_device *d, const char *name, char *buf, size_t len)
+{
+	const char *x = udev_device_get_sysattr_value(d, name);
+
+	snprintf(buf, len, "%s", x && !streq(x, "(null)") ? x : "");
+}
+
+/* "addr:port" of the session's first connection (IPv6 in brackets), or "". */
+static void session_address(int sid, char *buf, size_t len)
+{
+	char p[PATH_MAX], addr[128] = "", port[16] = "";
+
+	snprintf(p, sizeof(p), "/sys/class/iscsi_connection/connection%d:0/persistent_address", sid);
+	if (fv_read_line(p, addr, sizeof(addr)) <= 0)
+		snprintf(addr, sizeof(addr), "%s", "");
+	snprintf(p, sizeof(p), "/sys/class/iscsi_connection/connection%d:0/persistent_port", sid);
+	if (fv_read_line(p, port, sizeof(port)) <= 0)
+		port[0] = '\0';
+	if (!addr[0] || !port[0])
+		buf[0] = '\0';
+	else
+		snprintf(buf, len, strchr(addr, ':') ? "[%s]:%s" : "%s:%s", addr, port);
+}
+
+int iscsi_session_chap(int sid, struct chap *c)
+{
+	_cleanup_(udev_unrefp) struct udev *udev = udev_new();
+	_cleanup_(udev_device_unrefp) struct udev_device *d = NULL;
+	char name[32];
+
+	memset(c, 0, sizeof(*c));
+	snprintf(name, sizeof(name), "session%d", sid);
+	d = udev ? udev_device_new_from_subsystem_sysname(udev, "iscsi_session", name) : NULL;
+	if (!d)
+		return -ENOENT;
+	sysattr(d, "username", c->user, sizeof(c->user));
+	sysattr(d, "password", c->pass, sizeof(c->pass));
+	sysattr(d, "username_in", c->user_in, sizeof(c->user_in));
+	sysattr(d, "password_in", c->pass_in, sizeof(c->pass_in));
+	return 0;
+}
+
 int iscsi_view_load(struct iscsi_view *v, const char *iqn)
 {
 	_cleanup_(udev_unrefp) struct udev *udev = udev_new();
@@ -148,6 +191,9 @@ int iscsi_view_load(struct iscsi_view *v, const char *iqn)
 		state = udev_device_get_sysattr_value(d, "state");
 		snprintf(s.target, sizeof(s.target), "%s", target);
 		snprintf(s.state, sizeof(s.state), "%s", state ? state : "");
+		sysattr(d, "ifacename", s.iface, sizeof(s.iface));
+		sysattr(d, "initiatorname", s.initiator, sizeof(s.initiator));
+		session_address(s.sid, s.addr, sizeof(s.addr));
 		r = append(&v->sessions, &v->nsessions, &s, sizeof(s));
 		if (r < 0)
 			return r;
@@ -160,6 +206,30 @@ int iscsi_view_load(struct iscsi_view *v, const char *iqn)
 		}
 	}
 	return 0;
+}
+
+void iscsi_view_keep_iface(struct iscsi_view *v, const char *iface)
+{
+	size_t ns = 0, nd = 0;
+
+	if (!iface)
+		return;
+	for (size_t i = 0; i < v->nsessions; i++) {
+		const struct iscsi_session *s = &v->sessions[i];
+
+		if (s->iface[0] && !streq(s->iface, iface)) {
+			for (size_t j = 0; j < v->ndisks; j++)
+				if (v->disks[j].sid == s->sid)
+					v->disks[j].sid = -1; /* dropped below */
+			continue;
+		}
+		v->sessions[ns++] = *s;
+	}
+	v->nsessions = ns;
+	for (size_t j = 0; j < v->ndisks; j++)
+		if (v->disks[j].sid >= 0)
+			v->disks[nd++] = v->disks[j];
+	v->ndisks = nd;
 }
 
 void iscsi_view_free(struct iscsi_view *v)
@@ -196,12 +266,60 @@ const struct iscsi_disk *iscsi_view_lun(const struct iscsi_view *v, unsigned int
 		if (dk->lun != lun || !s || !streq(s->state, "LOGGED_IN"))
 			continue;
 		/* the node must be that disk (a stale /dev entry of a removed one is not) */
-		snprintf(node, sizeof(node), "%s/%s", dev_root(), dk->name);
+		snprintf(node, sizeof(node), "%s/%s", iscsi_dev_root(), dk->name);
 		if (stat(node, &st) < 0 || !S_ISBLK(st.st_mode) || st.st_rdev != dk->devt)
 			continue;
 		return dk;
 	}
 	return NULL;
+}
+
+/* Is block device @devt active swap (/proc/swaps)?  1, 0. */
+static int in_swap(dev_t devt)
+{
+	FILE *f = fopen("/proc/swaps", "re");
+	char line[PATH_MAX + 128];
+	int r = 0;
+
+	if (!f)
+		return 0;
+	while (!r && fgets(line, sizeof(line), f)) {
+		char *sp = strpbrk(line, " \t");
+		struct stat st;
+
+		if (line[0] != '/' || !sp)
+			continue;
+		*sp = '\0';
+		/* (blanks are escaped as \040 there: such a name is no /dev node of a disk) */
+		r = stat(line, &st) == 0 && S_ISBLK(st.st_mode) && st.st_rdev == devt;
+	}
+	fclose(f);
+	return r;
+}
+
+/*
+ * The exclusive-open probe: O_EXCL on a block device fails with EBUSY while
+ * anything holds it or a partition of it (a mount in any mount namespace,
+ * swap, device-mapper/LVM, md, another O_EXCL user).  Opened read-only and
+ * closed at once (no udev change event); the probe itself holds the device
+ * for those microseconds only.  1 busy, 0 free, <0 cannot tell.
+ */
+static int excl_busy(const struct iscsi_disk *dk)
+{
+	char node[PATH_MAX];
+	struct stat st;
+	int fd;
+
+	snprintf(node, sizeof(node), "%s/%s", iscsi_dev_root(), dk->name);
+	fd = open(node, O_RDONLY | O_EXCL | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return errno == EBUSY ? 1 : errno == ENOENT || errno == ENXIO ? 0 : NEG_ERRNO();
+	if (fstat(fd, &st) < 0 || !S_ISBLK(st.st_mode) || st.st_rdev != dk->devt) {
+		close(fd);
+		return 0; /* not that disk (gone, replaced): says nothing about it */
+	}
+	close(fd);
+	return 0;
 }
 
 int iscsi_disk_in_use(const struct iscsi_disk *dk, char *why, size_t len)
@@ -229,23 +347,52 @@ int iscsi_disk_in_use(const struct iscsi_disk *dk, char *why, size_t len)
 		snprintf(why, len, "/dev/%s (LUN %u) is held by another device", dk->name, dk->lun);
 		return 1;
 	}
-	/* partitions: children of the disk */
+	if (in_swap(dk->devt)) {
+		snprintf(why, len, "/dev/%s (LUN %u) is swap", dk->name, dk->lun);
+		return 1;
+	}
+	/* partitions: children of the disk, mounted or held (LVM, dm, md on a partition) */
 	e = udev_enumerate_new(udev);
 	if (!e || udev_enumerate_add_match_parent(e, d) < 0 ||
 	    udev_enumerate_add_match_property(e, "DEVTYPE", "partition") < 0)
 		return -ENOMEM;
-	if (udev_enumerate_scan_devices(e) < 0)
-		return 0;
+	r = udev_enumerate_scan_devices(e);
+	if (r < 0)
+		return r;
 	udev_list_entry_foreach(le, udev_enumerate_get_list_entry(e))
 	{
 		_cleanup_(udev_device_unrefp) struct udev_device *p =
 			udev_device_new_from_syspath(udev, udev_list_entry_get_name(le));
 
-		if (p && fv_mnt_count_devno(udev_device_get_devnum(p)) > 0) {
+		if (!p)
+			continue;
+		r = fv_mnt_count_devno(udev_device_get_devnum(p));
+		if (r < 0)
+			return r;
+		if (r > 0) {
 			snprintf(why, len, "/dev/%s (LUN %u) is mounted", udev_device_get_sysname(p),
 				 dk->lun);
 			return 1;
 		}
+		if (in_swap(udev_device_get_devnum(p))) {
+			snprintf(why, len, "/dev/%s (a partition of LUN %u) is swap",
+				 udev_device_get_sysname(p), dk->lun);
+			return 1;
+		}
+		snprintf(holders, sizeof(holders), "%s/holders", udev_device_get_syspath(p));
+		if (fv_path_is_empty(holders) == 0) {
+			snprintf(why, len, "/dev/%s (a partition of LUN %u) is held by another device "
+				 "(device-mapper, LVM, md)", udev_device_get_sysname(p), dk->lun);
+			return 1;
+		}
+	}
+	r = excl_busy(dk);
+	if (r < 0)
+		return r;
+	if (r > 0) {
+		snprintf(why, len, "/dev/%s (LUN %u) is held open exclusively (a mount in another "
+			 "mount namespace, swap, device-mapper, or another program)", dk->name, dk->lun);
+		return 1;
 	}
 	return 0;
 }
@@ -334,7 +481,14 @@ bool iscsi_match_lun(struct udev_device *d, void *arg)
 			continue;
 		snprintf(path, sizeof(path), "%s/iscsi_session/%s/targetname",
 			 udev_device_get_syspath(p), name);
-		return fv_read_line(path, target, sizeof(target)) > 0 && !strcasecmp(target, m->iqn);
+		if (fv_read_line(path, target, sizeof(target)) <= 0 || strcasecmp(target, m->iqn))
+			return false;
+		if (!m->iface)
+			return true;
+		snprintf(path, sizeof(path), "%s/iscsi_session/%s/ifacename",
+			 udev_device_get_syspath(p), name);
+		/* (a kernel without the attribute: any session of the target) */
+		return fv_read_line(path, target, sizeof(target)) <= 0 || streq(target, m->iface);
 	}
 	return false;
 }

@@ -25,6 +25,8 @@
  *	gc_interval     FLEXVOL_GC_INTERVAL      60    (seconds between the opportunistic passes
  *	                                         of node-side ops; 0: none, only the op gc)
  *	debug           FLEXVOL_DEBUG            false (true: debug lines in the log)
+ *	chap_dir        FLEXVOL_CHAP_DIR         /etc/flexvol/chap  (the only directory whose
+ *	                                         files iscsi's chapCredentialsFile may name)
  */
 #ifndef FV_CONFIG_H
 #define FV_CONFIG_H
@@ -47,6 +49,7 @@ struct fv_config {
 	unsigned int gc_grace;	     /* seconds (docs/design.md, "Garbage collection") */
 	unsigned int gc_interval;    /* seconds; 0: no opportunistic pass */
 	bool debug;		     /* debug lines in the log */
+	char chap_dir[PATH_MAX];     /* iscsi CHAP credentials files live here, and only here */
 };
 
 /*

@@ -49,10 +49,34 @@ elif "update" in a:
 else:
     kind = "other"
 portal = a[a.index("-p") + 1] if "-p" in a else ""
+# a small database of node and discovery records: "-o new" adds, "-o delete" removes, a
+# plain query ("-m node -T -p -I", "-m discoverydb -t -p") answers 0 or 21 (no records)
+mode = a[a.index("-m") + 1] if "-m" in a else ""
+op = a[a.index("-o") + 1] if "-o" in a else ""
+dbf = os.path.join(d, "db.json")
+try:
+    db = json.load(open(dbf))
+except (OSError, ValueError):
+    db = sc.get("db", [])
+rec = [mode, a[a.index("-T") + 1] if "-T" in a else "", portal] + ([a[a.index("-I") + 1]] if mode == "node" and "-I" in a else [])
+if mode in ("node", "discoverydb") and op in ("new", "delete"):
+    if op == "new" and rec not in db:
+        db.append(rec)
+    if op == "delete":
+        db = [r for r in db if not (r[0] == mode and r[2] == portal and (mode == "discoverydb" or r[1] == rec[1]))]
+    json.dump(db, open(dbf, "w"))
+if mode in ("node", "discoverydb") and not op and "--login" not in a and "--discover" not in a and "-T" in a + ["-T"] and portal:
+    if kind == "other":
+        kind = "query"
+        if not any(rule.get("kind") == "query" for rule in sc.get("rules", [])):
+            sys.exit(0 if rec in db else 21)
 for rule in sc.get("rules", []):
     if rule.get("kind") == kind and rule.get("arg", "") in a + [""]:
         if rule.get("sleep"):
+            t0 = time.time()
             time.sleep(rule["sleep"])
+            with open(os.path.join(d, "spans"), "a") as f:
+                f.write(json.dumps([kind, a, t0, time.time()]) + "\n")
         sys.stdout.write(rule.get("out", ""))
         sys.exit(rule.get("rc", 0))
 if kind == "discover":
@@ -72,12 +96,15 @@ class Env:
         os.chmod(os.path.join(self.fake, "iscsiadm"), 0o755)
         self.scenario(targets=[IQN])
         self.log = os.path.join(self.dir, "iscsi.log")
+        self.chapdir = os.path.join(self.dir, "chap")
+        os.mkdir(self.chapdir, 0o700)
         self.node = os.uname().nodename
         self.env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "FLEXVOL_CONFIG": "/dev/null",
                     "FLEXVOL_STATE_DIR": os.path.join(self.dir, "state"),
                     "FLEXVOL_RUN_DIR": os.path.join(self.dir, "run"), "FLEXVOL_LOG_FILE": self.log,
                     "FLEXVOL_HELPER_PATH": self.fake + ":/usr/sbin:/usr/bin:/sbin:/bin",
-                    "FLEXVOL_HELPER_TIMEOUT": "20", "FLEXVOL_DEVICE_TIMEOUT": "1"}
+                    "FLEXVOL_HELPER_TIMEOUT": "20", "FLEXVOL_DEVICE_TIMEOUT": "1",
+                    "FLEXVOL_CHAP_DIR": self.chapdir}
         for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
             if k in os.environ:
                 self.env[k] = os.environ[k]
@@ -101,8 +128,8 @@ class Env:
         u = {k: v for k, v in u.items() if v is not None}
         return self.k.options(vol, u, fstype="ext4")
 
-    def creds(self, text, mode=0o600, name="chap.conf"):
-        p = os.path.join(self.dir, name)
+    def creds(self, text, mode=0o600, name="chap.conf", where=None):
+        p = os.path.join(where or self.chapdir, name)
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.write(fd, text.encode())
         os.close(fd)
@@ -196,8 +223,8 @@ BAD = [
     ({"iface": "-I"}, "'iface'"),
     ({"iface": "eth0;x"}, "'iface'"),
     ({"iface": "a" * 65}, "'iface'"),
-    ({"chapCredentialsFile": "relative/chap"}, "chapCredentialsFile"),
     ({"chapCredentialsFile": "/etc/../etc/shadow"}, "chapCredentialsFile"),
+    ({"chapCredentialsFile": "a/../../x"}, "chapCredentialsFile"),
 ]
 
 
@@ -272,16 +299,17 @@ def creds_not_root_owned(e):
 @case
 def creds_symlink_refused(e):
     p = e.creds("session.username = u\nsession.password = topsecret-1234\n")
-    link = os.path.join(e.dir, "link.conf")
+    link = os.path.join(e.chapdir, "link.conf")
     os.symlink(p, link)
     creds_refused(e, link, "symlink")
+    creds_refused(e, "link.conf", "symlink")
 
 
 @case
 def creds_missing_or_not_a_file(e):
-    creds_refused(e, os.path.join(e.dir, "nope.conf"), "cannot open credentials file", "No such file")
-    os.mkdir(os.path.join(e.dir, "adir"), 0o700)
-    creds_refused(e, os.path.join(e.dir, "adir"), "not a regular file")
+    creds_refused(e, os.path.join(e.chapdir, "nope.conf"), "credentials file", "does not exist")
+    os.mkdir(os.path.join(e.chapdir, "adir"), 0o700)
+    creds_refused(e, os.path.join(e.chapdir, "adir"), "not a regular file", "a directory")
 
 
 @case
@@ -319,10 +347,115 @@ def creds_bad_lines_not_quoted(e):
         check("pasword" not in r["message"], "unknown key quoted: %r" % r["message"])
 
 
+class OpenWatch:
+    """inotify IN_OPEN|IN_CLOSE_NOWRITE on one path: did anything open() it?  (O_PATH opens nothing.)"""
+
+    def __init__(self, path):
+        import ctypes
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        check(self.fd >= 0, "inotify_init1")
+        check(self.libc.inotify_add_watch(self.fd, path.encode(), 0x20 | 0x10) >= 0,
+              "inotify_add_watch %s" % path)
+
+    def opened(self):
+        try:
+            return len(os.read(self.fd, 4096)) > 0
+        except BlockingIOError:
+            return False
+
+    def close(self):
+        os.close(self.fd)
+
+
+def chardev(path):
+    """A character device node with /dev/null's numbers (a stand-in for /dev/watchdog or a tape)."""
+    import stat as st
+    os.mknod(path, 0o600 | st.S_IFCHR, os.stat("/dev/null").st_rdev)
+    return path
+
+
+@case
+def creds_device_node_never_opened(e):
+    """A device node named as the credentials file (/dev/watchdog arms the watchdog on open, a tape
+    rewinds on close) is refused by its type before anything opens it: inotify sees no open, both
+    inside the credentials directory and outside it."""
+    inside = chardev(os.path.join(e.chapdir, "watchdog"))
+    outside = chardev(os.path.join(e.dir, "watchdog"))
+    for p, words in ((inside, ("not a regular file", "a character device")),
+                     ("watchdog", ("not a regular file",)),
+                     (outside, ("credentials directory", e.chapdir))):
+        w = OpenWatch(p if p.startswith("/") else inside)
+        try:
+            r = e.k.waitforattach("", e.opts(chapCredentialsFile=p))
+            check(not w.opened(), "%s was opened" % p)
+            failure(r, *words)
+        finally:
+            w.close()
+    check(e.calls() == [], "iscsiadm ran: %r" % e.calls())
+
+
+@case
+def creds_outside_the_directory_refused(e):
+    """Any path outside the credentials directory is refused without being looked at: the same
+    message for a root-only 0600 credentials file, a file owned by someone else, a missing file and
+    a directory, so a PV author learns nothing about the node's files (owner, mode, existence)."""
+    good = e.creds("session.username = u\nsession.password = topsecret-1234\n", where=e.dir,
+                   name="other-array.conf")
+    other = e.creds("x", where=e.dir, name="nobody.conf")
+    os.chown(other, 65534, 65534)
+    msgs = []
+    for p in (good, other, os.path.join(e.dir, "missing.conf"), e.dir, "/etc/shadow", "/dev/watchdog",
+              os.path.dirname(e.chapdir.rstrip("/")) + "/chapx/y.conf"):
+        r = e.k.waitforattach("", e.opts(chapCredentialsFile=p))
+        failure(r, "credentials directory", e.chapdir)
+        m = r["message"]
+        check(m.endswith("'%s'" % p), "the message ends with the option: %r" % m)
+        m = m[:-len(p) - 2]
+        for leak in ("uid", "mode", "exist", "No such", "regular", "directory '<P>'", "symlink",
+                     "permission", "Permission"):
+            check(leak not in m, "message reveals %r: %r" % (leak, r["message"]))
+        msgs.append(m)
+    check(len(set(msgs)) == 1, "messages differ by what the path is: %r" % msgs)
+    check(e.calls() == [], "iscsiadm ran: %r" % e.calls())
+
+
+@case
+def creds_symlinks_in_the_directory_refused(e):
+    """Opened beneath the directory literally: a symlink (to a file inside or outside) and a
+    symlinked subdirectory are refused; a real subdirectory's file is read."""
+    real = e.creds("session.username = u\nsession.password = topsecret-1234\n", name="real.conf")
+    outside = e.creds("session.username = u\nsession.password = topsecret-1234\n", where=e.dir,
+                      name="outside.conf")
+    os.symlink("real.conf", os.path.join(e.chapdir, "alias.conf"))
+    os.symlink(outside, os.path.join(e.chapdir, "out.conf"))
+    os.symlink(e.dir, os.path.join(e.chapdir, "sub"))
+    for p in ("alias.conf", "out.conf", "sub/outside.conf", os.path.join(e.chapdir, "sub/outside.conf")):
+        r = creds_refused(e, p, "symlink")
+        check(e.dir + "/outside" not in r["message"], "the target is named: %r" % r)
+    os.mkdir(os.path.join(e.chapdir, "array1"), 0o700)
+    e.creds("session.username = u\nsession.password = topsecret-1234\n", where=os.path.join(e.chapdir, "array1"))
+    for p in ("array1/chap.conf", os.path.join(e.chapdir, "array1/chap.conf"), real):
+        r = e.k.waitforattach("", e.opts(chapCredentialsFile=p))
+        failure(r, "did not appear")  # read, logged in (fake iscsiadm); no device on the host
+
+
+@case
+def creds_directory_must_be_root_only(e):
+    """A credentials directory that others may write (plant files in) is refused."""
+    p = e.creds("session.username = u\nsession.password = topsecret-1234\n")
+    os.chmod(e.chapdir, 0o777)
+    creds_refused(e, p, "credentials directory", "writable")
+    os.chmod(e.chapdir, 0o700)
+    os.chown(e.chapdir, 65534, 65534)
+    creds_refused(e, p, "credentials directory", "owned by uid 65534")
+    os.chown(e.chapdir, 0, 0)
+
+
 @case
 def creds_fifo_does_not_hang(e):
     """A FIFO as credentials file fails at once (nobody writes it)."""
-    p = os.path.join(e.dir, "fifo.conf")
+    p = os.path.join(e.chapdir, "fifo.conf")
     os.mkfifo(p, 0o600)
     t = time.monotonic()
     creds_refused(e, p, "not a regular file")
@@ -346,11 +479,78 @@ def creds_passed_to_iscsiadm_never_logged(e):
     check("sess-user" in flat and "tgt-user" in flat, "user names not passed")
     check("***" in e.logtext(), "redacted argv not logged")
     # the order: discovery record with CHAP, discover, node update with CHAP, login
+    calls = [c for c in calls if not is_query(c)]
     kinds = [("discoverydb" in c and "new" in c, "--discover" in c,
               "node.session.auth.authmethod" in c and "CHAP" in c, "--login" in c) for c in calls]
     check(kinds[0][0] and kinds[2][1] and kinds[5][2] and kinds[6][3], "call order %r" % calls)
     upd = calls[1]
     check(upd[upd.index("discovery.sendtargets.auth.password") + 2] == "disc-secret-4321", "discovery pw")
+
+
+def is_query(c):
+    """a look at open-iscsi's database (does a record exist?), not a change"""
+    return "-o" not in c and "--login" not in c and "--logout" not in c and "--discover" not in c \
+        and "--rescan" not in c
+
+
+def changes_of(calls, mode):
+    return [c for c in calls if c[:2] == ["-m", mode] and "-o" in c and c[c.index("-o") + 1] in
+            ("new", "update", "delete")]
+
+
+@case
+def admin_discovery_record_left_alone(e):
+    """An administrator's discovery record for the portal is used as it is: never created over,
+    updated (our discovery CHAP is not written into it) or deleted (issue 17 point 5)."""
+    e.scenario(rules=[])
+    with open(os.path.join(e.fake, "scenario.json")) as f:
+        sc = json.load(f)
+    sc["db"] = [["discoverydb", "", PORTAL]]
+    with open(os.path.join(e.fake, "scenario.json"), "w") as f:
+        json.dump(sc, f)
+    p = e.creds("discovery.username = du\ndiscovery.password = disc-secret-4321\n")
+    r = e.k.waitforattach("", e.opts(chapCredentialsFile=p))
+    failure(r, "did not appear")  # discovered and logged in (fake); no device on the host
+    calls = e.calls()
+    check(any("--discover" in c for c in calls), "no discovery: %r" % calls)
+    check(changes_of(calls, "discoverydb") == [], "the administrator's discovery record was "
+          "changed: %r" % changes_of(calls, "discoverydb"))
+    check("disc-secret-4321" not in [x for c in calls for x in c], "our secret went into it")
+
+
+@case
+def admin_node_record_not_touched(e):
+    """A node record for (target, portal, iface) that flexvol did not create is the
+    administrator's: a clear Failure, and it is neither updated nor deleted (issue 17 point 5)."""
+    e.scenario(rules=[])
+    with open(os.path.join(e.fake, "scenario.json")) as f:
+        sc = json.load(f)
+    sc["db"] = [["node", IQN, PORTAL, "default"]]
+    with open(os.path.join(e.fake, "scenario.json"), "w") as f:
+        json.dump(sc, f)
+    r = e.k.waitforattach("", e.opts())
+    failure(r, "did not create", "neither changes nor deletes")
+    ch = changes_of(e.calls(), "node")
+    check(ch == [], "the administrator's node record was changed: %r" % ch)
+    check(not any("--login" in c for c in e.calls()), "logged in with it")
+
+
+@case
+def discovery_serialised_per_portal(e):
+    """Two targets behind one portal: their discoveries (keyed by portal in open-iscsi) never
+    overlap, although the two calls hold different target locks (issue 17 point 5)."""
+    iqn2 = IQN + "-b"
+    e.scenario(targets=[IQN, iqn2], rules=[{"kind": "discover", "sleep": 1.0,
+                                            "out": "%s,1 %s\n%s,1 %s\n" % (PORTAL, IQN, PORTAL, iqn2)}])
+    o1, o2 = e.opts(), e.opts(vol="pv2", iqn=iqn2)
+    ps = [e.drv.spawn("waitforattach", "", o) for o in (o1, o2)]
+    for p in ps:
+        p.communicate(timeout=60)
+    spans = []
+    with open(os.path.join(e.fake, "spans")) as f:
+        spans = sorted((s[2], s[3]) for s in map(json.loads, f) if s[0] == "discover")
+    check(len(spans) == 2, "two discoveries: %r" % spans)
+    check(spans[0][1] <= spans[1][0], "the discoveries overlapped: %r" % spans)
 
 
 # --- iscsiadm error mapping (fake iscsiadm) ---------------------------------------------

@@ -15,6 +15,7 @@ static const char *const envs[] = {
 	"FLEXVOL_HELPER_PATH",	  "FLEXVOL_LOCK_TIMEOUT",  "FLEXVOL_HELPER_TIMEOUT",
 	"FLEXVOL_MOUNT_TIMEOUT",  "FLEXVOL_DEVICE_TIMEOUT", "FLEXVOL_DEBUG",
 	"FLEXVOL_GC_GRACE",	  "FLEXVOL_GC_INTERVAL",
+	"FLEXVOL_CHAP_DIR",
 };
 
 static struct fv_config cfg;
@@ -136,6 +137,27 @@ TEST(file_values)
 	CHECK_INT(cfg.helper_timeout, 86400);
 	CHECK_INT(cfg.mount_timeout, 1);
 	CHECK_INT(cfg.device_timeout, 30);
+	done_config();
+}
+
+TEST(chap_dir_key)
+{
+	REQUIRE(use_config(""));
+	CHECK_INT(load(), 0);
+	CHECK_STR(cfg.chap_dir, "/etc/flexvol/chap");
+	done_config();
+	REQUIRE(use_config("chap_dir = /srv/chap\n"));
+	CHECK_INT(load(), 0);
+	CHECK_STR(cfg.chap_dir, "/srv/chap");
+	done_config();
+	REQUIRE(use_config("chap_dir = srv/chap\n"));
+	CHECK_INT(load(), -FV_ERR_BADOPT);
+	CHECK_CONTAINS(err, "chap_dir must be an absolute path");
+	done_config();
+	REQUIRE(use_config("chap_dir = /srv/chap\n"));
+	setenv("FLEXVOL_CHAP_DIR", "/run/chap", 1);
+	CHECK_INT(load(), 0);
+	CHECK_STR(cfg.chap_dir, "/run/chap");
 	done_config();
 }
 
