@@ -311,7 +311,8 @@ class Cluster:
             f"--client-ca-file={k}/ca.crt",
             f"--kubelet-client-certificate={k}/apiserver-kubelet-client.crt",
             f"--kubelet-client-key={k}/apiserver-kubelet-client.key",
-            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            # the node name resolves to 127.0.0.1 here (the kubelet listens there only)
+            "--kubelet-preferred-address-types=Hostname",
             "--authorization-mode=Node,RBAC",
             # the default admission chain plus NodeRestriction, as kubeadm runs it
             "--enable-admission-plugins=NodeRestriction",
@@ -320,6 +321,9 @@ class Cluster:
             f"--service-account-signing-key-file={k}/sa.key",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
+            # the reconciler refuses a loopback advertise address; nothing here uses the
+            # kubernetes service (no kube-proxy; in-cluster clients are told 127.0.0.1:6443)
+            "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=1",
         ])
@@ -462,7 +466,13 @@ volumeStatsAggPeriod: 0s
     def restart_kubelet(self):
         self.stop("kubelet")
         self.start_kubelet()
+        wait_for("kubelet /healthz", self._kubelet_healthy, 60)
         wait_for("node Ready after kubelet restart", self.node_ready, 120)
+
+    def _kubelet_healthy(self):
+        self.check_alive("kubelet")
+        with urllib.request.urlopen("http://127.0.0.1:10248/healthz", timeout=3) as r:
+            return r.status == 200
 
     def start_scheduler(self):
         self.start("kube-scheduler", [self.b("kube-scheduler"),

@@ -213,6 +213,14 @@ class T:
         self.installed = overlay
 
     def rollout(self, timeout=180):
+        # rollout status right after a create or an update may look at a status the controller
+        # has not written yet (0 desired = "rolled out"): wait for it to observe this generation
+        def observed():
+            ds = self.kj("-n", "kube-system", "get", "ds", "flexvol-installer")
+            st = ds.get("status", {})
+            return (st.get("observedGeneration", 0) >= ds["metadata"]["generation"] and
+                    st.get("desiredNumberScheduled", 0) >= 1)
+        C.wait_for("the DaemonSet controller to observe the installer", observed, 60)
         r = self.k("-n", "kube-system", "rollout", "status", "ds/flexvol-installer", f"--timeout={timeout}s",
                    check=False, timeout=timeout + 30)
         if r.returncode != 0:
@@ -227,11 +235,17 @@ class T:
         if self.mode == mode and self.installed == overlay:
             return
         self.install(overlay)
+        # the installer copies the node config when it starts (deploy/base/configmap.yaml:
+        # "After editing, restart the installer")
+        self.k("-n", "kube-system", "rollout", "restart", "ds/flexvol-installer")
+        self.rollout()
         want = C.p("etc", "flexvol.conf")
         C.wait_for("node config with the mode", lambda: os.path.exists(want) and
                    (("\nattach_mode = node" in open(want).read()) == (mode == "node")), 60)
+        pos = self.logpos()
         self.cl.restart_kcm(flex=(mode == "controller"))
         self.cl.restart_kubelet()
+        self.wait_op("kubelet", "init", pos, timeout=60)  # re-probed: attach capability per mode
         self.mode = mode
 
 
@@ -336,26 +350,26 @@ def case_loop_controller(t):
     """loop, controller attach mode: attach/detach by the controller-manager's attach/detach
     controller, waitforattach/mountdevice/mount by the kubelet; data survives pods; fsGroup."""
     t.ensure_mode("controller")
-    _write_read_flow(t, "controller", "loop-ctl", "kube/ctl.img")
+    _write_read_flow(t, "controller", "loop-ctl", "ctl.img")
 
 
 def case_loop_controller_readonly(t):
     """A read-only claim mount: the pod cannot write, can read."""
     t.ensure_mode("controller")
     pv = "loop-ro"
-    t.loop_pv(pv, "kube/ro.img")
+    t.loop_pv(pv, "ro.img")
     t.pod("ro-seed", "echo seed > /data/seed && sync && echo SEEDED", claim=pv)
     t.wait_pod("ro-seed", ("Succeeded",))
     t.delete_pod("ro-seed")
-    t.pod("ro-pod", "cat /data/seed; if touch /data/new 2>/tmp/err; then echo WRITABLE; else echo "
-          "REFUSED $(cat /tmp/err); fi", claim=pv, read_only=True)
+    t.pod("ro-pod", "cat /data/seed; if out=$(touch /data/new 2>&1); then echo WRITABLE; else echo "
+          "\"REFUSED $out\"; fi", claim=pv, read_only=True)
     t.wait_pod("ro-pod", ("Succeeded",))
     log = t.logs("ro-pod")
     check("seed" in log, f"read-only pod could not read: {log}")
     check("REFUSED" in log and "WRITABLE" not in log, f"read-only pod could write: {log}")
     check("Read-only file system" in log, f"unexpected error for the write: {log}")
     t.delete_pod("ro-pod")
-    C.wait_for("loop device released", lambda: not t.loops_of("kube/ro.img"), 120)
+    C.wait_for("loop device released", lambda: not t.loops_of("ro.img"), 120)
     t.drop_pv(pv)
 
 
@@ -369,12 +383,12 @@ def case_loop_secret(t):
     t.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "loop-secret", "namespace": NS},
              "type": "flexvol/loop", "data": {"token": base64.b64encode(SECRET_VALUE.encode()).decode()}})
     pv = "loop-sec"
-    t.loop_pv(pv, "kube/sec.img", secret="loop-secret")
+    t.loop_pv(pv, "sec.img", secret="loop-secret")
     t.pod("sec-pod", "echo ok > /data/f && cat /data/f && echo SECRET-OK", claim=pv)
     t.wait_pod("sec-pod", ("Succeeded",))
     check("SECRET-OK" in t.logs("sec-pod"), "pod with a Secret-referencing PV did not run")
     t.delete_pod("sec-pod")
-    C.wait_for("loop device released", lambda: not t.loops_of("kube/sec.img"), 120)
+    C.wait_for("loop device released", lambda: not t.loops_of("sec.img"), 120)
     for f in (LOG_KCM, LOG_KUBELET):
         with open(f, errors="replace") as fh:
             data = fh.read()
@@ -384,7 +398,7 @@ def case_loop_secret(t):
     t.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "loop-secret-opaque", "namespace": NS},
              "type": "Opaque", "data": {"token": "eA=="}})
     pv2 = "loop-sec2"
-    t.loop_pv(pv2, "kube/sec2.img", secret="loop-secret-opaque")
+    t.loop_pv(pv2, "sec2.img", secret="loop-secret-opaque")
     t.pod("sec-pod2", "echo should-not-run", claim=pv2)
 
     def refused():
@@ -406,24 +420,28 @@ def case_loop_mixed_ro_rw(t):
     same time, in both orders (kubelet calls waitforattach per pod with its readwrite)."""
     t.ensure_mode("controller")
     pv = "loop-mix"
-    t.loop_pv(pv, "kube/mix.img")
-    for first, second in (("rw", "ro"), ("ro", "rw")):
-        names = {}
-        for kind in (first, second):
-            n = f"mix-{first}{second}-{kind}"
-            names[kind] = n
-            if kind == "rw":
-                t.pod(n, "echo rw > /data/rw && sync && echo RW-WROTE; sleep 3600", claim=pv)
-            else:
-                t.pod(n, "if touch /data/ro 2>/dev/null; then echo RO-WROTE; else echo RO-REFUSED; fi; "
-                      "sleep 3600", claim=pv, read_only=True)
-            t.wait_pod(n, timeout=120)
-        t.wait_log(names["rw"], "RW-WROTE")
-        t.wait_log(names["ro"], "RO-REFUSED")
-        for n in names.values():
-            t.delete_pod(n)
-        C.wait_for("loop device released", lambda: not t.loops_of("kube/mix.img"), 180)
-    t.drop_pv(pv)
+    t.loop_pv(pv, "mix.img")
+    try:
+        for first, second in (("rw", "ro"), ("ro", "rw")):
+            names = {}
+            try:
+                for kind in (first, second):
+                    n = f"mix-{first}{second}-{kind}"
+                    names[kind] = n
+                    if kind == "rw":
+                        t.pod(n, "echo rw > /data/rw && sync && echo RW-WROTE; sleep 3600", claim=pv)
+                    else:
+                        t.pod(n, "if touch /data/ro 2>/dev/null; then echo RO-WROTE; else echo RO-REFUSED; fi; "
+                              "sleep 3600", claim=pv, read_only=True)
+                    t.wait_pod(n, timeout=90)
+                t.wait_log(names["rw"], "RW-WROTE")
+                t.wait_log(names["ro"], "RO-REFUSED")
+            finally:
+                for n in names.values():
+                    t.delete_pod(n)
+                C.wait_for("loop device released", lambda: not t.loops_of("mix.img"), 180)
+    finally:
+        t.drop_pv(pv)
 
 
 def case_loop_node(t):
@@ -432,7 +450,7 @@ def case_loop_node(t):
     t.ensure_mode("node")
     init = [o for o in t.ops("kubelet") if o["op"] == "init" and o["driver"] == "loop"]
     check(init, "kubelet never probed loop")
-    _write_read_flow(t, "node", "loop-node", "kube/node.img")
+    _write_read_flow(t, "node", "loop-node", "node.img")
 
 
 def case_upgrade(t):
@@ -440,14 +458,14 @@ def case_upgrade(t):
     write, and its volume is unmounted by the new driver when it goes."""
     t.ensure_mode("node")
     pv = "loop-upg"
-    t.loop_pv(pv, "kube/upg.img")
+    t.loop_pv(pv, "upg.img")
     t.pod("upg-pod", "echo before > /data/f && echo BEFORE; sleep 3600", claim=pv)
     t.wait_pod("upg-pod")
     t.wait_log("upg-pod", "BEFORE")
     drv = os.path.join(PLUGINS, "flexvol~loop", "loop")
     with open(drv, "rb") as f:
         old = f.read()
-    devs = t.loops_of("kube/upg.img")
+    devs = t.loops_of("upg.img")
     mounts_before = t.mounts_of(devs)
     check(devs and mounts_before, "volume not mounted before the upgrade")
     pos = t.logpos()
@@ -464,7 +482,7 @@ def case_upgrade(t):
     pos = t.logpos()
     t.delete_pod("upg-pod")
     t.wait_op("kubelet", "unmount", pos)
-    C.wait_for("loop device released", lambda: not t.loops_of("kube/upg.img"), 60)
+    C.wait_for("loop device released", lambda: not t.loops_of("upg.img"), 60)
     t.drop_pv(pv)
     # back to the first image, for the cases after this one
     t.k("-n", "kube-system", "set", "image", "ds/flexvol-installer", f"install={INSTALLER}")
