@@ -494,7 +494,7 @@ volumeStatsAggPeriod: 0s
         os.makedirs(BASE, exist_ok=True)
         os.makedirs(RUN, exist_ok=True)
         # which of the fixed paths existed before: those are never removed at teardown
-        write(p("preexisting"), "".join(f"{x}\n" for x in FIXED_PATHS if os.path.lexists(x)))
+        write(p("preexisting"), "".join(f"{x}\n" for x in FIXED_PATHS + cgroup_parents() if os.path.lexists(x)))
         for d in ("log", "flexvol/loop", "flexvol/state", "etc", "plugins"):
             os.makedirs(p(d), exist_ok=True)
         pki()
@@ -534,6 +534,7 @@ def teardown(bindir, cl=None):
     mounts and loop devices under BASE/RUN). Never touches a process it did not start."""
     if not os.path.isdir(BASE) and not os.path.isdir(RUN):
         return
+    t0 = time.monotonic()
     kubectl = os.path.join(bindir, "kubectl")
     kcfg = p("admin.kubeconfig")
 
@@ -557,6 +558,7 @@ def teardown(bindir, cl=None):
             time.sleep(1)
         kc("delete", "pvc", "--all", "--all-namespaces", "--wait=false", timeout=30)
 
+    log(f"teardown: API objects gone ({time.monotonic() - t0:.0f} s)")
     # 2. Our processes: pid files first (kubelet before containerd before the control plane),
     # then anything still running one of our binaries (a crashed run's, or a shim).
     order = ["kubelet", "kube-scheduler", "kube-controller-manager"]
@@ -600,6 +602,7 @@ def teardown(bindir, cl=None):
             log(f"stray {proc_exe(pid)} (pid {pid}): stopped")
             kill_pid(pid, "stray", 10)
 
+    log(f"teardown: processes stopped ({time.monotonic() - t0:.0f} s)")
     # 3. Mounts under our dirs (pod volumes, sandbox shm, overlay rootfs), deepest first; then
     # loop devices whose backing file is ours.
     for _ in range(3):
@@ -622,7 +625,7 @@ def teardown(bindir, cl=None):
 
     # 4. cgroups runc made for our containers (cgroupfs driver, cgroupsPerQOS off: one
     # directory per container id, under each v1 hierarchy and the unified one).
-    _remove_cgroups()
+    _remove_container_cgroups()
 
     # 5. Files: our dirs (only once nothing is mounted below them) and the fixed paths the
     # kubelet and containerd write, when this lane created them.
@@ -637,6 +640,7 @@ def teardown(bindir, cl=None):
     except OSError:
         known = False
     if known:
+        _remove_cgroups(pre)
         for x in FIXED_PATHS:
             if x not in pre and os.path.lexists(x):
                 if mounts_under([x]):
@@ -644,6 +648,7 @@ def teardown(bindir, cl=None):
                 shutil.rmtree(x, ignore_errors=True)
     shutil.rmtree(RUN, ignore_errors=True)
     shutil.rmtree(BASE, ignore_errors=True)
+    log(f"teardown: done ({time.monotonic() - t0:.0f} s)")
 
 
 def _stop_pidfile(name, bindir, cl):
@@ -664,7 +669,26 @@ def _stop_pidfile(name, bindir, cl):
         pass
 
 
-def _remove_cgroups():
+def cgroup_parents():
+    """containerd's cgroup parent for the k8s.io namespace in every hierarchy (cgroupfs)."""
+    try:
+        return [os.path.join("/sys/fs/cgroup", h, "k8s.io") for h in sorted(os.listdir("/sys/fs/cgroup"))]
+    except OSError:
+        return []
+
+
+def _remove_cgroups(pre):
+    for d in cgroup_parents():
+        if d in pre or not os.path.isdir(d):
+            continue
+        for dirpath, _, _ in os.walk(d, topdown=False):
+            try:
+                os.rmdir(dirpath)  # only empty cgroups (no process left) can go
+            except OSError as e:
+                log(f"cgroup {dirpath}: {e}")
+
+
+def _remove_container_cgroups():
     ids = set()
     for root in (os.path.join(RUN, "runc", "k8s.io"),):
         if os.path.isdir(root):

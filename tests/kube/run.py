@@ -61,6 +61,20 @@ class T:
     def kj(self, *args, **kw):
         return self.cl.kjson(*args, **kw)
 
+    def objs(self, path=None, text=None):
+        """The objects of a manifest file (or text), as kubectl parses them (no YAML module)."""
+        r = self.k("create", "--dry-run=client", "-o", "json", "-f", path or "-", input=text)
+        dec, s, out = json.JSONDecoder(), r.stdout, []
+        i = 0
+        while True:
+            while i < len(s) and s[i].isspace():
+                i += 1
+            if i >= len(s):
+                break
+            o, i = dec.raw_decode(s, i)
+            out += o["items"] if o.get("kind") == "List" else [o]
+        return out
+
     def apply(self, obj):
         return self.k("apply", "-f", "-", input=json.dumps(obj))
 
@@ -578,7 +592,7 @@ def main():
             except Exception as e:  # noqa: BLE001
                 print(f"FAIL teardown: {e}")
                 failed += 1
-            left = leftovers()
+            left = leftovers(bindir)
             if left:
                 print(f"FAIL teardown left: {left}")
                 failed += 1
@@ -587,9 +601,14 @@ def main():
     return 0 if failed == 0 else 1
 
 
-def leftovers():
-    """What the lane must never leave: our processes, mounts, loop devices, dirs."""
+def leftovers(bindir):
+    """What the lane must never leave: our processes, mounts, loop devices, dirs, cgroups."""
     left = []
+    for e in os.listdir("/proc"):
+        exe = C.proc_exe(int(e)) if e.isdigit() else None
+        if exe and exe.startswith(bindir.rstrip("/") + "/"):
+            left.append(f"process {e} ({exe})")
+    left += [d for d in C.cgroup_parents() if os.path.isdir(d)]
     if os.path.exists(C.BASE) or os.path.exists(C.RUN):
         left.append("state dirs")
     if C.mounts_under([C.BASE, C.RUN]):
