@@ -583,6 +583,8 @@ def main():
     ap.add_argument("-k", action="append", default=[], help="run only cases whose name contains this")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--keep", action="store_true", help="leave the cluster running at the end (debug)")
+    ap.add_argument("--artifacts", default=os.path.join(ROOT, "build", "kube-logs"),
+                    help="where the component and driver logs are copied before teardown")
     a = ap.parse_args()
     cases = CASES + load_extra_cases() + LATE_CASES
     if a.k:
@@ -629,6 +631,7 @@ def main():
                     failed += 1
             C.record_container_ids(cl)
     finally:
+        save_logs(a.artifacts)
         if a.keep:
             print("cluster left running (--keep): python3 tests/kube/cluster.py down")
         else:
@@ -645,6 +648,18 @@ def main():
                                                              if known else ""))
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
+
+
+def save_logs(dest):
+    """The components' logs and both sides' driver logs, kept after teardown (CI debugging)."""
+    import shutil
+    shutil.rmtree(dest, ignore_errors=True)
+    for sub in ("logs", "log"):
+        src = C.p(sub)
+        if os.path.isdir(src):
+            shutil.copytree(src, os.path.join(dest, sub), dirs_exist_ok=True)
+    if os.path.isdir(dest):
+        print(f"logs kept in {dest}")
 
 
 def leftovers(bindir):
