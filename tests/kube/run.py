@@ -629,6 +629,7 @@ def main():
                     known.append(name)
                 else:
                     failed += 1
+                reset_after_failure(t)
             C.record_container_ids(cl)
     finally:
         save_logs(a.artifacts)
@@ -648,6 +649,16 @@ def main():
                                                              if known else ""))
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
+
+
+def reset_after_failure(t):
+    """A failed case may leave pods, claims and volumes behind: remove the test namespace's pods
+    and claims and the PVs the cases made, so that the next case starts from an idle node."""
+    t.k("delete", "pods", "--all", "-n", NS, "--grace-period=1", "--timeout=60s", check=False, timeout=90)
+    t.k("delete", "pvc", "--all", "-n", NS, "--wait=false", check=False)
+    for pv in t.kj("get", "pv")["items"]:
+        if (pv["spec"].get("flexVolume") or {}).get("driver") == "flexvol/loop":
+            t.k("delete", "pv", pv["metadata"]["name"], "--wait=false", check=False)
 
 
 def save_logs(dest):
