@@ -19,6 +19,7 @@ kubelet's failCgroupV1: false (this host's cgroup layout is v1/hybrid), containe
 restrict_oom_score_adj (no CAP_SYS_RESOURCE here), a loopback-only CNI config, locally imported
 images and imagePullPolicy: Never.
 """
+import fcntl
 import json
 import os
 import shutil
@@ -40,6 +41,26 @@ PAUSE_IMAGE = "localhost/flexvol/pause:kube-test"
 # removed at teardown when this lane created them.
 FIXED_PATHS = ["/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run/containerd",
                "/var/run/nri", "/opt/containerd", "/etc/cni"]
+
+
+LOCK = "/run/lock/flexvol-kube.lock"
+
+
+def take_lock():
+    """One cluster at a time on this machine (they share BASE and the ports): an exclusive flock
+    held by the returned file until the process ends. Waits for another run to finish."""
+    os.makedirs(os.path.dirname(LOCK), exist_ok=True)
+    f = open(LOCK, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log(f"another cluster-lane run holds {LOCK}: waiting for it")
+        fcntl.flock(f, fcntl.LOCK_EX)
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def p(*parts):
@@ -731,6 +752,8 @@ def main():
         return 2
     bindir = os.environ.get("FLEXVOL_KUBE_BIN") or default_bindir()
     cl = Cluster(bindir)
+    if args[0] in ("up", "down"):
+        lock = take_lock()  # noqa: F841 - held until exit
     if args[0] == "down":
         teardown(bindir)
         return 0

@@ -594,6 +594,7 @@ def main():
             print(c.__name__[5:], "-", (c.__doc__ or "").strip().split("\n")[0])
         return 0
     bindir = os.environ.get("FLEXVOL_KUBE_BIN") or C.default_bindir()
+    lock = C.take_lock()  # noqa: F841 - one cluster at a time; held until this process ends
     cl = C.Cluster(bindir)
     passed = failed = 0
     known = []
