@@ -533,6 +533,51 @@ def case_uninstall(t):
     check(after == before, f"plugin dir differs from before the install: before {sorted(before)}, after {sorted(after)}")
 
 
+def case_install_order(t):
+    """What the install case saw made deterministic (no cluster needed): the kubelet may run a
+    driver's init the moment the installer renames it into the plugin dir (the installer pod's
+    own volume lookups process the plugin-dir events at once), so the node config, which decides
+    init's answer (attach_mode), must already be in place then. deploy/install.sh runs with a
+    `mv` on PATH that records, for every rename into the plugin dir, whether the config exists."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="flexvol-install-order.") as d:
+        src = os.path.join(d, "src")
+        os.makedirs(src)
+        for drv in ("loop", "nfs"):
+            with open(os.path.join(ROOT, "build", "image", "bin", drv), "rb") as f, \
+                    open(os.path.join(src, drv), "wb") as g:
+                g.write(f.read())
+            os.chmod(os.path.join(src, drv), 0o755)
+        conf = os.path.join(d, "flexvol.conf")
+        with open(conf, "w") as f:
+            f.write("attach_mode = node\n")
+        dest = os.path.join(d, "etc", "flexvol.conf")
+        plugins = os.path.join(d, "plugins")
+        record = os.path.join(d, "record")
+        fake = os.path.join(d, "fakebin")
+        os.makedirs(fake)
+        real_mv = subprocess.run(["sh", "-c", "command -v mv"], capture_output=True, text=True).stdout.strip()
+        with open(os.path.join(fake, "mv"), "w") as f:
+            f.write(f"""#!/bin/sh
+for last; do :; done
+case $last in {plugins}/*) if [ -e {dest} ]; then echo "$last config-present"; else echo "$last config-absent"; fi >> {record};; esac
+exec {real_mv} "$@"
+""")
+        os.chmod(os.path.join(fake, "mv"), 0o755)
+        env = dict(os.environ, PATH=f"{fake}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+        r = subprocess.run(["sh", os.path.join(ROOT, "deploy", "install.sh"), "--once", "--plugin-dir", plugins,
+                            "--source", src, "--config", conf, "--config-dest", dest],
+                           capture_output=True, text=True, env=env, timeout=60)
+        check(r.returncode == 0, f"install.sh failed: {r.stdout} {r.stderr}")
+        with open(record) as f:
+            lines = f.read().split("\n")
+        renames = [x for x in lines if x]
+        check(len(renames) == 2, f"expected two driver renames, saw {renames}")
+        absent = [x.split()[0] for x in renames if x.endswith("config-absent")]
+        check(not absent, "drivers made visible to the kubelet before the node config was installed "
+              f"(a probe then answers from the defaults, attach: true): {absent}")
+
+
 def case_install_node_mode(t):
     """A fresh install with deploy/overlays/kubeadm-1.36 on a node whose kubelet keeps running
     (what an operator of a kubeadm >= 1.36 cluster does: no kubelet restart) and a
@@ -562,7 +607,7 @@ def case_install_node_mode(t):
 CASES = [case_install, case_loop_controller, case_loop_controller_readonly, case_loop_secret,
          case_loop_mixed_ro_rw, case_loop_node, case_upgrade]
 # more cases register themselves here (provisioner, policy): see the modules imported below
-LATE_CASES = [case_uninstall, case_install_node_mode]
+LATE_CASES = [case_uninstall, case_install_node_mode, case_install_order]
 
 
 def load_extra_cases():
