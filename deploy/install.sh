@@ -266,15 +266,18 @@ if [ "$UNINSTALL" = 1 ]; then
 	fi
 	say "uninstalled"
 else
+	# The config first: the kubelet may run a driver's init the moment its
+	# file appears (it processes plugin-dir events on its next volume lookup)
+	# and keeps that answer; init's attach capability comes from the config.
+	if [ -n "$CONFIG_SRC" ]; then
+		install_file "$CONFIG_SRC" "$CONFIG_DEST" 644
+		say "config: $RESULT ($CONFIG_DEST)"
+	fi
 	[ -d "$PLUGIN_DIR" ] || mkdir -p "$PLUGIN_DIR" || die "cannot create $PLUGIN_DIR"
 	for d in $list; do
 		install_file "$SOURCE_DIR/$d" "$PLUGIN_DIR/$VENDOR~$d/$d" 555
 		say "$VENDOR/$d: $RESULT ($PLUGIN_DIR/$VENDOR~$d/$d)"
 	done
-	if [ -n "$CONFIG_SRC" ]; then
-		install_file "$CONFIG_SRC" "$CONFIG_DEST" 644
-		say "config: $RESULT ($CONFIG_DEST)"
-	fi
 fi
 ready
 
