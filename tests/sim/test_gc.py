@@ -121,7 +121,8 @@ def gc_never_releases_what_is_in_use(e):
     k.unmount("pod-a", "pv2", expect="Success")
     umount(k.gmp("pv2"))  # pv2 leaked, pv1 in use
     lockdir = os.path.join(e.run, "locks")
-    with open(os.path.join(lockdir, "loop-vol-pv2.lock"), "r") as lk:
+    # a free lock has no file (its last holder removes it): make it, as fv_lock() does
+    with open(os.path.join(lockdir, "loop-vol-pv2.lock"), "a+") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
         gc(e, grace=0)
         check(sorted(e.loops()) == sorted([d1, d2]), "nothing released under a held lock: %r"

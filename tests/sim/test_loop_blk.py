@@ -28,7 +28,10 @@ class Env(test_loop.Env):
             self.k.drv = self.drv
 
     def devmount(self, vol="pv1"):
-        return os.path.join(self.run, "loop", "mounts", vol)
+        """The driver's own device mount of @vol (under its run dir: mounts/<name>/<image>)."""
+        d = os.path.join(self.run, "loop", "mounts", vol)
+        subs = os.listdir(d) if os.path.isdir(d) else []
+        return os.path.join(d, subs[0]) if len(subs) == 1 else os.path.join(d, "?")
 
 
 def make_env(build, name):
