@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "fv/macro.h"
+#include "fv/util.h"
 #include "controller.h"
 #include "jsonutil.h"
 #include "kube.h"
@@ -36,7 +37,7 @@
 const struct fvp_backend *ctl_backend(const char *name)
 {
 	for (size_t i = 0; name && fvp_backends[i]; i++)
-		if (streq(fvp_backends[i]->name, name))
+		if (streq(fvp_backends[i]->name, name) && fvp_backend_enabled(fvp_backends[i]))
 			return fvp_backends[i];
 	return NULL;
 }
@@ -163,6 +164,65 @@ static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object 
 
 /* --- provisioning ------------------------------------------------------------------------- */
 
+/*
+ * PATCH @path with the merge patch @patch (taken).  Returns the HTTP status
+ * or <0; logs what failed as @what.
+ */
+static int patch(struct prov *p, const char *path, json_object *patch, const char *what)
+{
+	json_object *reply = NULL;
+	char err[512];
+	int st;
+
+	if (!patch)
+		return -ENOMEM;
+	st = kube_request(p->k, "PATCH", path, patch, &reply, err, sizeof(err));
+	json_object_put(patch);
+	if (st < 0)
+		log_info("%s: %s", what, err);
+	else if (st != 200)
+		log_info("%s: HTTP %d %s", what, st, kube_status_message(reply));
+	json_object_put(reply);
+	return st;
+}
+
+/* {"a":{"b":{"c":v}}} with v a string, or null when @v is NULL */
+static json_object *nest3(const char *a, const char *b, const char *c, const char *v)
+{
+	json_object *o = json_object_new_object(), *o1 = json_object_new_object(),
+		    *o2 = json_object_new_object();
+
+	if (!o || !o1 || !o2) {
+		json_object_put(o);
+		json_object_put(o1);
+		json_object_put(o2);
+		return NULL;
+	}
+	json_object_object_add(o2, c, v ? json_object_new_string(v) : NULL);
+	json_object_object_add(o1, b, o2);
+	json_object_object_add(o, a, o1);
+	return o;
+}
+
+/*
+ * Hand a WaitForFirstConsumer claim back to the scheduler: without the
+ * selected-node annotation it picks a node again (what the library's
+ * rescheduleProvisioning does when provisioning on the selected node failed
+ * in a way another node may not).
+ */
+static void reschedule(struct prov *p, json_object *pvc)
+{
+	const char *ns = jstr2(pvc, "metadata", "namespace"), *name = jstr2(pvc, "metadata", "name");
+	char path[600], what[600];
+
+	if (!safe_name(ns) || !safe_name(name))
+		return;
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
+	snprintf(what, sizeof(what), "claim %s/%s: removing %s", ns, name, ANN_SELECTED_NODE);
+	if (patch(p, path, nest3("metadata", "annotations", ANN_SELECTED_NODE, NULL), what) == 200)
+		log_info("claim %s/%s: handed back to the scheduler", ns, name);
+}
+
 /* The PV for @pvc; takes over @vol's flexVolume and nodeAffinity. */
 static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, json_object *pvc,
 			     json_object *sc, struct fvp_volume *vol)
@@ -188,9 +248,12 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 	jset(ann, ANN_PROVISIONED_BY, b->name);
 	jset(ann, ANN_ON_DELETE, vol->on_delete);
 	json_object_object_add(m, "annotations", ann);
+	if (vol->labels)
+		json_object_object_add(m, "labels", TAKE_PTR(vol->labels));
 	json_object_object_add(pv, "metadata", m);
 
-	jset(cap, "storage", jstr(jget(jget(spec, "resources"), "requests"), "storage"));
+	jset(cap, "storage", vol->capacity[0] ? vol->capacity :
+			     jstr(jget(jget(spec, "resources"), "requests"), "storage"));
 	json_object_object_add(s, "capacity", cap);
 	json_object_object_add(s, "accessModes", json_object_get(jget(spec, "accessModes")));
 	jset(s, "persistentVolumeReclaimPolicy", policy ? policy : "Delete");
@@ -249,6 +312,12 @@ static void provision(struct prov *p, const struct fvp_backend *b, json_object *
 		return;
 	}
 	r = b->prepare(&p->site, sc, pvc, pv_name, &vol, err, sizeof(err));
+	if (r == -ENOSPC && jstr(jget(meta, "annotations"), ANN_SELECTED_NODE)) {
+		event(&p->ev, pvc, true, "ProvisioningFailed", "%s; handing the claim back to the "
+		      "scheduler", err);
+		reschedule(p, pvc);
+		return;
+	}
 	if (r < 0) {
 		event(&p->ev, pvc, true, "ProvisioningFailed", "%s", err);
 		return;
@@ -384,6 +453,100 @@ static void claim_finish_deleted(struct prov *p, json_object *pvc)
 			 jstr2(pvc, "metadata", "namespace"), jstr2(pvc, "metadata", "name"));
 }
 
+/* --- expansion ---------------------------------------------------------------------------- */
+
+static int quantity(const char *s, uint64_t *ret)
+{
+	return s && *s ? fv_parse_quantity(s, ret) : -EINVAL;
+}
+
+/*
+ * A bound claim of one of our backends that grows online (b->expand) asks
+ * for more than its PV has.  Kubernetes' expand controller never loads
+ * FlexVolume plugins (kubernetes/kubernetes#126881), so this plays the
+ * external resizer's part: the PV's capacity is raised (in whole MiB, as
+ * provisioned), then the claim's status says the node has to finish
+ * (allocatedResources, allocatedResourceStatuses NodeResizePending); kubelet
+ * then calls the driver's expandfs on the node, with the pod running, and
+ * records the new capacity in the claim's status.  Each step is idempotent
+ * and checked against the objects as they are: a crash between the two
+ * patches is finished at the next event or re-list.  A smaller request is
+ * refused with an event (a filesystem does not shrink).
+ */
+static void claim_resize(struct prov *p, json_object *pvc)
+{
+	json_object *meta = jget(pvc, "metadata"), *spec = jget(pvc, "spec"),
+		    *status = jget(pvc, "status"), *pv = NULL, *sc = NULL, *reply = NULL;
+	const char *ns = jstr(meta, "namespace"), *name = jstr(meta, "name"),
+		   *volname = jstr(spec, "volumeName"), *cls;
+	const struct fvp_backend *b;
+	uint64_t req, pvcap, stcap;
+	char path[600], what[700], want[32], err[512];
+	int st;
+
+	if (!safe_name(ns) || !safe_name(name) || !safe_name(volname) ||
+	    quantity(jstr(jget(jget(spec, "resources"), "requests"), "storage"), &req) < 0 ||
+	    quantity(jstr(jget(status, "capacity"), "storage"), &stcap) < 0)
+		return;
+	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", volname);
+	st = kube_request(p->k, "GET", path, NULL, &pv, err, sizeof(err));
+	if (st != 200 || !pv)
+		goto out;
+	b = ctl_backend(jstr(jget(jget(pv, "metadata"), "annotations"), ANN_PROVISIONED_BY));
+	if (!b || !b->expand || quantity(jstr(jget(jget(pv, "spec"), "capacity"), "storage"),
+					 &pvcap) < 0)
+		goto out;
+	req = (req + (1 << 20) - 1) >> 20 << 20;
+	if (req < pvcap && req < stcap) {
+		event(&p->ev, pvc, true, "VolumeResizeFailed",
+		      "shrinking is not supported: the claim asks for %llu MiB, volume %s has "
+		      "%llu MiB (a filesystem does not shrink)",
+		      (unsigned long long)(req >> 20), volname, (unsigned long long)(pvcap >> 20));
+		goto out;
+	}
+	if (req > pvcap) {
+		cls = jstr(jget(pv, "spec"), "storageClassName");
+		if (!cls || get_class(p, cls, &sc, NULL) != 1)
+			goto out;
+		if (!json_object_get_boolean(jget(sc, "allowVolumeExpansion"))) {
+			event(&p->ev, pvc, true, "VolumeResizeFailed",
+			      "StorageClass '%s' does not allow volume expansion", cls);
+			goto out;
+		}
+		snprintf(want, sizeof(want), "%lluMi", (unsigned long long)(req >> 20));
+		snprintf(what, sizeof(what), "claim %s/%s: raising the capacity of PV %s to %s", ns,
+			 name, volname, want);
+		if (patch(p, path, nest3("spec", "capacity", "storage", want), what) != 200)
+			goto out;
+		log_info("%s: done", what);
+		pvcap = req;
+	}
+	if (pvcap > stcap && !jstr(jget(status, "allocatedResourceStatuses"), "storage")) {
+		json_object *body, *ars = json_object_new_object();
+
+		snprintf(want, sizeof(want), "%lluMi", (unsigned long long)(pvcap >> 20));
+		body = nest3("status", "allocatedResources", "storage", want);
+		if (!body || !ars) {
+			json_object_put(body);
+			json_object_put(ars);
+			goto out;
+		}
+		jset(ars, "storage", "NodeResizePending");
+		json_object_object_add(jget(body, "status"), "allocatedResourceStatuses", ars);
+		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s/status",
+			 ns, name);
+		snprintf(what, sizeof(what), "claim %s/%s: setting its resize status", ns, name);
+		if (patch(p, path, body, what) == 200)
+			event(&p->ev, pvc, false, "FileSystemResizeRequired",
+			      "volume %s is now %s; kubelet grows its filesystem on the node",
+			      volname, want);
+	}
+out:
+	json_object_put(reply);
+	json_object_put(sc);
+	json_object_put(pv);
+}
+
 void ctl_claim_changed(struct prov *p, json_object *pvc)
 {
 	json_object *meta = jget(pvc, "metadata"), *sc = NULL;
@@ -404,6 +567,8 @@ void ctl_claim_changed(struct prov *p, json_object *pvc)
 		if (has_finalizer(pvc) && set_finalizer(p, pvc, false, NULL) == 0)
 			log_info("claim %s/%s is bound: finalizer removed", jstr(meta, "namespace"),
 				 jstr(meta, "name"));
+		if (phase && streq(phase, "Bound") && vol && *vol)
+			claim_resize(p, pvc);
 		return;
 	}
 	r = claim_is_ours(p, pvc, &sc, &b);
@@ -464,6 +629,10 @@ void ctl_pv_changed(struct prov *p, json_object *pv)
 		od = jstr(ann, ANN_ON_DELETE);
 	r = b->reclaim(&p->site, pv, od, done, sizeof(done), err, sizeof(err));
 	json_object_put(sc);
+	if (r == 2) {
+		event(&p->ev, pv, true, "VolumeFailedDelete", "%s", err);
+		return;
+	}
 	if (r > 0) {
 		log_info("PV %s: %s", name, err);
 		return;
