@@ -374,47 +374,15 @@ static int loop_cleanup(const struct fvp_site *s, json_object *sc, json_object *
 static int loop_reclaim(const struct fvp_site *s, json_object *pv, const char *on_delete,
 			char *done, size_t donelen, char *err, size_t errlen)
 {
-	json_object *na = jget(jget(pv, "spec"), "nodeAffinity"), *node = NULL, *t, *e, *v;
-	const char *host = NULL, *img;
-	char path[400];
-	int r;
-
-	(void)on_delete, (void)done, (void)donelen;
-	img = jstr(jget(jget(jget(pv, "spec"), "flexVolume"), "options"), "file");
-	/* required.nodeSelectorTerms[0].matchExpressions[0].values[0], as loop_prepare wrote it */
-	t = jget(jget(na, "required"), "nodeSelectorTerms");
-	t = t && json_object_is_type(t, json_type_array) ? json_object_array_get_idx(t, 0) : NULL;
-	e = jget(t, "matchExpressions");
-	e = e && json_object_is_type(e, json_type_array) ? json_object_array_get_idx(e, 0) : NULL;
-	v = jget(e, "values");
-	v = v && json_object_is_type(v, json_type_array) ? json_object_array_get_idx(v, 0) : NULL;
-	if (v && json_object_is_type(v, json_type_string))
-		host = json_object_get_string(v);
-	if (!host || !safe_name(host))
-		return prov_fail(err, errlen, 2,
-				 "PV has no node affinity this provisioner wrote: image %s not touched",
-				 img ? img : "?");
-	/* the node agent of that node removes the image; when that node is gone, nobody can */
-	snprintf(path, sizeof(path), "/api/v1/nodes?labelSelector=kubernetes.io%%2Fhostname%%3D%s",
-		 host);
-	r = get(s, path, &node, err, errlen);
-	if (r < 0)
-		return 1;
-	if (r == 0 && jget(node, "items") && json_object_array_length(jget(node, "items")) == 0) {
-		json_object_put(node);
-		return prov_fail(err, errlen, 2,
-				 "node %s is gone: its image %s cannot be removed by the node agent; "
-				 "delete this PV by hand (and the image, if the node comes back)",
-				 host, img ? img : "?");
-	}
-	json_object_put(node);
-	return prov_fail(err, errlen, 1, "the node agent on %s removes image %s", host,
-			 img ? img : "?");
+	/* node_local: the controller leaves reclaim to the node agent (agent.c) */
+	(void)s, (void)pv, (void)on_delete, (void)done, (void)donelen;
+	return prov_fail(err, errlen, 1, "the node agent removes flexvol/loop images");
 }
 
 const struct fvp_backend fvp_backend_loop = {
 	.name = LOOP_PROVISIONER,
 	.expand = true,
+	.node_local = true,
 	.class_check = loop_class_check,
 	.prepare = loop_prepare,
 	.create = loop_create,

@@ -38,6 +38,8 @@ struct fvp_site {
 	const char *share; /* --share SERVER:PATH, or NULL: every class */
 	struct kube *k;	   /* the API, for reads only */
 	const char *capacity_ns; /* --capacity-namespace: where node agents publish */
+	const char *root;  /* --root as given: opened again by a deadline child (fsop.c) */
+	unsigned int fs_timeout_s; /* deadline of one create/cleanup/reclaim; 0: in-process */
 };
 
 /* One volume as prepare() plans it. */
@@ -61,6 +63,7 @@ enum fvp_made {
 struct fvp_backend {
 	const char *name; /* the StorageClass provisioner and the PV's provisioned-by */
 	bool expand;	  /* its volumes grow online (the driver's expandfs): play the resizer */
+	bool node_local;  /* its assets live on the PV's node, reclaimed there by the node agent */
 
 	/*
 	 * Is StorageClass @sc valid, and does this instance serve it?  0: yes;
@@ -93,8 +96,8 @@ struct fvp_backend {
 	 * PV @pv (provisioned by this backend) is reclaimed: apply @on_delete
 	 * (the class parameter's words: archive, delete, retain) to its asset.
 	 * 0: done (what was done in @done); 1: not this instance's to touch
-	 * (why in @err); 2: nobody can (why in @err, a warning event on the PV);
-	 * <0: failed, the PV is kept and this is retried.
+	 * (why in @err); <0: failed, the PV is kept and this is retried.
+	 * Not called for a node_local backend.
 	 */
 	int (*reclaim)(const struct fvp_site *s, json_object *pv, const char *on_delete, char *done,
 		       size_t donelen, char *err, size_t errlen);

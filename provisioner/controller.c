@@ -11,8 +11,9 @@
  * a function of the claim, the asset a function of the claim and the class,
  * making an asset that exists is success, and a PV create that finds the PV
  * (409, another replica or an earlier life of this process) is success.
- * Every watch end (timeout, 410 Gone, dropped connection) is followed by a
- * full re-list, so nothing missed while disconnected is lost.
+ * Listing, watching and the workers that call these handlers: runner.c.
+ * The handlers run on several worker threads at once, never two for one
+ * object; what they share (the API client, the event cache) is thread-safe.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -24,6 +25,8 @@
 #include "fv/macro.h"
 #include "fv/util.h"
 #include "controller.h"
+#include "fsop.h"
+#include "metrics.h"
 #include "jsonutil.h"
 #include "kube.h"
 
@@ -33,6 +36,14 @@
  * with a deletionTimestamp, until its asset is cleaned up.
  */
 #define FINALIZER "flexvol/provisioning"
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 const struct fvp_backend *ctl_backend(const char *name)
 {
@@ -273,8 +284,14 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 	return pv;
 }
 
-static void provision(struct prov *p, const struct fvp_backend *b, json_object *pvc,
-		      json_object *sc, const char *pv_name)
+/*
+ * Returns 0 when done (a PV exists, or the claim is left to another
+ * instance), <0 when it should be tried again after a backoff (every
+ * refusal too: a class or claim fixed meanwhile is then picked up), or the
+ * seconds to wait (> 0) when the API asked for them.
+ */
+static int provision(struct prov *p, const struct fvp_backend *b, json_object *pvc,
+		     json_object *sc, const char *pv_name)
 {
 	json_object *spec = jget(pvc, "spec"), *meta = jget(pvc, "metadata"), *pv = NULL,
 		    *reply = NULL, *modes, *updated = NULL;
@@ -288,61 +305,62 @@ static void provision(struct prov *p, const struct fvp_backend *b, json_object *
 	if (r < 0) {
 		event(&p->ev, pvc, true, "ProvisioningFailed", "StorageClass '%s': %s",
 		      jstr2(sc, "metadata", "name"), err);
-		return;
+		return -EINVAL;
 	}
 	if (r > 0) {
 		log_info("claim %s/%s: %s: left to another instance", ns, name, err);
-		return;
+		return 0;
 	}
 	vm = jstr(spec, "volumeMode");
 	if (vm && !streq(vm, "Filesystem")) {
 		event(&p->ev, pvc, true, "ProvisioningFailed",
 		      "volumeMode %s is not supported: %s volumes are filesystems", vm, b->name);
-		return;
+		return -EINVAL;
 	}
 	size = jstr(jget(jget(spec, "resources"), "requests"), "storage");
 	if (!size || !*size) {
 		event(&p->ev, pvc, true, "ProvisioningFailed", "the claim requests no storage size");
-		return;
+		return -EINVAL;
 	}
 	modes = jget(spec, "accessModes");
 	if (!modes || !json_object_is_type(modes, json_type_array) ||
 	    !json_object_array_length(modes)) {
 		event(&p->ev, pvc, true, "ProvisioningFailed", "the claim has no accessModes");
-		return;
+		return -EINVAL;
 	}
 	r = b->prepare(&p->site, sc, pvc, pv_name, &vol, err, sizeof(err));
 	if (r == -ENOSPC && jstr(jget(meta, "annotations"), ANN_SELECTED_NODE)) {
 		event(&p->ev, pvc, true, "ProvisioningFailed", "%s; handing the claim back to the "
 		      "scheduler", err);
 		reschedule(p, pvc);
-		return;
+		return 0;
 	}
 	if (r < 0) {
 		event(&p->ev, pvc, true, "ProvisioningFailed", "%s", err);
-		return;
+		return r;
 	}
 	if (!has_finalizer(pvc)) {
 		r = set_finalizer(p, pvc, true, &updated);
 		if (r != 0) {
 			fvp_volume_done(&vol);
-			return; /* 409: the newer claim comes by the watch; 404: gone */
+			/* 409: the newer claim comes by the watch; 404: gone */
+			return r == 1 || r == -EAGAIN ? 0 : r;
 		}
 		pvc = updated;
 	}
-	r = b->create(&p->site, sc, pvc, &vol, &made, err, sizeof(err));
+	r = fvp_backend_create(&p->site, b, sc, pvc, &vol, &made, err, sizeof(err));
 	if (r < 0) {
 		fvp_volume_done(&vol);
 		event(&p->ev, pvc, true, "ProvisioningFailed", "%s", err);
 		json_object_put(updated);
-		return;
+		return r;
 	}
 	pv = build_pv(b, pv_name, pvc, sc, &vol);
 	fvp_volume_done(&vol);
 	if (!pv) {
 		log_info("claim %s/%s: out of memory", ns, name);
 		json_object_put(updated);
-		return;
+		return -ENOMEM;
 	}
 	st = kube_request(p->k, "POST", "/api/v1/persistentvolumes", pv, &reply, err, sizeof(err));
 	if (st == 201 || st == 200) {
@@ -353,7 +371,7 @@ static void provision(struct prov *p, const struct fvp_backend *b, json_object *
 		log_info("claim %s/%s: PV %s exists already (created by another replica or before a "
 			 "restart)", ns, name, pv_name);
 	} else if (st < 0) {
-		log_info("claim %s/%s: creating PV %s failed: %s (retried at the next re-list)", ns,
+		log_info("claim %s/%s: creating PV %s failed: %s (retried after a backoff)", ns,
 			 name, pv_name, err);
 	} else {
 		event(&p->ev, pvc, true, "ProvisioningFailed", "creating PV %s failed: HTTP %d %s",
@@ -365,6 +383,7 @@ static void provision(struct prov *p, const struct fvp_backend *b, json_object *
 	json_object_put(reply);
 	json_object_put(pv);
 	json_object_put(updated);
+	return st == 201 || st == 200 || st == 409 ? 0 : st < 0 ? st : -EIO;
 }
 
 /* 1 when PV @name exists, 0 when not, <0 on an API error. */
@@ -416,20 +435,24 @@ static int claim_is_ours(struct prov *p, json_object *pvc, json_object **ret_sc,
  * failed, or between the asset and the PV create), its asset is removed when
  * nothing was written to it: nothing is left behind, and no data is touched.
  */
-static void remove_unused_asset(struct prov *p, json_object *pvc)
+static int remove_unused_asset(struct prov *p, json_object *pvc)
 {
 	json_object *meta = jget(pvc, "metadata"), *sc = NULL;
 	const char *uid = jstr(meta, "uid");
 	const struct fvp_backend *b;
 	char pv_name[128], err[FVP_ERR_MAX];
-	int r;
+	int r = 0;
 
-	if (!uid || !safe_name(uid) || strlen(uid) > 64 || claim_is_ours(p, pvc, &sc, &b) <= 0)
-		return;
+	if (!uid || !safe_name(uid) || strlen(uid) > 64)
+		return 0;
+	r = claim_is_ours(p, pvc, &sc, &b);
+	if (r <= 0)
+		return r;
 	snprintf(pv_name, sizeof(pv_name), "pvc-%s", uid);
-	if (pv_exists(p, pv_name) == 0) {
+	r = pv_exists(p, pv_name);
+	if (r == 0) {
 		err[0] = '\0';
-		r = b->cleanup(&p->site, sc, pvc, pv_name, err, sizeof(err));
+		r = fvp_backend_cleanup(&p->site, b, sc, pvc, pv_name, err, sizeof(err));
 		if (r == 0)
 			log_info("claim %s/%s deleted before its PV was made: %s",
 				 jstr(meta, "namespace"), jstr(meta, "name"), err);
@@ -438,6 +461,7 @@ static void remove_unused_asset(struct prov *p, json_object *pvc)
 				 jstr(meta, "name"), err);
 	}
 	json_object_put(sc);
+	return r < 0 ? r : 0;
 }
 
 /*
@@ -445,12 +469,17 @@ static void remove_unused_asset(struct prov *p, json_object *pvc)
  * its asset and its PV (a crash, or a PV create that kept failing).  Its
  * asset goes if it is unused, then the finalizer, so the API can finish.
  */
-static void claim_finish_deleted(struct prov *p, json_object *pvc)
+static int claim_finish_deleted(struct prov *p, json_object *pvc)
 {
-	remove_unused_asset(p, pvc);
-	if (set_finalizer(p, pvc, false, NULL) == 0)
+	int r = remove_unused_asset(p, pvc);
+
+	if (r < 0)
+		return r;
+	r = set_finalizer(p, pvc, false, NULL);
+	if (r == 0)
 		log_info("claim %s/%s deleted before its PV: finalizer removed",
 			 jstr2(pvc, "metadata", "namespace"), jstr2(pvc, "metadata", "name"));
+	return r == 1 || r == -EAGAIN ? 0 : r;
 }
 
 /* --- expansion ---------------------------------------------------------------------------- */
@@ -473,7 +502,7 @@ static int quantity(const char *s, uint64_t *ret)
  * patches is finished at the next event or re-list.  A smaller request is
  * refused with an event (a filesystem does not shrink).
  */
-static void claim_resize(struct prov *p, json_object *pvc)
+static int claim_resize(struct prov *p, json_object *pvc)
 {
 	json_object *meta = jget(pvc, "metadata"), *spec = jget(pvc, "spec"),
 		    *status = jget(pvc, "status"), *pv = NULL, *sc = NULL, *reply = NULL;
@@ -482,16 +511,18 @@ static void claim_resize(struct prov *p, json_object *pvc)
 	const struct fvp_backend *b;
 	uint64_t req, pvcap, stcap;
 	char path[600], what[700], want[32], err[512];
-	int st;
+	int st, r = 0;
 
 	if (!safe_name(ns) || !safe_name(name) || !safe_name(volname) ||
 	    quantity(jstr(jget(jget(spec, "resources"), "requests"), "storage"), &req) < 0 ||
 	    quantity(jstr(jget(status, "capacity"), "storage"), &stcap) < 0)
-		return;
+		return 0;
 	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", volname);
 	st = kube_request(p->k, "GET", path, NULL, &pv, err, sizeof(err));
-	if (st != 200 || !pv)
+	if (st != 200 || !pv) {
+		r = st == 404 ? 0 : -EIO;
 		goto out;
+	}
 	b = ctl_backend(jstr(jget(jget(pv, "metadata"), "annotations"), ANN_PROVISIONED_BY));
 	if (!b || !b->expand || quantity(jstr(jget(jget(pv, "spec"), "capacity"), "storage"),
 					 &pvcap) < 0)
@@ -506,8 +537,15 @@ static void claim_resize(struct prov *p, json_object *pvc)
 	}
 	if (req > pvcap) {
 		cls = jstr(jget(pv, "spec"), "storageClassName");
-		if (!cls || get_class(p, cls, &sc, NULL) != 1)
+		r = cls ? get_class(p, cls, &sc, NULL) : 0;
+		if (r != 1) {
+			if (r == 0)
+				event(&p->ev, pvc, true, "VolumeResizeFailed",
+				      "StorageClass '%s' is gone: cannot check allowVolumeExpansion",
+				      cls ? cls : "");
 			goto out;
+		}
+		r = 0;
 		if (!json_object_get_boolean(jget(sc, "allowVolumeExpansion"))) {
 			event(&p->ev, pvc, true, "VolumeResizeFailed",
 			      "StorageClass '%s' does not allow volume expansion", cls);
@@ -516,8 +554,10 @@ static void claim_resize(struct prov *p, json_object *pvc)
 		snprintf(want, sizeof(want), "%lluMi", (unsigned long long)(req >> 20));
 		snprintf(what, sizeof(what), "claim %s/%s: raising the capacity of PV %s to %s", ns,
 			 name, volname, want);
-		if (patch(p, path, nest3("spec", "capacity", "storage", want), what) != 200)
+		if (patch(p, path, nest3("spec", "capacity", "storage", want), what) != 200) {
+			r = -EIO;
 			goto out;
+		}
 		log_info("%s: done", what);
 		pvcap = req;
 	}
@@ -536,7 +576,9 @@ static void claim_resize(struct prov *p, json_object *pvc)
 		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s/status",
 			 ns, name);
 		snprintf(what, sizeof(what), "claim %s/%s: setting its resize status", ns, name);
-		if (patch(p, path, body, what) == 200)
+		if (patch(p, path, body, what) != 200)
+			r = -EIO;
+		else
 			event(&p->ev, pvc, false, "FileSystemResizeRequired",
 			      "volume %s is now %s; kubelet grows its filesystem on the node",
 			      volname, want);
@@ -545,9 +587,10 @@ out:
 	json_object_put(reply);
 	json_object_put(sc);
 	json_object_put(pv);
+	return r;
 }
 
-void ctl_claim_changed(struct prov *p, json_object *pvc)
+int ctl_claim_changed(struct prov *p, json_object *pvc)
 {
 	json_object *meta = jget(pvc, "metadata"), *sc = NULL;
 	const char *uid = jstr(meta, "uid"), *phase = jstr2(pvc, "status", "phase"),
@@ -557,89 +600,166 @@ void ctl_claim_changed(struct prov *p, json_object *pvc)
 	int r;
 
 	if (!uid || strlen(uid) > 64 || !safe_name(uid))
-		return;
-	if (jget(meta, "deletionTimestamp")) {
-		if (has_finalizer(pvc))
-			claim_finish_deleted(p, pvc);
-		return;
-	}
+		return 0;
+	if (jget(meta, "deletionTimestamp"))
+		return has_finalizer(pvc) ? claim_finish_deleted(p, pvc) : 0;
 	if ((phase && !streq(phase, "Pending")) || (vol && *vol)) {
 		if (has_finalizer(pvc) && set_finalizer(p, pvc, false, NULL) == 0)
 			log_info("claim %s/%s is bound: finalizer removed", jstr(meta, "namespace"),
 				 jstr(meta, "name"));
 		if (phase && streq(phase, "Bound") && vol && *vol)
-			claim_resize(p, pvc);
-		return;
+			return claim_resize(p, pvc);
+		return 0;
 	}
 	r = claim_is_ours(p, pvc, &sc, &b);
 	if (r <= 0) {
 		/* no longer ours (its class is gone or changed): do not hold it */
 		if (r == 0 && has_finalizer(pvc))
 			(void)set_finalizer(p, pvc, false, NULL);
-		return;
+		return r;
 	}
 	/* WaitForFirstConsumer: the scheduler picks the node first (the annotation says so) */
 	if (jstr(sc, "volumeBindingMode") && streq(jstr(sc, "volumeBindingMode"), "WaitForFirstConsumer") &&
 	    !jstr(jget(meta, "annotations"), ANN_SELECTED_NODE)) {
 		json_object_put(sc);
-		return;
+		return 0;
 	}
 	snprintf(pv_name, sizeof(pv_name), "pvc-%s", uid);
 	r = pv_exists(p, pv_name);
-	if (r == 0)
-		provision(p, b, pvc, sc, pv_name);
+	if (r == 0) {
+		double t0 = now_s();
+
+		r = provision(p, b, pvc, sc, pv_name);
+		fvp_metrics_observe(FVP_M_PROVISION, r == 0, now_s() - t0);
+	}
 	else if (r == 1 && has_finalizer(pvc))
-		(void)set_finalizer(p, pvc, false, NULL);
+		r = set_finalizer(p, pvc, false, NULL) == -EIO ? -EIO : 0;
+	else if (r == 1)
+		r = 0;
 	json_object_put(sc);
+	return r;
 }
 
-void ctl_claim_deleted(struct prov *p, json_object *pvc)
+int ctl_claim_deleted(struct prov *p, json_object *pvc)
 {
-	remove_unused_asset(p, pvc);
+	return remove_unused_asset(p, pvc);
 }
 
 /* --- reclaiming ----------------------------------------------------------------------------- */
 
-void ctl_pv_changed(struct prov *p, json_object *pv)
+static int reclaim_pv(struct prov *p, const struct fvp_backend *b, json_object *pv);
+
+int ctl_pv_changed(struct prov *p, json_object *pv)
 {
-	json_object *meta = jget(pv, "metadata"), *spec = jget(pv, "spec"), *ann, *sc = NULL,
-		    *body, *pre, *reply = NULL;
-	const char *name = jstr(meta, "name"), *uid = jstr(meta, "uid"), *od = NULL, *cls;
+	json_object *meta = jget(pv, "metadata"), *spec = jget(pv, "spec"), *ann;
+	const char *name = jstr(meta, "name");
 	const struct fvp_backend *b;
-	char err[FVP_ERR_MAX], path[400], done[FVP_PATH_MAX + 200] = "";
-	int r, st;
+	double t0;
+	int r;
 
 	ann = jget(meta, "annotations");
 	b = ctl_backend(jstr(ann, ANN_PROVISIONED_BY));
 	if (!b)
-		return;
+		return 0;
 	if (!jstr2(pv, "status", "phase") || !streq(jstr2(pv, "status", "phase"), "Released") ||
 	    !jstr(spec, "persistentVolumeReclaimPolicy") ||
 	    !streq(jstr(spec, "persistentVolumeReclaimPolicy"), "Delete") || !safe_name(name))
-		return;
+		return 0;
+	t0 = now_s();
+	r = reclaim_pv(p, b, pv);
+	fvp_metrics_observe(FVP_M_DELETE, r == 0, now_s() - t0);
+	return r;
+}
 
+/*
+ * The hostname a PV is pinned to (nodeAffinity
+ * required.nodeSelectorTerms[0].matchExpressions[0] on kubernetes.io/hostname,
+ * as a node-local backend writes it), or NULL.
+ */
+static const char *pv_hostname(json_object *pv)
+{
+	json_object *t = jget(jget(jget(jget(pv, "spec"), "nodeAffinity"), "required"),
+			      "nodeSelectorTerms"), *e, *v;
+
+	t = t && json_object_is_type(t, json_type_array) ? json_object_array_get_idx(t, 0) : NULL;
+	e = jget(t, "matchExpressions");
+	e = e && json_object_is_type(e, json_type_array) ? json_object_array_get_idx(e, 0) : NULL;
+	if (!jstr(e, "key") || !streq(jstr(e, "key"), "kubernetes.io/hostname"))
+		return NULL;
+	v = jget(e, "values");
+	v = v && json_object_is_type(v, json_type_array) ? json_object_array_get_idx(v, 0) : NULL;
+	return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+}
+
+/*
+ * A released PV of a node-local backend: the agent on its node removes the
+ * asset and the PV (agent.c); nothing for the controller to do, unless that
+ * node is gone, when nobody can: a warning on the PV says so.
+ */
+static int reclaim_on_node(struct prov *p, json_object *pv)
+{
+	const char *host = pv_hostname(pv), *name = jstr2(pv, "metadata", "name");
+	json_object *list = NULL;
+	char path[400], err[512];
+	int st;
+
+	if (!host || !safe_name(host)) {
+		event(&p->ev, pv, true, "VolumeFailedDelete",
+		      "the PV names no node (nodeAffinity on kubernetes.io/hostname): its asset is "
+		      "not touched; delete the PV by hand");
+		return 0;
+	}
+	snprintf(path, sizeof(path), "/api/v1/nodes?labelSelector=kubernetes.io%%2Fhostname%%3D%s",
+		 host);
+	st = kube_request(p->k, "GET", path, NULL, &list, err, sizeof(err));
+	if (st != 200 || !list) {
+		log_info("PV %s: cannot list nodes: %s", name, st < 0 ? err : kube_status_message(list));
+		json_object_put(list);
+		return -EIO;
+	}
+	if (jget(list, "items") && json_object_is_type(jget(list, "items"), json_type_array) &&
+	    json_object_array_length(jget(list, "items")) == 0)
+		event(&p->ev, pv, true, "VolumeFailedDelete",
+		      "node %s is gone: the node agent that removes this volume's data cannot run; "
+		      "delete the PV by hand (and its image, should the node come back)", host);
+	else
+		log_info("PV %s released: the node agent on %s removes it", name, host);
+	json_object_put(list);
+	return 0;
+}
+
+/* Released PV @pv of backend @b, policy Delete: its asset, then the PV. */
+static int reclaim_pv(struct prov *p, const struct fvp_backend *b, json_object *pv)
+{
+	json_object *meta = jget(pv, "metadata"), *spec = jget(pv, "spec"), *ann, *sc = NULL,
+		    *body, *pre, *reply = NULL;
+	const char *name = jstr(meta, "name"), *uid = jstr(meta, "uid"), *od = NULL, *cls;
+	char err[FVP_ERR_MAX], path[400], done[FVP_PATH_MAX + 200] = "";
+	int r, st;
+
+	ann = jget(meta, "annotations");
+	if (b->node_local)
+		return reclaim_on_node(p, pv);
 	/* onDelete: the class's as it is now; the one recorded at provisioning if it is gone */
 	cls = jstr(spec, "storageClassName");
 	r = cls && *cls ? get_class(p, cls, &sc, NULL) : 0;
 	if (r < 0)
-		return; /* retried at the next re-list */
+		return r; /* retried after a backoff */
 	if (r == 1)
 		od = jstr(jget(sc, "parameters"), "onDelete");
 	if (!od)
 		od = jstr(ann, ANN_ON_DELETE);
-	r = b->reclaim(&p->site, pv, od, done, sizeof(done), err, sizeof(err));
+	r = fvp_backend_reclaim(&p->site, b, pv, od, done, sizeof(done), err, sizeof(err));
 	json_object_put(sc);
-	if (r == 2) {
-		event(&p->ev, pv, true, "VolumeFailedDelete", "%s", err);
-		return;
-	}
 	if (r > 0) {
 		log_info("PV %s: %s", name, err);
-		return;
+		return 0;
 	}
 	if (r < 0) {
-		log_info("PV %s: %s; PV kept, retried at the next re-list", name, err);
-		return;
+		/* the library's VolumeFailedDelete, on the PV (events.c names its namespace) */
+		event(&p->ev, pv, true, "VolumeFailedDelete", "%s; PV kept, retried after a backoff",
+		      err);
+		return r;
 	}
 	log_info("PV %s released: %s", name, done);
 
@@ -649,7 +769,7 @@ void ctl_pv_changed(struct prov *p, json_object *pv)
 	if (!body || !pre) {
 		json_object_put(body);
 		json_object_put(pre);
-		return;
+		return -ENOMEM;
 	}
 	jset(body, "apiVersion", "v1");
 	jset(body, "kind", "DeleteOptions");
@@ -662,184 +782,12 @@ void ctl_pv_changed(struct prov *p, json_object *pv)
 	else if (st == 404)
 		log_info("PV %s was deleted already", name);
 	else if (st < 0)
-		log_info("PV %s: delete failed: %s", name, err);
-	else
-		log_info("PV %s: delete failed: HTTP %d %s", name, st, kube_status_message(reply));
+		event(&p->ev, pv, true, "VolumeFailedDelete", "deleting PV %s failed: %s", name, err);
+	else if (st != 409)
+		event(&p->ev, pv, true, "VolumeFailedDelete", "deleting PV %s failed: HTTP %d %s",
+		      name, st, kube_status_message(reply));
 	json_object_put(reply);
 	json_object_put(body);
-}
-
-/* --- list and watch -------------------------------------------------------------------------- */
-
-/*
- * List @base in pages, handing every item to the claim or PV handler.  The
- * list's resourceVersion goes to @rv.  Returns 0, -ESTALE when the continue
- * token expired (410), <0.
- */
-static int list_all(struct prov *p, const char *base, bool is_pv, char *rv, size_t rvlen)
-{
-	_cleanup_free_ char *cont = NULL;
-	char err[512];
-
-	for (;;) {
-		_cleanup_free_ char *path = NULL;
-		json_object *list = NULL, *items;
-		const char *c;
-		int st;
-
-		if (asprintf(&path, "%s?limit=500%s%s", base, cont ? "&continue=" : "",
-			     cont ? cont : "") < 0)
-			return -ENOMEM;
-		st = kube_request(p->k, "GET", path, NULL, &list, err, sizeof(err));
-		if (st < 0) {
-			log_info("list %s: %s", base, err);
-			return st;
-		}
-		if (st != 200 || !list) {
-			log_info("list %s: HTTP %d %s", base, st, kube_status_message(list));
-			json_object_put(list);
-			return st == 410 ? -ESTALE : -EIO;
-		}
-		items = jget(list, "items");
-		for (size_t i = 0; items && json_object_is_type(items, json_type_array) &&
-				   i < json_object_array_length(items);
-		     i++) {
-			json_object *o = json_object_array_get_idx(items, i);
-
-			if (is_pv)
-				ctl_pv_changed(p, o);
-			else
-				ctl_claim_changed(p, o);
-		}
-		snprintf(rv, rvlen, "%s", jstr2(list, "metadata", "resourceVersion") ?: "");
-		c = jstr2(list, "metadata", "continue");
-		free(cont);
-		cont = c && *c ? strdup(c) : NULL;
-		json_object_put(list);
-		if (!cont)
-			return 0;
-		/* a continue token is base64url: safe in a query, but check */
-		if (strspn(cont, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=") !=
-		    strlen(cont))
-			return -EIO;
-	}
-}
-
-static int on_event(struct prov *p, bool is_pv, const char *type, json_object *obj)
-{
-	if (streq(type, "ERROR")) {
-		/* {"kind":"Status","code":410,"reason":"Expired",...}: the resourceVersion is gone */
-		json_object *code = jget(obj, "code");
-
-		log_info("%s watch: %s (%d %s): re-listing", is_pv ? "PV" : "claim",
-			 kube_status_message(obj), code ? json_object_get_int(code) : 0,
-			 jstr(obj, "reason") ?: "");
-		p->expired = true;
-		return -1;
-	}
-	if (streq(type, "BOOKMARK"))
-		return 0;
-	if (p->nqueue >= QUEUE_MAX)
-		return -1; /* far behind: a re-list catches up */
-	p->queue[p->nqueue].is_pv = is_pv;
-	snprintf(p->queue[p->nqueue].type, sizeof(p->queue[p->nqueue].type), "%s", type);
-	p->queue[p->nqueue].obj = json_object_get(obj);
-	p->nqueue++;
-	return 0;
-}
-
-static int on_pvc_event(void *ud, const char *type, json_object *obj)
-{
-	return on_event(ud, false, type, obj);
-}
-
-static int on_pv_event(void *ud, const char *type, json_object *obj)
-{
-	return on_event(ud, true, type, obj);
-}
-
-static volatile int *stop_flag;
-
-static int drain(void *ud)
-{
-	struct prov *p = ud;
-
-	for (size_t i = 0; i < p->nqueue; i++) {
-		struct pending *e = &p->queue[i];
-
-		if (!*stop_flag) {
-			if (e->is_pv && !streq(e->type, "DELETED"))
-				ctl_pv_changed(p, e->obj);
-			else if (!e->is_pv && streq(e->type, "DELETED"))
-				ctl_claim_deleted(p, e->obj);
-			else if (!e->is_pv)
-				ctl_claim_changed(p, e->obj);
-		}
-		json_object_put(e->obj);
-		e->obj = NULL;
-	}
-	p->nqueue = 0;
-	return 0;
-}
-
-static void pause_s(unsigned int s)
-{
-	for (unsigned int i = 0; i < s * 10 && !*stop_flag; i++)
-		usleep(100000);
-}
-
-int ctl_run(struct prov *p, volatile int *stopping)
-{
-	unsigned int backoff = 1;
-
-	stop_flag = stopping;
-	p->ev.k = p->k;
-	while (!*stopping) {
-		char rv_pv[64], rv_pvc[64], err[512], path[256];
-		time_t t0;
-		int r;
-
-		/* PVs first: releasing frees nothing a claim waits for, but it is cheap and complete */
-		r = list_all(p, "/api/v1/persistentvolumes", true, rv_pv, sizeof(rv_pv));
-		if (r == 0)
-			r = list_all(p, "/api/v1/persistentvolumeclaims", false, rv_pvc, sizeof(rv_pvc));
-		if (r < 0) {
-			log_info("re-list failed; next try in %u s", backoff);
-			pause_s(backoff);
-			backoff = backoff >= 30 ? 60 : backoff * 2;
-			continue;
-		}
-		snprintf(path, sizeof(path),
-			 "/api/v1/persistentvolumeclaims?watch=1&allowWatchBookmarks=true"
-			 "&resourceVersion=%s&timeoutSeconds=%u", rv_pvc, p->resync);
-		r = kube_watch_add(p->k, path, on_pvc_event, p, p->resync, NULL);
-		snprintf(path, sizeof(path),
-			 "/api/v1/persistentvolumes?watch=1&allowWatchBookmarks=true"
-			 "&resourceVersion=%s&timeoutSeconds=%u", rv_pv, p->resync);
-		if (r == 0)
-			r = kube_watch_add(p->k, path, on_pv_event, p, p->resync, NULL);
-		if (r < 0) {
-			log_info("cannot start watches: %s", strerror(-r));
-			pause_s(backoff);
-			continue;
-		}
-		p->expired = false;
-		t0 = time(NULL);
-		r = kube_watch_run(p->k, stopping, drain, p, err, sizeof(err));
-		drain(p);
-		if (*stopping)
-			break;
-		if (p->expired || r == -ESTALE)
-			log_info("watch expired (410 Gone): re-listing");
-		else
-			log_info("watch ended (%s): re-listing", err[0] ? err : "stopped");
-		/* a server that ends watches at once must not make this a busy loop */
-		if (r < 0 || time(NULL) - t0 < 2) {
-			pause_s(backoff);
-			backoff = backoff >= 30 ? 60 : backoff * 2;
-		} else {
-			backoff = 1;
-		}
-	}
-	return 0;
+	/* 409: the uid precondition failed, a new PV of that name is not ours to delete */
+	return st == 200 || st == 202 || st == 404 || st == 409 ? 0 : st < 0 ? st : -EIO;
 }

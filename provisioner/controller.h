@@ -22,35 +22,36 @@
 #define ANN_CLASS_BETA "volume.beta.kubernetes.io/storage-class"
 #define ANN_SELECTED_NODE "volume.kubernetes.io/selected-node"
 
-#define QUEUE_MAX 4096
-
 struct kube;
-
-struct pending {
-	bool is_pv;
-	char type[16];
-	json_object *obj;
-};
+struct fvp_queue;
 
 struct prov {
 	struct kube *k;
 	struct fvp_site site;
-	unsigned int resync; /* watch timeoutSeconds */
 	struct fvp_events ev;
-	struct pending queue[QUEUE_MAX];
-	size_t nqueue;
-	bool expired; /* a watch said 410 Gone */
+	/* the runtime (runner.c): its command-line settings */
+	unsigned int resync;	   /* s: every known object queued again (from memory, no list) */
+	unsigned int watch_s;	   /* s: a watch's timeoutSeconds (it is then resumed) */
+	unsigned int workers;	   /* worker threads */
+	unsigned int retry_base_ms, retry_max_ms; /* per-object backoff */
+	struct fvp_queue *queue;
+	volatile int healthy_at;   /* monotonic s of the last watch-loop round (/healthz) */
+	volatile int synced;	   /* the first list is done (/readyz) */
 };
 
 /* The backend serving provisioner @name, or NULL. */
 const struct fvp_backend *ctl_backend(const char *name);
 
-/* One claim or PV as the API has it now (from a list or a watch event). */
-void ctl_claim_changed(struct prov *p, json_object *pvc);
-void ctl_claim_deleted(struct prov *p, json_object *pvc);
-void ctl_pv_changed(struct prov *p, json_object *pv);
+/*
+ * One claim or PV as the API has it now (from a list or a watch event),
+ * called by a worker (runner.c).  0: done; <0: try again after the object's
+ * backoff; >0: try again after that many seconds.
+ */
+int ctl_claim_changed(struct prov *p, json_object *pvc);
+int ctl_claim_deleted(struct prov *p, json_object *pvc);
+int ctl_pv_changed(struct prov *p, json_object *pv);
 
-/* List and watch until *stopping. */
+/* List, watch and work until *stopping (runner.c). */
 int ctl_run(struct prov *p, volatile int *stopping);
 
 #endif

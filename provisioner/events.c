@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Log lines and API Events: see events.h. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,6 +37,9 @@ static unsigned long hash_str(const char *a, const char *b)
 	return h;
 }
 
+/* the cache below is shared by the worker threads */
+static pthread_mutex_t sent_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* Was this exact event for this object sent within EVENT_REPEAT_S?  Records it otherwise. */
 static bool event_repeated(struct fvp_events *ev, const char *uid, const char *reason,
 			   const char *msg)
@@ -43,21 +47,26 @@ static bool event_repeated(struct fvp_events *ev, const char *uid, const char *r
 	unsigned long h = hash_str(reason, msg);
 	time_t now = time(NULL);
 	size_t slot = 0;
+	bool repeated = false;
 
+	pthread_mutex_lock(&sent_lock);
 	for (size_t i = 0; i < EVENT_CACHE; i++) {
 		if (streq(ev->sent[i].key, uid)) {
 			if (ev->sent[i].hash == h && now - ev->sent[i].when < EVENT_REPEAT_S)
-				return true;
+				repeated = true;
 			slot = i;
 			break;
 		}
 		if (ev->sent[i].when < ev->sent[slot].when)
 			slot = i;
 	}
-	snprintf(ev->sent[slot].key, sizeof(ev->sent[slot].key), "%s", uid);
-	ev->sent[slot].hash = h;
-	ev->sent[slot].when = now;
-	return false;
+	if (!repeated) {
+		snprintf(ev->sent[slot].key, sizeof(ev->sent[slot].key), "%s", uid);
+		ev->sent[slot].hash = h;
+		ev->sent[slot].when = now;
+	}
+	pthread_mutex_unlock(&sent_lock);
+	return repeated;
 }
 
 void event(struct fvp_events *evs, json_object *obj, bool warning, const char *reason,

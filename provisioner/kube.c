@@ -554,11 +554,26 @@ void kube_watches_clear(struct kube *k)
 	k->nwatches = 0;
 }
 
+/* Remove and free watch @w only (the others keep streaming). */
+static void watch_remove(struct kube *k, struct kube_watch *w)
+{
+	for (size_t i = 0; i < k->nwatches; i++) {
+		if (k->watches[i] != w)
+			continue;
+		curl_multi_remove_handle(k->multi, w->h);
+		watch_free(w);
+		k->watches[i] = k->watches[--k->nwatches];
+		k->watches[k->nwatches] = NULL;
+		return;
+	}
+}
+
 int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), void *userdata,
-		   char *err, size_t errlen)
+		   void **ended, char *err, size_t errlen)
 {
 	int running = 1, r = 0;
 
+	*ended = NULL;
 	while (!*stop) {
 		CURLMcode mc = curl_multi_perform(k->multi, &running);
 		CURLMsg *msg;
@@ -577,11 +592,9 @@ int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), voi
 		if (msg && msg->msg == CURLMSG_DONE) {
 			struct kube_watch *w = NULL;
 			long status = 0;
-			char *url = NULL;
 
 			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&w);
 			curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
-			curl_easy_getinfo(msg->easy_handle, CURLINFO_EFFECTIVE_URL, &url);
 			if (w && w->stopped)
 				r = 0;
 			else if (msg->data.result == CURLE_OK)
@@ -597,6 +610,12 @@ int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), voi
 				r = prov_fail(err, errlen, -EIO, "watch: %s",
 					 w && w->errbuf[0] ? w->errbuf :
 							     curl_easy_strerror(msg->data.result));
+			if (w) {
+				/* only this one ends: the others keep their place in their streams */
+				*ended = w->userdata;
+				watch_remove(k, w);
+				return r;
+			}
 			break;
 		}
 		if (!running) {

@@ -66,14 +66,16 @@ void kube_watches_clear(struct kube *k);
 
 /*
  * kube_watch_run() - run every added watch until one of them ends (server
- * closed, timed out, HTTP error, transport error, or the callback said stop),
- * @after returned <0, or *@stop becomes true.  @after runs after every round
- * of transfers, outside libcurl's callbacks (it may make requests).  All
- * watches are removed on return.  Returns 0 when a watch ended cleanly,
+ * closed, timed out, HTTP error, transport error, or the callback said
+ * stop), @after returned <0, or *@stop becomes true.  @after runs after
+ * every round of transfers, outside libcurl's callbacks (it may make
+ * requests).  When one watch ended, only that one is removed (the others
+ * keep streaming) and *@ended is its userdata; otherwise every watch is
+ * removed and *@ended is NULL.  Returns 0 when a watch ended cleanly,
  * -ESTALE for HTTP 410, -EACCES for 401 (the token is read again before the
  * next request), -errno otherwise (message in @err).
  */
 int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), void *userdata,
-		   char *err, size_t errlen);
+		   void **ended, char *err, size_t errlen);
 
 #endif

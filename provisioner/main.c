@@ -17,13 +17,33 @@
 #include "fv/macro.h"
 #include "controller.h"
 #include "dir.h"
+#include "jsonutil.h"
 #include "kube.h"
+#include "agent.h"
+#include "loop.h"
 
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 
 static volatile int stopping;
 
 /* --- main ------------------------------------------------------------------------------- */
+
+/* A whole decimal number in [@lo, @hi] for option @name. */
+static int number(const char *s, unsigned long lo, unsigned long hi, const char *name,
+		  unsigned int *ret)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (!*s || *end || errno || v < lo || v > hi || *s == '-') {
+		fprintf(stderr, "flexvol-provisioner: %s must be %lu..%lu\n", name, lo, hi);
+		return -EINVAL;
+	}
+	*ret = (unsigned int)v;
+	return 0;
+}
 
 static void on_signal(int sig)
 {
@@ -37,6 +57,11 @@ static void usage(FILE *f)
 		"usage: flexvol-provisioner [--server URL [--token-file FILE] "
 		"[--certificate-authority FILE]]\n"
 		"                           [--root DIR] [--share SERVER:PATH] [--resync SECONDS]\n"
+		"                           [--workers N] [--fs-timeout SECONDS] [--watch-timeout SECONDS]\n"
+		"                           [--retry-base SECONDS] [--retry-max SECONDS]\n"
+		"                           [--provisioners LIST] [--capacity-namespace NS]\n"
+		"       flexvol-provisioner --node-agent [--node NAME] [--loop-root DIR] [--interval SECONDS]\n"
+		"                           [--capacity-namespace NS] [--server URL ...]\n"
 		"\n"
 		"Provisions a volume and a PV for each claim of a StorageClass whose\n"
 		"provisioner is one of:");
@@ -47,7 +72,23 @@ static void usage(FILE *f)
 		"service account's token and CA).\n"
 		"  --root DIR      the share, mounted (default /persistentvolumes)\n"
 		"  --share S:P     serve only classes whose server:share is S:P\n"
-		"  --resync N      watch timeout and full re-list period, seconds (default 300)\n");
+		"  --resync N      every N s all known claims and PVs are looked at again, from\n"
+		"                  memory, not a list (default 300; 0: never)\n"
+		"  --workers N     worker threads (default 4)\n"
+		"  --fs-timeout N  deadline of one directory operation, seconds (default 300)\n"
+		"  --watch-timeout N  a watch's timeoutSeconds; it is then resumed (default 300)\n"
+		"  --retry-base N, --retry-max N  a failing object's backoff, seconds, doubled\n"
+		"                  from base to max (default 15 and 1000; fractions allowed)\n"
+		"  --provisioners L  serve only these (comma-separated; default all); --root is\n"
+		"                  opened only when one of them keeps its volumes on it\n"
+		"  --capacity-namespace NS  where node agents publish their nodes' space\n"
+		"                  (default " LOOP_CAPACITY_NS ")\n"
+		"Node agent (flexvol/loop, one per node, docs/loop-provisioning.md):\n"
+		"  --node-agent    make, preallocate and reclaim the images of this node's PVs,\n"
+		"                  and publish the loop root's space\n"
+		"  --node NAME     this node (default $NODE_NAME)\n"
+		"  --loop-root DIR the loop driver's root on this node (default /var/lib/flexvol/loop)\n"
+		"  --interval N    seconds between two passes (default 10)\n");
 }
 
 int main(int argc, char **argv)
@@ -59,6 +100,17 @@ int main(int argc, char **argv)
 		{ "root", required_argument, NULL, 'r' },
 		{ "share", required_argument, NULL, 'S' },
 		{ "resync", required_argument, NULL, 'R' },
+		{ "workers", required_argument, NULL, 'W' },
+		{ "fs-timeout", required_argument, NULL, 'F' },
+		{ "watch-timeout", required_argument, NULL, 'T' },
+		{ "retry-base", required_argument, NULL, 'B' },
+		{ "retry-max", required_argument, NULL, 'M' },
+		{ "provisioners", required_argument, NULL, 'P' },
+		{ "capacity-namespace", required_argument, NULL, 'C' },
+		{ "node-agent", no_argument, NULL, 'A' },
+		{ "node", required_argument, NULL, 'N' },
+		{ "loop-root", required_argument, NULL, 'L' },
+		{ "interval", required_argument, NULL, 'I' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -67,10 +119,17 @@ int main(int argc, char **argv)
 	_cleanup_free_ char *incluster = NULL;
 	static struct prov p;
 	struct sigaction sa = { .sa_handler = on_signal };
+	struct fvp_agent ag = { .loop_root = "/var/lib/flexvol/loop", .interval_s = 10 };
+	bool agent = false, need_root = false;
 	char err[512];
 	int opt, r;
 
 	p.resync = 300;
+	p.watch_s = 300;
+	p.workers = 4;
+	p.retry_base_ms = 15000;
+	p.retry_max_ms = 1000000;
+	p.site.fs_timeout_s = 300;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 's': kc.server = optarg; break;
@@ -78,17 +137,53 @@ int main(int argc, char **argv)
 		case 'c': kc.ca_file = optarg; break;
 		case 'r': root = optarg; break;
 		case 'S': p.site.share = optarg; break;
-		case 'R': {
-			char *end;
-			unsigned long v = strtoul(optarg, &end, 10);
-
-			if (*end || v < 5 || v > 86400) {
-				fprintf(stderr, "flexvol-provisioner: --resync must be 5..86400 seconds\n");
+		case 'R':
+			if (number(optarg, 0, 86400, "--resync", &p.resync) < 0)
+				return 2;
+			if (p.resync && p.resync < 5) {
+				fprintf(stderr, "flexvol-provisioner: --resync must be 0 or 5..86400\n");
 				return 2;
 			}
-			p.resync = (unsigned int)v;
+			break;
+		case 'W':
+			if (number(optarg, 1, 64, "--workers", &p.workers) < 0)
+				return 2;
+			break;
+		case 'F':
+			if (number(optarg, 1, 86400, "--fs-timeout", &p.site.fs_timeout_s) < 0)
+				return 2;
+			break;
+		case 'T':
+			if (number(optarg, 1, 3600, "--watch-timeout", &p.watch_s) < 0)
+				return 2;
+			break;
+		case 'B':
+		case 'M': {
+			char *end;
+			double v = strtod(optarg, &end);
+
+			if (*end || !(v >= 0.01 && v <= 86400)) {
+				fprintf(stderr, "flexvol-provisioner: --retry-base/--retry-max must be "
+						"0.01..86400 seconds\n");
+				return 2;
+			}
+			*(opt == 'B' ? &p.retry_base_ms : &p.retry_max_ms) = (unsigned int)(v * 1000);
 			break;
 		}
+		case 'P':
+			if (fvp_backends_select(optarg, err, sizeof(err)) < 0) {
+				fprintf(stderr, "flexvol-provisioner: --provisioners: %s\n", err);
+				return 2;
+			}
+			break;
+		case 'C': p.site.capacity_ns = optarg; break;
+		case 'A': agent = true; break;
+		case 'N': ag.node = optarg; break;
+		case 'L': ag.loop_root = optarg; break;
+		case 'I':
+			if (number(optarg, 1, 3600, "--interval", &ag.interval_s) < 0)
+				return 2;
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -98,6 +193,19 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	setvbuf(stderr, NULL, _IOLBF, 0);
+	if (!p.site.capacity_ns)
+		p.site.capacity_ns = LOOP_CAPACITY_NS;
+	if (!safe_name(p.site.capacity_ns)) {
+		fprintf(stderr, "flexvol-provisioner: --capacity-namespace is not a namespace name\n");
+		return 2;
+	}
+	if (agent && !ag.node)
+		ag.node = getenv("NODE_NAME");
+	if (agent && (!ag.node || !safe_name(ag.node))) {
+		fprintf(stderr, "flexvol-provisioner: --node-agent needs --node or $NODE_NAME (a node "
+				"name)\n");
+		return 2;
+	}
 	if (!kc.server) {
 		const char *host = getenv("KUBERNETES_SERVICE_HOST"),
 			   *port = getenv("KUBERNETES_SERVICE_PORT");
@@ -116,28 +224,47 @@ int main(int argc, char **argv)
 		if (!kc.ca_file)
 			kc.ca_file = SA_DIR "/ca.crt";
 	}
+	kc.stop = &stopping;
 	r = kube_new(&kc, &p.k, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "flexvol-provisioner: %s\n", r == -ENOMEM ? "out of memory" : err);
 		return 2;
 	}
-	p.site.rootfd = fvp_root_open(root);
-	if (p.site.rootfd < 0) {
-		fprintf(stderr, "flexvol-provisioner: cannot open --root '%s': %s\n", root,
-			strerror(-p.site.rootfd));
-		kube_free(p.k);
-		return 2;
-	}
+	if (p.retry_max_ms < p.retry_base_ms)
+		p.retry_max_ms = p.retry_base_ms;
 	if (gethostname(p.ev.identity, sizeof(p.ev.identity) - 1) < 0)
 		snprintf(p.ev.identity, sizeof(p.ev.identity), "flexvol-provisioner");
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	log_info("starting: server %s, root %s%s%s, resync %u s", kc.server, root,
-		 p.site.share ? ", share " : "", p.site.share ? p.site.share : "", p.resync);
+	if (agent) {
+		ag.capacity_ns = p.site.capacity_ns;
+		ag.ev.k = p.k;
+		snprintf(ag.ev.identity, sizeof(ag.ev.identity), "%s", ag.node);
+		r = fvp_agent_run(&ag, p.k, &stopping);
+		kube_free(p.k);
+		return r < 0 ? 1 : 0;
+	}
+	p.site.k = p.k;
+	for (size_t i = 0; fvp_backends[i]; i++)
+		if (fvp_backend_enabled(fvp_backends[i]) && !fvp_backends[i]->node_local)
+			need_root = true;
+	p.site.root = need_root ? root : NULL;
+	p.site.rootfd = need_root ? fvp_root_open(root) : -1;
+	if (need_root && p.site.rootfd < 0) {
+		fprintf(stderr, "flexvol-provisioner: cannot open --root '%s': %s\n", root,
+			strerror(-p.site.rootfd));
+		kube_free(p.k);
+		return 2;
+	}
+	log_info("starting: server %s, root %s%s%s, resync %u s, %u workers, fs deadline %u s, "
+		 "backoff %u..%u ms", kc.server, need_root ? root : "(none)", p.site.share ? ", share " : "",
+		 p.site.share ? p.site.share : "", p.resync, p.workers, p.site.fs_timeout_s,
+		 p.retry_base_ms, p.retry_max_ms);
 	ctl_run(&p, &stopping);
 	log_info("stopping");
-	close(p.site.rootfd);
+	if (p.site.rootfd >= 0)
+		close(p.site.rootfd);
 	kube_free(p.k);
 	return 0;
 }

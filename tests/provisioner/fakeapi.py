@@ -76,6 +76,7 @@ class Store:
         self.coalesce_events = False        # pending watch events sent as one chunk
         self.throttles = []                 # [method, path prefix, n left, Retry-After or None]
         self.timed = []                     # (time, method, path, status) of every answer
+        self.bookmarks = 0                  # BOOKMARK events sent
         self.stalled = threading.Event()    # set when a PV POST is hanging
         self.release = threading.Event()
         self.token = None
@@ -349,6 +350,7 @@ class Handler(BaseHTTPRequestHandler):
         st = self.store
         rv = int(q.get("resourceVersion") or 0)
         deadline = time.time() + int(q.get("timeoutSeconds") or 1800)
+        bookmarks = q.get("allowWatchBookmarks") == "true"
         with st.lock:
             st.requests.append(("WATCH", self.path, 200))
             gen, errgen = st.watch_generation, st.error_generation
@@ -387,6 +389,18 @@ class Handler(BaseHTTPRequestHandler):
                     if ev and ev[0]["type"] != "ERROR":
                         sent = max(int(e["object"]["metadata"]["resourceVersion"]) for e in ev)
                 self.chunks(ev)
+                if bookmarks and not ev and time.time() >= deadline:
+                    # as kube-apiserver does for allowWatchBookmarks: the current
+                    # resourceVersion just before the watch times out, so the client
+                    # resumes from there even when nothing it watches has changed
+                    with st.lock:
+                        sent = max(sent, st.rv)
+                    self.chunk({"type": "BOOKMARK", "object": {
+                        "kind": KINDS[res][0], "apiVersion": "v1",
+                        "metadata": {"resourceVersion": str(sent),
+                                     "annotations": {"k8s.io/initial-events-end": "false"}}}})
+                    with st.lock:
+                        st.bookmarks += 1
                 if (ev and ev[0]["type"] == "ERROR") or time.time() >= deadline:
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()

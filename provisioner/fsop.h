@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The backend's storage work (create, cleanup, reclaim) under a deadline.
+ *
+ * A tree delete of millions of files, or any call on a share whose NFS
+ * server stopped answering, can take unbounded time; in a worker thread it
+ * would hold that worker (and, with a hard mount, the thread in D state)
+ * for as long.  So each call runs in a forked child with the op layer's
+ * deadline machinery (src/exec.c, fv_fork_call_named(): own process group,
+ * every inherited descriptor closed, SIGKILL when the parent dies, the
+ * group SIGKILLed at the deadline, a child stuck in the kernel left behind
+ * rather than waited for).  The child opens --root again (its inherited
+ * descriptors are closed) and reports through a shared anonymous mapping.
+ *
+ * Every backend call is idempotent, so a call killed at its deadline is
+ * simply retried after the object's backoff; a tree delete continues where
+ * the killed one stopped.  With site->fs_timeout_s == 0 the call runs in
+ * the calling thread (the unit tests).
+ */
+#ifndef FVP_FSOP_H
+#define FVP_FSOP_H
+
+#include "backend.h"
+
+int fvp_backend_create(const struct fvp_site *s, const struct fvp_backend *b, json_object *sc,
+		       json_object *pvc, const struct fvp_volume *vol, enum fvp_made *made,
+		       char *err, size_t errlen);
+int fvp_backend_cleanup(const struct fvp_site *s, const struct fvp_backend *b, json_object *sc,
+			json_object *pvc, const char *pv_name, char *err, size_t errlen);
+int fvp_backend_reclaim(const struct fvp_site *s, const struct fvp_backend *b, json_object *pv,
+			const char *on_delete, char *done, size_t donelen, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,365 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The runtime around the controller's handlers (controller.c): list once,
+ * then watch claims and PVs from the list's resourceVersion, and hand every
+ * object to the work queue (queue.c), whose worker threads call the
+ * handlers.  The shape of client-go's informer + workqueue that the
+ * provisioner library is built on, in small:
+ *
+ * - a watch that ends (its timeoutSeconds, a dropped connection, a server
+ *   restart) is started again from the last resourceVersion seen, which
+ *   BOOKMARK events (allowWatchBookmarks=true) keep recent even when
+ *   nothing of ours changes: no full list;
+ * - a full list only when the server says that resourceVersion is gone
+ *   (410 Gone / an ERROR event with code 410), and at start;
+ * - the newest object of every key is kept in memory (the informer's
+ *   cache), and every --resync seconds all of them are queued again, from
+ *   memory (a claim whose class appeared meanwhile is provisioned then);
+ *   objects a re-list no longer finds are queued as deleted;
+ * - the watch thread only queues; the handlers run on --workers threads,
+ *   never two for one object, each failure retried after that object's
+ *   exponential backoff (queue.h).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fv/macro.h"
+#include "controller.h"
+#include "jsonutil.h"
+#include "kube.h"
+#include "metrics.h"
+#include "queue.h"
+
+enum kind { CLAIM, PV, KINDS };
+
+static const struct {
+	const char *path, *name, *prefix;
+} res[KINDS] = {
+	[CLAIM] = { "/api/v1/persistentvolumeclaims", "claim", "pvc/" },
+	[PV] = { "/api/v1/persistentvolumes", "PV", "pv/" },
+};
+
+struct runner;
+
+/* One watch's userdata: which runner, which kind (kube_watch_run() names the one that ended). */
+struct watch_ud {
+	struct runner *rn;
+	enum kind k;
+};
+
+struct runner {
+	struct prov *p;
+	volatile int *stop;
+	struct watch_ud ud[KINDS];
+	char rv[KINDS][64];  /* resume each watch from here */
+	json_object *cache[KINDS]; /* key -> newest object (a json-c object is a hash table) */
+	bool expired;	     /* a watch said 410 Gone */
+};
+
+static int mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int)ts.tv_sec;
+}
+
+static bool key_of(enum kind k, json_object *obj, char *key, size_t len)
+{
+	json_object *m = jget(obj, "metadata");
+	const char *ns = jstr(m, "namespace"), *name = jstr(m, "name");
+
+	if (!name || (k == CLAIM && !ns))
+		return false;
+	return (size_t)snprintf(key, len, "%s%s%s%s", res[k].prefix, k == CLAIM ? ns : "",
+				k == CLAIM ? "/" : "", name) < len;
+}
+
+/* The workers' entry: one object, by kind. */
+static int work(void *ud, const char *key, int kind, bool deleted, json_object *obj)
+{
+	struct prov *p = ud;
+
+	(void)key;
+	if (kind == PV)
+		return deleted ? 0 : ctl_pv_changed(p, obj);
+	return deleted ? ctl_claim_deleted(p, obj) : ctl_claim_changed(p, obj);
+}
+
+/* An object as the API has it now: remembered and queued. */
+static void seen(struct runner *rn, enum kind k, json_object *obj, bool deleted)
+{
+	char key[FVP_KEY_MAX];
+
+	if (!key_of(k, obj, key, sizeof(key)))
+		return;
+	if (deleted)
+		json_object_object_del(rn->cache[k], key);
+	else
+		json_object_object_add(rn->cache[k], key, json_object_get(obj));
+	if (fvp_queue_add(rn->p->queue, key, k, deleted, obj) < 0)
+		log_info("%s %s: out of memory, not queued", res[k].name, key);
+}
+
+/*
+ * List every object of @k in pages into a new cache; what the old cache had
+ * and the list lacks was deleted while we were not watching.  The list's
+ * resourceVersion is where the watch starts.  Returns 0, -ESTALE (the
+ * continue token expired), <0.
+ */
+static int list_all(struct runner *rn, enum kind k)
+{
+	_cleanup_free_ char *cont = NULL;
+	json_object *fresh = json_object_new_object(), *old;
+	char err[512];
+
+	if (!fresh)
+		return -ENOMEM;
+	for (;;) {
+		_cleanup_free_ char *path = NULL;
+		json_object *list = NULL, *items;
+		const char *c;
+		int st;
+
+		if (asprintf(&path, "%s?limit=500%s%s", res[k].path, cont ? "&continue=" : "",
+			     cont ? cont : "") < 0) {
+			json_object_put(fresh);
+			return -ENOMEM;
+		}
+		st = kube_request(rn->p->k, "GET", path, NULL, &list, err, sizeof(err));
+		if (st < 0 || st != 200 || !list) {
+			if (st < 0)
+				log_info("list %s: %s", res[k].path, err);
+			else
+				log_info("list %s: HTTP %d %s", res[k].path, st, kube_status_message(list));
+			json_object_put(list);
+			json_object_put(fresh);
+			return st < 0 ? st : st == 410 ? -ESTALE : -EIO;
+		}
+		items = jget(list, "items");
+		for (size_t i = 0; items && json_object_is_type(items, json_type_array) &&
+				   i < json_object_array_length(items);
+		     i++) {
+			json_object *o = json_object_array_get_idx(items, i);
+			char key[FVP_KEY_MAX];
+
+			if (key_of(k, o, key, sizeof(key)))
+				json_object_object_add(fresh, key, json_object_get(o));
+		}
+		snprintf(rn->rv[k], sizeof(rn->rv[k]), "%s",
+			 jstr2(list, "metadata", "resourceVersion") ?: "");
+		c = jstr2(list, "metadata", "continue");
+		free(cont);
+		cont = c && *c ? strdup(c) : NULL;
+		json_object_put(list);
+		if (!cont)
+			break;
+		/* a continue token is base64url: safe in a query, but check */
+		if (strspn(cont, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=") !=
+		    strlen(cont)) {
+			json_object_put(fresh);
+			return -EIO;
+		}
+	}
+	old = rn->cache[k];
+	rn->cache[k] = fresh;
+	/* gone while we were not watching: queued as deleted (the informer's DeletedFinalStateUnknown) */
+	json_object_object_foreach(old, okey, oval) {
+		if (!json_object_object_get_ex(fresh, okey, NULL))
+			(void)fvp_queue_add(rn->p->queue, okey, k, true, oval);
+	}
+	json_object_put(old);
+	json_object_object_foreach(fresh, key, val)
+		(void)fvp_queue_add(rn->p->queue, key, k, false, val);
+	return 0;
+}
+
+static void note_rv(struct runner *rn, enum kind k, json_object *obj)
+{
+	const char *rv = jstr2(obj, "metadata", "resourceVersion");
+
+	if (rv && *rv && strlen(rv) < sizeof(rn->rv[k]) &&
+	    strspn(rv, "0123456789") == strlen(rv))
+		snprintf(rn->rv[k], sizeof(rn->rv[k]), "%s", rv);
+}
+
+static int on_event(struct runner *rn, enum kind k, const char *type, json_object *obj)
+{
+	if (streq(type, "ERROR")) {
+		/* {"kind":"Status","code":410,"reason":"Expired",...}: the resourceVersion is gone */
+		json_object *code = jget(obj, "code");
+
+		log_info("%s watch: %s (%d %s)", res[k].name, kube_status_message(obj),
+			 code ? json_object_get_int(code) : 0, jstr(obj, "reason") ?: "");
+		if (code && json_object_get_int(code) == 410)
+			rn->expired = true;
+		return -1;
+	}
+	note_rv(rn, k, obj);
+	if (streq(type, "BOOKMARK"))
+		return 0;
+	seen(rn, k, obj, streq(type, "DELETED"));
+	return 0;
+}
+
+static int on_watch_event(void *ud, const char *type, json_object *obj)
+{
+	struct watch_ud *w = ud;
+
+	return on_event(w->rn, w->k, type, obj);
+}
+
+static int resync_at;
+
+/* After every round of watch transfers: the heartbeat, and the periodic resync from memory. */
+static int after(void *ud)
+{
+	struct runner *rn = ud;
+	int now = mono_s();
+
+	rn->p->healthy_at = now;
+	if (rn->p->resync && now >= resync_at) {
+		resync_at = now + (int)rn->p->resync;
+		for (int k = 0; k < KINDS; k++) {
+			json_object_object_foreach(rn->cache[k], key, val)
+				(void)fvp_queue_add(rn->p->queue, key, k, false, val);
+		}
+	}
+	return 0;
+}
+
+static void pause_s(struct runner *rn, unsigned int s)
+{
+	for (unsigned int i = 0; i < s * 10 && !*rn->stop; i++) {
+		rn->p->healthy_at = mono_s();
+		usleep(100000);
+	}
+}
+
+static void gauges(void *ud, struct fvp_gauges *g)
+{
+	struct prov *p = ud;
+	struct fvp_queue_stats st;
+
+	if (!p->queue)
+		return;
+	fvp_queue_stats(p->queue, &st);
+	g->queue_depth = (double)(st.ready + st.delayed);
+	g->queue_running = (double)st.running;
+}
+
+int ctl_run(struct prov *p, volatile int *stopping)
+{
+	struct fvp_queue_config qc = { .workers = p->workers ? p->workers : 4,
+				       .base_ms = p->retry_base_ms ? p->retry_base_ms : 15000,
+				       .max_ms = p->retry_max_ms ? p->retry_max_ms : 1000000,
+				       .fn = work, .userdata = p };
+	struct runner rn = { .p = p, .stop = stopping };
+	unsigned int backoff = 1;
+	bool listed = false, watching[KINDS] = { false };
+	time_t started[KINDS] = { 0 };
+	int r;
+
+	p->ev.k = p->k;
+	if (qc.max_ms < qc.base_ms)
+		qc.max_ms = qc.base_ms;
+	r = fvp_queue_new(&qc, &p->queue);
+	if (r < 0) {
+		log_info("cannot start the workers: %s", strerror(-r));
+		return r;
+	}
+	fvp_metrics_set_gauges(gauges, p);
+	for (int k = 0; k < KINDS; k++) {
+		rn.ud[k].rn = &rn;
+		rn.ud[k].k = (enum kind)k;
+		rn.cache[k] = json_object_new_object();
+	}
+	resync_at = mono_s() + (int)p->resync;
+	while (!*stopping) {
+		char err[512], path[400];
+		void *ended = NULL;
+		bool quick;
+
+		p->healthy_at = mono_s();
+		if (!listed) {
+			kube_watches_clear(p->k);
+			watching[CLAIM] = watching[PV] = false;
+			/* PVs first: releasing frees nothing a claim waits for, but it is cheap */
+			fvp_metrics_inc(FVP_M_RELISTS);
+			r = list_all(&rn, PV);
+			if (r == 0)
+				r = list_all(&rn, CLAIM);
+			if (r < 0) {
+				log_info("list failed (re-list failed); next try in %u s", backoff);
+				pause_s(&rn, backoff);
+				backoff = backoff >= 30 ? 60 : backoff * 2;
+				continue;
+			}
+			listed = true;
+			p->synced = 1;
+		}
+		r = 0;
+		for (int k = 0; k < KINDS && r >= 0; k++) {
+			if (watching[k])
+				continue;
+			snprintf(path, sizeof(path),
+				 "%s?watch=1&allowWatchBookmarks=true&resourceVersion=%s"
+				 "&timeoutSeconds=%u", res[k].path, rn.rv[k], p->watch_s);
+			r = kube_watch_add(p->k, path, on_watch_event, &rn.ud[k], p->watch_s, NULL);
+			watching[k] = r >= 0;
+			started[k] = time(NULL);
+		}
+		if (r < 0) {
+			/* never leave half a watch set behind: the next try adds both again */
+			kube_watches_clear(p->k);
+			watching[CLAIM] = watching[PV] = false;
+			log_info("cannot start watches: %s; next try in %u s", strerror(-r), backoff);
+			pause_s(&rn, backoff);
+			backoff = backoff >= 30 ? 60 : backoff * 2;
+			continue;
+		}
+		rn.expired = false;
+		err[0] = '\0';
+		r = kube_watch_run(p->k, stopping, after, &rn, &ended, err, sizeof(err));
+		if (*stopping)
+			break;
+		if (ended) {
+			enum kind k = ((struct watch_ud *)ended)->k;
+
+			watching[k] = false;
+			quick = time(NULL) - started[k] < 1;
+		} else {
+			watching[CLAIM] = watching[PV] = false;
+			quick = true;
+		}
+		if (rn.expired || r == -ESTALE) {
+			log_info("watch expired (410 Gone): listing again");
+			listed = false;
+		} else {
+			fvp_metrics_inc(FVP_M_WATCH_RESTARTS);
+			log_info("%s watch ended (%s): resuming from resourceVersion %s",
+				 ended ? res[((struct watch_ud *)ended)->k].name : "every",
+				 err[0] ? err : "stopped",
+				 ended ? rn.rv[((struct watch_ud *)ended)->k] : "(last seen)");
+		}
+		/* a server that ends watches at once must not make this a busy loop */
+		if (r < 0 || quick) {
+			pause_s(&rn, backoff);
+			backoff = backoff >= 30 ? 60 : backoff * 2;
+		} else {
+			backoff = 1;
+		}
+	}
+	kube_watches_clear(p->k);
+	fvp_metrics_set_gauges(NULL, NULL);
+	/* the workers finish what they are on (each storage call has its deadline) */
+	fvp_queue_free(p->queue);
+	p->queue = NULL;
+	for (int k = 0; k < KINDS; k++)
+		json_object_put(rn.cache[k]);
+	return 0;
+}
