@@ -697,6 +697,12 @@ def plain_http_only_loopback(e):
     check("https://" in e.log(), e.log())
 
 
+# the flexvol/loop cases (controller and node agent) live in their own file
+import loop_cases  # noqa: E402
+
+loop_cases.register(sys.modules[__name__])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
