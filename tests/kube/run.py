@@ -1,0 +1,590 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The cluster lane: flexvol through a real single-node Kubernetes (tests/kube/cluster.py).
+
+    python3 tests/kube/run.py [--images DIR] [-k SUBSTRING]... [--keep-going] [--list]
+
+Each case is a function `case_<name>(t)` below, run in the order of CASES; a case asserts on real
+state (the kernel's mounts and loop devices, pod logs, object status and events, the drivers' logs
+of the kubelet side and of the controller-manager side). The last line is `N passed, N failed`.
+A case named in KNOWN_FAILURES still runs; its failure is reported as "known failure" (and counted
+as failed in CI unless it passes). See tests/kube/README.md to add a case.
+"""
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import cluster as C  # noqa: E402
+
+ROOT = C.ROOT
+NS = "default"
+BUSYBOX = "localhost/flexvol/busybox:kube-test"
+INSTALLER = "localhost/flexvol/installer:kube-test"
+INSTALLER_V2 = "localhost/flexvol/installer:kube-test-v2"
+PLUGINS = C.p("plugins")
+LOG_KUBELET = C.p("log", "kubelet-driver.log")
+LOG_KCM = C.p("log", "kcm-driver.log")
+LINE_RE = re.compile(r"^(\S+) flexvol-(\S+)\[(\d+)\] \S+: op=(\S+) volume=(\S*) status=(.*?) duration_ms=(\d+)(.*)$")
+
+# Cases expected to fail on today's main, with the reason; they still run and are reported.
+KNOWN_FAILURES = {}
+
+
+class CaseFailed(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise CaseFailed(msg)
+
+
+# --- test context ----------------------------------------------------------------------------------
+
+class T:
+    def __init__(self, cl):
+        self.cl = cl
+        self.installed = None     # the overlay currently installed
+        self.mode = None          # attach mode the cluster is in
+
+    # kubectl
+    def k(self, *args, **kw):
+        return self.cl.kubectl(*args, **kw)
+
+    def kj(self, *args, **kw):
+        return self.cl.kjson(*args, **kw)
+
+    def apply(self, obj):
+        return self.k("apply", "-f", "-", input=json.dumps(obj))
+
+    def delete(self, kind, name, ns=NS, wait=True, timeout=120):
+        args = ["delete", kind, name, "--ignore-not-found", f"--wait={'true' if wait else 'false'}",
+                f"--timeout={timeout}s"]
+        if ns:
+            args += ["-n", ns]
+        return self.k(*args, timeout=timeout + 30)
+
+    # driver logs: list of dicts (time, driver, pid, op, volume, status, rest)
+    def ops(self, which, since=0):
+        path = LOG_KCM if which == "kcm" else LOG_KUBELET
+        out = []
+        try:
+            with open(path, errors="replace") as f:
+                f.seek(since)
+                for line in f:
+                    m = LINE_RE.match(line.rstrip("\n"))
+                    if m:
+                        out.append(dict(zip(("time", "driver", "pid", "op", "volume", "status", "rest"),
+                                            m.groups())))
+        except FileNotFoundError:
+            pass
+        return out
+
+    def logpos(self):
+        return {w: (os.path.getsize(p) if os.path.exists(p) else 0)
+                for w, p in (("kcm", LOG_KCM), ("kubelet", LOG_KUBELET))}
+
+    def wait_op(self, which, op, since, status="Success", timeout=120, driver="loop"):
+        def found():
+            return [o for o in self.ops(which, since[which])
+                    if o["op"] == op and o["status"] == status and o["driver"] == driver]
+        try:
+            return C.wait_for(f"{op} {status} in the {which} driver log", found, timeout)
+        except TimeoutError as e:
+            seen = [(o["op"], o["status"]) for o in self.ops(which, since[which])]
+            raise CaseFailed(f"{e}; calls seen there: {seen[-25:]}")
+
+    # pods
+    def pod(self, name, cmd, claim=None, read_only=False, fs_group=None, volumes=None, mounts=None,
+            host_network=True):
+        spec = {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 2,
+            "hostNetwork": host_network,
+            "nodeName": None,
+            "containers": [{"name": "app", "image": BUSYBOX, "imagePullPolicy": "Never",
+                            "command": ["/bin/sh", "-c", cmd],
+                            "volumeMounts": mounts if mounts is not None else
+                            ([{"name": "data", "mountPath": "/data"}] if claim or volumes else [])}],
+            "volumes": volumes if volumes is not None else
+            ([{"name": "data", "persistentVolumeClaim": {"claimName": claim, "readOnly": read_only}}]
+             if claim else []),
+        }
+        del spec["nodeName"]  # the scheduler places it (the operator's flow)
+        if fs_group is not None:
+            spec["securityContext"] = {"fsGroup": fs_group}
+        self.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
+                    "spec": spec})
+
+    def pod_phase(self, name):
+        return self.kj("get", "pod", name, "-n", NS).get("status", {}).get("phase")
+
+    def wait_pod(self, name, phases=("Running",), timeout=180):
+        def ok():
+            ph = self.pod_phase(name)
+            if ph in ("Failed",) and "Failed" not in phases:
+                raise CaseFailed(f"pod {name} failed: {self.pod_debug(name)}")
+            return ph in phases
+        try:
+            C.wait_for(f"pod {name} {'/'.join(phases)}", ok, timeout, 1)
+        except TimeoutError as e:
+            raise CaseFailed(f"{e}: {self.pod_debug(name)}")
+
+    def pod_debug(self, name):
+        r = self.k("get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name}",
+                   "-o", "custom-columns=REASON:.reason,MSG:.message", "--no-headers", check=False)
+        return f"phase={self.pod_phase(name)}; events: {r.stdout.strip()[-1500:]}"
+
+    def logs(self, name):
+        return self.k("logs", name, "-n", NS).stdout
+
+    def wait_log(self, name, text, timeout=60):
+        try:
+            return C.wait_for(f"'{text}' in the log of pod {name}",
+                              lambda: text in self.logs(name) and self.logs(name), timeout, 1)
+        except TimeoutError as e:
+            raise CaseFailed(f"{e}: log: {self.k('logs', name, '-n', NS, check=False).stdout[-800:]}")
+
+    def delete_pod(self, name):
+        self.delete("pod", name)
+
+    # loop volumes
+    def loop_pv(self, name, file, size="64Mi", fs="ext4", secret=None, extra_opts=None):
+        fv = {"driver": "flexvol/loop", "fsType": fs, "options": {"file": file, "size": size}}
+        fv["options"].update(extra_opts or {})
+        if secret:
+            fv["secretRef"] = {"name": secret, "namespace": NS}
+        self.apply({"apiVersion": "v1", "kind": "PersistentVolume",
+                    "metadata": {"name": name},
+                    "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                             "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                             "flexVolume": fv,
+                             "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                                 {"key": "kubernetes.io/hostname", "operator": "In", "values": [C.NODE]}]}]}}}})
+        self.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": name, "namespace": NS},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": name,
+                             "resources": {"requests": {"storage": size}}}})
+        C.wait_for(f"claim {name} Bound", lambda: self.kj("get", "pvc", name, "-n", NS)
+                   ["status"].get("phase") == "Bound", 60)
+
+    def drop_pv(self, name):
+        self.delete("pvc", name)
+        self.delete("pv", name, ns=None)
+
+    def backing(self, file):
+        return os.path.join(C.p("flexvol", "loop"), file)
+
+    def loops_of(self, file):
+        """Loop devices bound to the backing file (from sysfs)."""
+        want = self.backing(file)
+        out = []
+        for dev in os.listdir("/sys/block"):
+            try:
+                with open(f"/sys/block/{dev}/loop/backing_file") as f:
+                    if f.read().strip() == want:
+                        out.append("/dev/" + dev)
+            except OSError:
+                pass
+        return out
+
+    def mounts_of(self, devs):
+        """Mount points (from the kernel's mountinfo) of any of the devices."""
+        out = []
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                parts = line.split()
+                src = parts[parts.index("-") + 2]
+                if src in devs:
+                    out.append((parts[4], parts[5].split(",")[0]))
+        return out
+
+    # install
+    def install(self, overlay):
+        self.k("apply", "-k", os.path.join(HERE, "overlays", overlay), timeout=120)
+        self.rollout()
+        self.installed = overlay
+
+    def rollout(self, timeout=180):
+        r = self.k("-n", "kube-system", "rollout", "status", "ds/flexvol-installer", f"--timeout={timeout}s",
+                   check=False, timeout=timeout + 30)
+        if r.returncode != 0:
+            pods = self.k("-n", "kube-system", "get", "pods", "-o", "wide", check=False).stdout
+            ev = self.k("-n", "kube-system", "get", "events", "--sort-by=.lastTimestamp", check=False).stdout
+            raise CaseFailed(f"rollout of the installer: {r.stderr.strip()}\n{pods}\n{ev[-2500:]}")
+
+    def ensure_mode(self, mode):
+        """controller: kubeadm overlay + KCM with the plugin dir; node: kubeadm-1.36 overlay +
+        KCM without FlexVolume; kubelet restarted so that it re-probes init (attach capability)."""
+        overlay = "kubeadm" if mode == "controller" else "kubeadm-1.36"
+        if self.mode == mode and self.installed == overlay:
+            return
+        self.install(overlay)
+        want = C.p("etc", "flexvol.conf")
+        C.wait_for("node config with the mode", lambda: os.path.exists(want) and
+                   (("\nattach_mode = node" in open(want).read()) == (mode == "node")), 60)
+        self.cl.restart_kcm(flex=(mode == "controller"))
+        self.cl.restart_kubelet()
+        self.mode = mode
+
+
+# --- cases -----------------------------------------------------------------------------------------
+
+OTHER_VENDOR = "othervendor~fake"
+
+
+def plugin_tree():
+    out = {}
+    for dirpath, dirnames, files in os.walk(PLUGINS):
+        for f in files:
+            full = os.path.join(dirpath, f)
+            with open(full, "rb") as fh:
+                out[os.path.relpath(full, PLUGINS)] = (fh.read(), os.stat(full).st_mode & 0o7777)
+        for d in dirnames:
+            out[os.path.relpath(os.path.join(dirpath, d), PLUGINS) + "/"] = None
+    return out
+
+
+def case_install(t):
+    """kubectl apply -k (the kubeadm overlay): the DaemonSet is Ready only once the drivers are in
+    the kubelet's plugin dir; the kubelet and the controller-manager then probe them (init)."""
+    # another vendor's driver, present before the install (uninstall must leave it alone)
+    os.makedirs(os.path.join(PLUGINS, OTHER_VENDOR), exist_ok=True)
+    fake = os.path.join(PLUGINS, OTHER_VENDOR, "fake")
+    with open(fake, "w") as f:
+        f.write('#!/bin/sh\ncase "$1" in init) echo \'{"status":"Success","capabilities":{"attach":false}}\';;'
+                ' *) echo \'{"status":"Not supported"}\';; esac\n')
+    os.chmod(fake, 0o755)
+    t.before_install = plugin_tree()
+    pos = t.logpos()
+    t0 = time.time()
+    t.k("apply", "-k", os.path.join(HERE, "overlays", "kubeadm"))
+    t.rollout()
+    ready_at = time.time()
+    t.installed = "kubeadm"
+    t.mode = "controller"
+    for drv in ("loop", "nfs", "iscsi"):
+        f = os.path.join(PLUGINS, f"flexvol~{drv}", drv)
+        check(os.path.isfile(f) and os.access(f, os.X_OK), f"{f} missing after rollout status")
+        st = os.stat(f)
+        check(st.st_mode & 0o777 == 0o555, f"{f} mode {oct(st.st_mode & 0o777)}")
+        check(t0 - 1 <= st.st_mtime <= ready_at, f"{f} not written by this install (mtime)")
+    check(os.path.exists(C.p("etc", "flexvol.conf")), "the node config was not installed")
+    ds = t.kj("-n", "kube-system", "get", "ds", "flexvol-installer")
+    check(ds["status"].get("numberReady") == 1, f"DaemonSet not ready: {ds['status']}")
+    # the readiness came from the installer's ready file, written after the drivers
+    pod = t.kj("-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=flexvol-installer")["items"][0]
+    check(pod["spec"]["containers"][0]["image"] == INSTALLER, f"image {pod['spec']['containers'][0]['image']}")
+    # kubelet (watching its plugin dir) and the controller-manager probe the new drivers
+    t.wait_op("kubelet", "init", pos, timeout=60)
+    t.wait_op("kcm", "init", pos, timeout=90)
+    for drv in ("nfs", "iscsi"):
+        t.wait_op("kubelet", "init", pos, timeout=30, driver=drv)
+    check(any(o["op"] == "init" for o in t.ops("kubelet", pos["kubelet"])), "no init by kubelet")
+
+
+def _write_read_flow(t, mode, pv, file):
+    """The common flow: a pod writes, is deleted, a second pod reads the data back."""
+    t.loop_pv(pv, file)
+    pos = t.logpos()
+    t.pod(f"{pv}-writer", "id; echo hello-from-$(hostname) > /data/hello && sync && cat /data/hello "
+          "&& stat -c 'gid=%g mode=%a' /data && echo WROTE; sleep 3600", claim=pv, fs_group=2345)
+    t.wait_pod(f"{pv}-writer")
+    log = t.wait_log(f"{pv}-writer", "WROTE")
+    check("gid=2345" in log, f"fsGroup 2345 not applied to the volume root: {log}")
+    devs = t.loops_of(file)
+    check(len(devs) == 1, f"expected one loop device on {file}, found {devs}")
+    ms = t.mounts_of(devs)
+    check(any("/volumes/flexvol~loop/" in m[0] or "/volumes/flexvol/loop" in m[0] or "flexvol~loop" in m[0]
+              for m in ms), f"no pod volume mount of {devs[0]}: {ms}")
+    if mode == "controller":
+        t.wait_op("kcm", "attach", pos)
+        for op in ("waitforattach", "mountdevice", "mount"):
+            t.wait_op("kubelet", op, pos)
+        check(any("/plugins/kubernetes.io/flexvolume/" in m[0] for m in ms),
+              f"no device (global) mount of {devs[0]}: {ms}")
+    else:
+        t.wait_op("kubelet", "mount", pos)
+        bad = [o["op"] for o in t.ops("kubelet", pos["kubelet"]) + t.ops("kcm", pos["kcm"])
+               if o["op"] in ("attach", "waitforattach", "mountdevice") and o["driver"] == "loop"]
+        check(not bad, f"node mode, yet these were called: {bad}")
+    pos = t.logpos()
+    t.delete_pod(f"{pv}-writer")
+    t.wait_op("kubelet", "unmount", pos)
+    if mode == "controller":
+        t.wait_op("kubelet", "unmountdevice", pos)
+        t.wait_op("kcm", "detach", pos, timeout=180)
+    C.wait_for(f"loop device of {file} released", lambda: not t.loops_of(file), 60)
+    check(not t.mounts_of(devs), f"still mounted after the pod is gone: {t.mounts_of(devs)}")
+    # a second pod reads it back
+    t.pod(f"{pv}-reader", "cat /data/hello && echo READ", claim=pv)
+    t.wait_pod(f"{pv}-reader", ("Succeeded",))
+    log = t.logs(f"{pv}-reader")
+    check("hello-from-" in log and "READ" in log, f"second pod did not read the data back: {log}")
+    t.delete_pod(f"{pv}-reader")
+    C.wait_for(f"loop device of {file} released", lambda: not t.loops_of(file), 120)
+
+
+def case_loop_controller(t):
+    """loop, controller attach mode: attach/detach by the controller-manager's attach/detach
+    controller, waitforattach/mountdevice/mount by the kubelet; data survives pods; fsGroup."""
+    t.ensure_mode("controller")
+    _write_read_flow(t, "controller", "loop-ctl", "kube/ctl.img")
+
+
+def case_loop_controller_readonly(t):
+    """A read-only claim mount: the pod cannot write, can read."""
+    t.ensure_mode("controller")
+    pv = "loop-ro"
+    t.loop_pv(pv, "kube/ro.img")
+    t.pod("ro-seed", "echo seed > /data/seed && sync && echo SEEDED", claim=pv)
+    t.wait_pod("ro-seed", ("Succeeded",))
+    t.delete_pod("ro-seed")
+    t.pod("ro-pod", "cat /data/seed; if touch /data/new 2>/tmp/err; then echo WRITABLE; else echo "
+          "REFUSED $(cat /tmp/err); fi", claim=pv, read_only=True)
+    t.wait_pod("ro-pod", ("Succeeded",))
+    log = t.logs("ro-pod")
+    check("seed" in log, f"read-only pod could not read: {log}")
+    check("REFUSED" in log and "WRITABLE" not in log, f"read-only pod could write: {log}")
+    check("Read-only file system" in log, f"unexpected error for the write: {log}")
+    t.delete_pod("ro-pod")
+    C.wait_for("loop device released", lambda: not t.loops_of("kube/ro.img"), 120)
+    t.drop_pv(pv)
+
+
+SECRET_VALUE = "s3cr3t-never-in-a-log"
+
+
+def case_loop_secret(t):
+    """A PV with a secretRef: the Secret's type must be the driver's name (flexvol/loop); its
+    values reach the driver (base64) and never a log."""
+    t.ensure_mode("controller")
+    t.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "loop-secret", "namespace": NS},
+             "type": "flexvol/loop", "data": {"token": base64.b64encode(SECRET_VALUE.encode()).decode()}})
+    pv = "loop-sec"
+    t.loop_pv(pv, "kube/sec.img", secret="loop-secret")
+    t.pod("sec-pod", "echo ok > /data/f && cat /data/f && echo SECRET-OK", claim=pv)
+    t.wait_pod("sec-pod", ("Succeeded",))
+    check("SECRET-OK" in t.logs("sec-pod"), "pod with a Secret-referencing PV did not run")
+    t.delete_pod("sec-pod")
+    C.wait_for("loop device released", lambda: not t.loops_of("kube/sec.img"), 120)
+    for f in (LOG_KCM, LOG_KUBELET):
+        with open(f, errors="replace") as fh:
+            data = fh.read()
+        check(SECRET_VALUE not in data and base64.b64encode(SECRET_VALUE.encode()).decode() not in data,
+              f"the Secret's value is in {f}")
+    # a Secret of another type is refused by the kubelet: the pod never starts
+    t.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "loop-secret-opaque", "namespace": NS},
+             "type": "Opaque", "data": {"token": "eA=="}})
+    pv2 = "loop-sec2"
+    t.loop_pv(pv2, "kube/sec2.img", secret="loop-secret-opaque")
+    t.pod("sec-pod2", "echo should-not-run", claim=pv2)
+
+    def refused():
+        ev = t.k("get", "events", "-n", NS, "--field-selector", "involvedObject.name=sec-pod2",
+                 "-o", "jsonpath={.items[*].message}").stdout
+        return "flexvol/loop" in ev and ("type" in ev.lower()) and ev
+    try:
+        ev = C.wait_for("a FailedMount event naming the Secret type", refused, 120, 2)
+    except TimeoutError as e:
+        raise CaseFailed(f"{e}: {t.pod_debug('sec-pod2')}")
+    check(t.pod_phase("sec-pod2") == "Pending", f"pod with a wrong-typed Secret ran: {ev}")
+    t.delete_pod("sec-pod2")
+    t.drop_pv(pv)
+    t.drop_pv(pv2)
+
+
+def case_loop_mixed_ro_rw(t):
+    """Issue 17 point 8: a read-only pod and a read-write pod of one volume on one node, at the
+    same time, in both orders (kubelet calls waitforattach per pod with its readwrite)."""
+    t.ensure_mode("controller")
+    pv = "loop-mix"
+    t.loop_pv(pv, "kube/mix.img")
+    for first, second in (("rw", "ro"), ("ro", "rw")):
+        names = {}
+        for kind in (first, second):
+            n = f"mix-{first}{second}-{kind}"
+            names[kind] = n
+            if kind == "rw":
+                t.pod(n, "echo rw > /data/rw && sync && echo RW-WROTE; sleep 3600", claim=pv)
+            else:
+                t.pod(n, "if touch /data/ro 2>/dev/null; then echo RO-WROTE; else echo RO-REFUSED; fi; "
+                      "sleep 3600", claim=pv, read_only=True)
+            t.wait_pod(n, timeout=120)
+        t.wait_log(names["rw"], "RW-WROTE")
+        t.wait_log(names["ro"], "RO-REFUSED")
+        for n in names.values():
+            t.delete_pod(n)
+        C.wait_for("loop device released", lambda: not t.loops_of("kube/mix.img"), 180)
+    t.drop_pv(pv)
+
+
+def case_loop_node(t):
+    """loop, node attach mode (deploy/overlays/kubeadm-1.36, a controller-manager without
+    FlexVolume, as kubeadm >= 1.36 runs it): mount and unmount alone do the node's work."""
+    t.ensure_mode("node")
+    init = [o for o in t.ops("kubelet") if o["op"] == "init" and o["driver"] == "loop"]
+    check(init, "kubelet never probed loop")
+    _write_read_flow(t, "node", "loop-node", "kube/node.img")
+
+
+def case_upgrade(t):
+    """A new installer image rolls out while a pod keeps its volume mounted; the pod can still
+    write, and its volume is unmounted by the new driver when it goes."""
+    t.ensure_mode("node")
+    pv = "loop-upg"
+    t.loop_pv(pv, "kube/upg.img")
+    t.pod("upg-pod", "echo before > /data/f && echo BEFORE; sleep 3600", claim=pv)
+    t.wait_pod("upg-pod")
+    t.wait_log("upg-pod", "BEFORE")
+    drv = os.path.join(PLUGINS, "flexvol~loop", "loop")
+    with open(drv, "rb") as f:
+        old = f.read()
+    devs = t.loops_of("kube/upg.img")
+    mounts_before = t.mounts_of(devs)
+    check(devs and mounts_before, "volume not mounted before the upgrade")
+    pos = t.logpos()
+    t.k("-n", "kube-system", "set", "image", "ds/flexvol-installer", f"install={INSTALLER_V2}")
+    t.rollout()
+    with open(drv, "rb") as f:
+        new = f.read()
+    check(new != old and new.endswith(b"flexvol-kube-upgrade-test\n"), "driver not replaced by the new image's")
+    check(t.pod_phase("upg-pod") == "Running", "the pod did not survive the upgrade")
+    check(t.mounts_of(devs) == mounts_before, f"mounts changed during the upgrade: {t.mounts_of(devs)}")
+    t.wait_op("kubelet", "init", pos, timeout=60)  # kubelet re-probed the new file
+    r = t.k("exec", "upg-pod", "-n", NS, "--", "/bin/sh", "-c", "echo after >> /data/f && cat /data/f", check=False)
+    check(r.returncode == 0 and "after" in r.stdout, f"pod cannot write after the upgrade: {r.stdout} {r.stderr}")
+    pos = t.logpos()
+    t.delete_pod("upg-pod")
+    t.wait_op("kubelet", "unmount", pos)
+    C.wait_for("loop device released", lambda: not t.loops_of("kube/upg.img"), 60)
+    t.drop_pv(pv)
+    # back to the first image, for the cases after this one
+    t.k("-n", "kube-system", "set", "image", "ds/flexvol-installer", f"install={INSTALLER}")
+    t.rollout()
+
+
+def case_uninstall(t):
+    """FLEXVOL_UNINSTALL=1, rollout, delete: the plugin dir is as it was before the install;
+    the other vendor's driver is untouched."""
+    t.k("-n", "kube-system", "set", "env", "ds/flexvol-installer", "FLEXVOL_UNINSTALL=1")
+    t.rollout()
+    t.k("delete", "-k", os.path.join(HERE, "overlays", t.installed or "kubeadm"), "--wait=true", timeout=120)
+    t.installed = None
+    t.mode = None
+    after = plugin_tree()
+    before = getattr(t, "before_install", None)
+    check(before is not None, "case install did not run first")
+    check(after == before, f"plugin dir differs from before the install: before {sorted(before)}, after {sorted(after)}")
+
+
+CASES = [case_install, case_loop_controller, case_loop_controller_readonly, case_loop_secret,
+         case_loop_mixed_ro_rw, case_loop_node, case_upgrade]
+# more cases register themselves here (provisioner, policy): see the modules imported below
+LATE_CASES = [case_uninstall]
+
+
+def load_extra_cases():
+    """tests/kube/cases_*.py: each defines CASES (a list of functions taking the context t)."""
+    extra = []
+    for f in sorted(os.listdir(HERE)):
+        if f.startswith("cases_") and f.endswith(".py"):
+            mod = __import__(f[:-3])
+            extra += getattr(mod, "CASES", [])
+            KNOWN_FAILURES.update(getattr(mod, "KNOWN_FAILURES", {}))
+    return extra
+
+
+def main():
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--images", default=os.path.join(ROOT, "build", "kube-images"))
+    ap.add_argument("-k", action="append", default=[], help="run only cases whose name contains this")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="leave the cluster running at the end (debug)")
+    a = ap.parse_args()
+    cases = CASES + load_extra_cases() + LATE_CASES
+    if a.k:
+        cases = [c for c in cases if any(k in c.__name__ for k in a.k)]
+    if a.list:
+        for c in cases:
+            print(c.__name__[5:], "-", (c.__doc__ or "").strip().split("\n")[0])
+        return 0
+    bindir = os.environ.get("FLEXVOL_KUBE_BIN") or C.default_bindir()
+    cl = C.Cluster(bindir)
+    passed = failed = 0
+    known = []
+    t0 = time.monotonic()
+    try:
+        try:
+            cl.up(a.images, "controller")
+        except Exception as e:  # noqa: BLE001
+            print(f"FAIL cluster-up: {e}")
+            traceback.print_exc()
+            failed += 1
+            cases = []
+        t = T(cl)
+        for c in cases:
+            name = c.__name__[5:]
+            s = time.monotonic()
+            try:
+                if name != "install" and t.installed is None and name != "uninstall":
+                    t.install("kubeadm")
+                    t.mode = "controller"
+                c(t)
+                print(f"ok   {name} ({time.monotonic() - s:.0f} s)", flush=True)
+                passed += 1
+            except Exception as e:  # noqa: BLE001
+                why = KNOWN_FAILURES.get(name)
+                tag = f"FAIL {name} (known failure: {why})" if why else f"FAIL {name}"
+                print(f"{tag} ({time.monotonic() - s:.0f} s): {e}", flush=True)
+                if not isinstance(e, CaseFailed):
+                    traceback.print_exc()
+                failed += 1
+                if why:
+                    known.append(name)
+            C.record_container_ids(cl)
+    finally:
+        if a.keep:
+            print("cluster left running (--keep): python3 tests/kube/cluster.py down")
+        else:
+            try:
+                cl.down()
+            except Exception as e:  # noqa: BLE001
+                print(f"FAIL teardown: {e}")
+                failed += 1
+            left = leftovers()
+            if left:
+                print(f"FAIL teardown left: {left}")
+                failed += 1
+    print(f"cluster lane: {time.monotonic() - t0:.0f} s" + (f"; known failures: {', '.join(known)}" if known else ""))
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+def leftovers():
+    """What the lane must never leave: our processes, mounts, loop devices, dirs."""
+    left = []
+    if os.path.exists(C.BASE) or os.path.exists(C.RUN):
+        left.append("state dirs")
+    if C.mounts_under([C.BASE, C.RUN]):
+        left.append("mounts")
+    for dev in os.listdir("/sys/block"):
+        try:
+            with open(f"/sys/block/{dev}/loop/backing_file") as f:
+                if f.read().startswith(C.BASE + "/"):
+                    left.append(f"/dev/{dev}")
+        except OSError:
+            pass
+    return left
+
+
+if __name__ == "__main__":
+    sys.exit(main())
