@@ -381,7 +381,7 @@ static int loop_reclaim(const struct fvp_site *s, json_object *pv, const char *o
 
 const struct fvp_backend fvp_backend_loop = {
 	.name = LOOP_PROVISIONER,
-	.expand = true,
+	.can_expand = true,
 	.node_local = true,
 	.class_check = loop_class_check,
 	.prepare = loop_prepare,

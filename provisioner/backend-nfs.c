@@ -87,37 +87,81 @@ static int nfs_prepare(const struct fvp_site *s, json_object *sc, json_object *p
 	return 0;
 }
 
+/* The message for a refusal of fvp_dir_* on @sub. */
+static int dir_fail(char *err, size_t errlen, int r, const char *what, const char *sub,
+		    const struct fvp_owner *other, const char *inside)
+{
+	switch (r) {
+	case -EEXIST:
+		return prov_fail(err, errlen, r,
+				 "%s '%s': it exists already and has no owner record, so it may be "
+				 "someone else's; not reused (remove it, or set the class parameter "
+				 "adoptExisting: \"true\" to adopt such directories)",
+				 what, sub);
+	case -EBUSY:
+		return prov_fail(err, errlen, r, "%s '%s': it is owned by claim %s (PV %s), not this one",
+				 what, sub, other->claim, other->pv[0] ? other->pv : "?");
+	case -EPERM:
+		if (inside && *inside)
+			return prov_fail(err, errlen, r,
+					 "%s '%s': it would be inside the directory of another volume, "
+					 "'%s'", what, sub, inside);
+		return prov_fail(err, errlen, r,
+				 "%s '%s': it has no owner record, so this provisioner did not make "
+				 "it for this volume; not touched", what, sub);
+	case -EBADMSG:
+		return prov_fail(err, errlen, r, "%s '%s': its owner record is not one of ours; not "
+				 "touched", what, sub);
+	case -ENOTDIR:
+	case -ELOOP:
+		return prov_fail(err, errlen, r, "%s '%s': a symlink or a file is in the way "
+				 "(symlinks are never followed)", what, sub);
+	case -EXDEV:
+		return prov_fail(err, errlen, r, "%s '%s': another mount is in the way", what, sub);
+	default:
+		return prov_fail(err, errlen, r, "%s '%s': %s", what, sub, strerror(-r));
+	}
+}
+
 static int nfs_create(const struct fvp_site *s, json_object *sc, json_object *pvc,
 		      const struct fvp_volume *vol, enum fvp_made *made, char *err, size_t errlen)
 {
-	const char *ns = jstr2(pvc, "metadata", "namespace"), *name = jstr2(pvc, "metadata", "name");
+	const char *ns = jstr2(pvc, "metadata", "namespace"), *name = jstr2(pvc, "metadata", "name"),
+		   *uid = jstr2(pvc, "metadata", "uid");
+	struct fvp_owner other;
 	struct fvp_class c;
-	bool created = false;
+	enum fvp_dir_made m = FVP_DIR_NEW;
+	char pv[96], inside[FVP_PATH_MAX + 1] = "";
 	int r;
 
 	r = fvp_class_parse(sc, &c, err, errlen);
 	if (r < 0)
 		return r;
+	snprintf(pv, sizeof(pv), "pvc-%s", uid ? uid : "");
 	r = fvp_dir_make(s->rootfd, vol->asset, c.mode, c.has_uid ? c.uid : (uid_t)-1,
-			 c.has_gid ? c.gid : (gid_t)-1, &created);
+			 c.has_gid ? c.gid : (gid_t)-1, uid ? uid : "", pv, c.adopt_existing, &m,
+			 &other, inside, sizeof(inside));
 	if (r < 0)
-		return prov_fail(err, errlen, r, "cannot create directory '%s' on the share: %s",
-				 vol->asset,
-				 r == -ENOTDIR || r == -ELOOP ?
-					 "a symlink or a file is in the way (symlinks are never followed)" :
-				 r == -EXDEV ? "another mount is in the way" :
-					       strerror(-r));
+		return dir_fail(err, errlen, r, "cannot create directory", vol->asset, &other, inside);
 	log_info("claim %s/%s: directory %s %s (mode %04o%s)", ns, name, vol->asset,
-		 created ? "created" : "exists already, reused", (unsigned int)c.mode,
-		 c.has_uid || c.has_gid ? ", owner set" : "");
-	*made = created ? FVP_MADE_NEW : FVP_MADE_BEFORE;
+		 m == FVP_DIR_NEW ? "created" : m == FVP_DIR_OURS ? "made before for this claim, kept" :
+		 "adopted", (unsigned int)(m == FVP_DIR_ADOPTED ? 0 : c.mode),
+		 m == FVP_DIR_ADOPTED ? ", as it was" : c.has_uid || c.has_gid ? ", owner set" : "");
+	*made = m == FVP_DIR_NEW ? FVP_MADE_NEW : m == FVP_DIR_OURS ? FVP_MADE_BEFORE :
+		FVP_MADE_ADOPTED;
+	if (m == FVP_DIR_ADOPTED)
+		prov_fail(err, errlen, 0, "directory '%s' existed without an owner record and was "
+			  "adopted (class parameter adoptExisting); its mode and owner are as they were",
+			  vol->asset);
 	return 0;
 }
 
 static int nfs_cleanup(const struct fvp_site *s, json_object *sc, json_object *pvc,
 		       const char *pv_name, char *err, size_t errlen)
 {
+	const char *uid = jstr2(pvc, "metadata", "uid");
 	char sub[FVP_PATH_MAX + 1];
+	struct fvp_owner other;
 	struct fvp_class c;
 	int r;
 
@@ -127,9 +171,13 @@ static int nfs_cleanup(const struct fvp_site *s, json_object *sc, json_object *p
 		return prov_fail(err, errlen, 1, "class %s is not on this instance's share", c.name);
 	if (fvp_path_expand(c.path_pattern, pvc, pv_name, sub, sizeof(sub), err, errlen) < 0)
 		return 1;
-	r = fvp_dir_remove_empty(s->rootfd, sub);
+	r = fvp_dir_remove_empty(s->rootfd, sub, uid ? uid : "", &other);
 	if (r == -ENOTEMPTY)
-		return prov_fail(err, errlen, 1, "directory %s is not empty", sub);
+		return prov_fail(err, errlen, 1, "directory %s is not empty: kept", sub);
+	if (r == -EPERM || r == -EBUSY || r == -EBADMSG) {
+		dir_fail(err, errlen, r, "directory", sub, &other, NULL);
+		return 1;
+	}
 	if (r < 0)
 		return prov_fail(err, errlen, r, "directory %s not removed: %s", sub, strerror(-r));
 	return prov_fail(err, errlen, 0, "directory %s removed (if it was there and empty)", sub);
@@ -138,10 +186,12 @@ static int nfs_cleanup(const struct fvp_site *s, json_object *sc, json_object *p
 static int nfs_reclaim(const struct fvp_site *s, json_object *pv, const char *on_delete,
 		       char *done, size_t donelen, char *err, size_t errlen)
 {
-	json_object *fx = jget(jget(pv, "spec"), "flexVolume"), *opts = jget(fx, "options");
-	const char *sub = jstr(opts, "subPath");
+	json_object *spec = jget(pv, "spec"), *fx = jget(spec, "flexVolume"),
+		    *opts = jget(fx, "options");
+	const char *sub = jstr(opts, "subPath"), *claim = jstr2(spec, "claimRef", "uid");
 	char archived[FVP_PATH_MAX + 64] = "";
 	enum fvp_on_delete action = FVP_ARCHIVE;
+	struct fvp_owner other;
 	int r;
 
 	if (!jstr(fx, "driver") || !streq(jstr(fx, "driver"), FVP_PROVISIONER))
@@ -149,19 +199,22 @@ static int nfs_reclaim(const struct fvp_site *s, json_object *pv, const char *on
 	if (!our_share(s, jstr(opts, "server"), jstr(opts, "share")))
 		return prov_fail(err, errlen, 1, "not on this instance's share");
 	if (!fvp_check_subpath(sub))
-		return prov_fail(err, errlen, 1,
+		return prov_fail(err, errlen, -EINVAL,
 				 "subPath '%s' is not a directory this provisioner made; not touched",
 				 sub ? sub : "");
+	if (!claim || !*claim)
+		return prov_fail(err, errlen, -EINVAL, "the PV has no claimRef.uid: its owner is "
+				 "unknown; directory %s not touched", sub);
 	if (on_delete && fvp_on_delete_parse(on_delete, &action) < 0)
-		return prov_fail(err, errlen, 1,
+		return prov_fail(err, errlen, -EINVAL,
 				 "onDelete '%s' is not archive, delete or retain; nothing done",
 				 on_delete);
 	switch (action) {
 	case FVP_DELETE:
-		r = fvp_dir_delete(s->rootfd, sub);
+		r = fvp_dir_delete(s->rootfd, sub, claim, &other);
 		break;
 	case FVP_ARCHIVE:
-		r = fvp_dir_archive(s->rootfd, sub, archived, sizeof(archived));
+		r = fvp_dir_archive(s->rootfd, sub, claim, &other, archived, sizeof(archived));
 		break;
 	case FVP_RETAIN:
 	default:
@@ -169,19 +222,43 @@ static int nfs_reclaim(const struct fvp_site *s, json_object *pv, const char *on
 		break;
 	}
 	if (r < 0)
-		return prov_fail(err, errlen, r, "%s of directory %s failed: %s",
-				 fvp_on_delete_name(action), sub, strerror(-r));
+		return dir_fail(err, errlen, r, action == FVP_DELETE ? "cannot delete directory" :
+				"cannot archive directory", sub, &other, NULL);
 	snprintf(done, donelen, "directory %s %s%s", sub,
 		 action == FVP_DELETE ? "deleted" : action == FVP_RETAIN ? "retained" :
 		 archived[0] ? "archived as " : "already archived or absent", archived);
 	return 0;
 }
 
+static int nfs_record_owner(const struct fvp_site *s, json_object *pv, char *err, size_t errlen)
+{
+	json_object *spec = jget(pv, "spec"), *fx = jget(spec, "flexVolume"),
+		    *opts = jget(fx, "options");
+	const char *sub = jstr(opts, "subPath"), *claim = jstr2(spec, "claimRef", "uid"),
+		   *name = jstr2(pv, "metadata", "name");
+	struct fvp_owner other;
+	int r;
+
+	if (!jstr(fx, "driver") || !streq(jstr(fx, "driver"), FVP_PROVISIONER) ||
+	    !our_share(s, jstr(opts, "server"), jstr(opts, "share")) || !fvp_check_subpath(sub) ||
+	    !claim || !*claim || !name)
+		return 0;
+	r = fvp_dir_record(s->rootfd, sub, claim, name, &other);
+	if (r == 1)
+		return prov_fail(err, errlen, 1, "owner record written for directory %s (claim %s)",
+				 sub, claim);
+	if (r == 0 || r == -ENOENT)
+		return 0;
+	return dir_fail(err, errlen, r, "cannot record the owner of directory", sub, &other, NULL);
+}
+
 const struct fvp_backend fvp_backend_nfs = {
 	.name = FVP_PROVISIONER,
+	.can_expand = false, /* a directory has no size to grow: see docs/provisioner.md */
 	.class_check = nfs_class_check,
 	.prepare = nfs_prepare,
 	.create = nfs_create,
 	.cleanup = nfs_cleanup,
 	.reclaim = nfs_reclaim,
+	.record_owner = nfs_record_owner,
 };

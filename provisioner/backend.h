@@ -62,7 +62,8 @@ enum fvp_made {
 
 struct fvp_backend {
 	const char *name; /* the StorageClass provisioner and the PV's provisioned-by */
-	bool expand;	  /* its volumes grow online (the driver's expandfs): play the resizer */
+	bool can_expand;  /* honours a class's allowVolumeExpansion: true (grows online: the
+			   * controller plays the resizer, the driver's expandfs grows it) */
 	bool node_local;  /* its assets live on the PV's node, reclaimed there by the node agent */
 
 	/*
@@ -80,7 +81,12 @@ struct fvp_backend {
 	int (*prepare)(const struct fvp_site *s, json_object *sc, json_object *pvc,
 		       const char *pv_name, struct fvp_volume *vol, char *err, size_t errlen);
 
-	/* Make the asset prepare() planned.  *made says what was found. */
+	/*
+	 * Make the asset prepare() planned.  *made says what was found; with
+	 * FVP_MADE_ADOPTED, @err says what was adopted (for an event).  Never
+	 * takes over an asset another claim owns, or one without an owner
+	 * record unless the class allows adopting it.
+	 */
 	int (*create)(const struct fvp_site *s, json_object *sc, json_object *pvc,
 		      const struct fvp_volume *vol, enum fvp_made *made, char *err, size_t errlen);
 
@@ -94,13 +100,23 @@ struct fvp_backend {
 
 	/*
 	 * PV @pv (provisioned by this backend) is reclaimed: apply @on_delete
-	 * (the class parameter's words: archive, delete, retain) to its asset.
-	 * 0: done (what was done in @done); 1: not this instance's to touch
-	 * (why in @err); <0: failed, the PV is kept and this is retried.
+	 * (the class parameter's words: archive, delete, retain; NULL: the
+	 * backend's default) to its asset, only if the asset's owner record
+	 * names the PV's claim.  0: done (what was done in @done); 1: not this
+	 * instance's to touch (why in @err); <0: failed or refused, the PV is
+	 * kept and this is retried.
 	 * Not called for a node_local backend.
 	 */
 	int (*reclaim)(const struct fvp_site *s, json_object *pv, const char *on_delete, char *done,
 		       size_t donelen, char *err, size_t errlen);
+
+	/*
+	 * --record-owners (a migration): PV @pv of this backend may predate
+	 * owner records; record its claim as the owner of its asset when the
+	 * asset has none.  1: recorded now (what in @err); 0: nothing to do;
+	 * <0: refused or failed (why in @err).
+	 */
+	int (*record_owner)(const struct fvp_site *s, json_object *pv, char *err, size_t errlen);
 };
 
 void fvp_volume_done(struct fvp_volume *vol);

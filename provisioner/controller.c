@@ -14,6 +14,7 @@
  * Listing, watching and the workers that call these handlers: runner.c.
  * The handlers run on several worker threads at once, never two for one
  * object; what they share (the API client, the event cache) is thread-safe.
+ * Storage calls go through fsop.c (a child with a deadline).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -26,9 +27,9 @@
 #include "fv/util.h"
 #include "controller.h"
 #include "fsop.h"
-#include "metrics.h"
 #include "jsonutil.h"
 #include "kube.h"
+#include "metrics.h"
 
 /*
  * On a claim from just before its asset is made until its PV exists: a
@@ -36,6 +37,12 @@
  * with a deletionTimestamp, until its asset is cleaned up.
  */
 #define FINALIZER "flexvol/provisioning"
+/*
+ * On our PVs with reclaim policy Delete (KEP-2644, the name every external
+ * provisioner uses): a PV deleted while it is Released, even while this
+ * process is down, stays until its asset is reclaimed.
+ */
+#define PV_FINALIZER "external-provisioner.volume.kubernetes.io/finalizer"
 
 static double now_s(void)
 {
@@ -112,24 +119,31 @@ static bool has_finalizer(json_object *pvc)
 	return jarray_has(jget(jget(pvc, "metadata"), "finalizers"), FINALIZER);
 }
 
+static bool has_pv_finalizer(json_object *pv)
+{
+	return jarray_has(jget(jget(pv, "metadata"), "finalizers"), PV_FINALIZER);
+}
+
 /*
- * Add (@on) or remove our finalizer with an update of the whole claim: the
- * resourceVersion in it makes a concurrent change a 409, after which the
- * newer claim arrives by the watch and this is tried again.  Returns 0 with
- * the updated claim in *ret (may be NULL), 1 when the claim is gone, <0.
+ * Add (@on) or remove finalizer @fin with an update of the whole object
+ * (a claim, or a PV when it has no namespace): the resourceVersion in it
+ * makes a concurrent change a 409, after which the newer object arrives by
+ * the watch and this is tried again.  Returns 0 with the updated object in
+ * *ret (may be NULL), 1 when the object is gone, <0.
  */
-static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object **ret)
+static int update_finalizer(struct prov *p, json_object *obj, const char *fin, bool on,
+			    json_object **ret)
 {
 	json_object *copy = NULL, *meta, *f, *nf, *reply = NULL;
-	const char *ns = jstr2(pvc, "metadata", "namespace"), *name = jstr2(pvc, "metadata", "name");
+	const char *ns = jstr2(obj, "metadata", "namespace"), *name = jstr2(obj, "metadata", "name");
 	char path[600], err[512];
 	int st;
 
 	if (ret)
 		*ret = NULL;
-	if (!safe_name(ns) || !safe_name(name))
+	if ((ns && !safe_name(ns)) || !safe_name(name))
 		return -EINVAL;
-	if (json_object_deep_copy(pvc, &copy, NULL) < 0 || !copy)
+	if (json_object_deep_copy(obj, &copy, NULL) < 0 || !copy)
 		return -ENOMEM;
 	meta = jget(copy, "metadata");
 	f = jget(meta, "finalizers");
@@ -144,13 +158,17 @@ static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object 
 		json_object *v = json_object_array_get_idx(f, i);
 
 		if (!json_object_is_type(v, json_type_string) ||
-		    !streq(json_object_get_string(v), FINALIZER))
+		    !streq(json_object_get_string(v), fin))
 			json_object_array_add(nf, json_object_get(v));
 	}
 	if (on)
-		json_object_array_add(nf, json_object_new_string(FINALIZER));
+		json_object_array_add(nf, json_object_new_string(fin));
 	json_object_object_add(meta, "finalizers", nf);
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
+	if (ns)
+		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns,
+			 name);
+	else
+		snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
 	st = kube_request(p->k, "PUT", path, copy, &reply, err, sizeof(err));
 	json_object_put(copy);
 	if (st == 200) {
@@ -165,12 +183,19 @@ static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object 
 		return 1;
 	}
 	if (st < 0)
-		log_info("claim %s/%s: %s finalizer: %s", ns, name, on ? "adding the" : "removing the", err);
+		log_info("%s %s%s%s: %s finalizer %s: %s", ns ? "claim" : "PV", ns ? ns : "",
+			 ns ? "/" : "", name, on ? "adding the" : "removing the", fin, err);
 	else if (st != 409)
-		log_info("claim %s/%s: %s finalizer: HTTP %d %s", ns, name,
-			 on ? "adding the" : "removing the", st, kube_status_message(reply));
+		log_info("%s %s%s%s: %s finalizer %s: HTTP %d %s", ns ? "claim" : "PV", ns ? ns : "",
+			 ns ? "/" : "", name, on ? "adding the" : "removing the", fin, st,
+			 kube_status_message(reply));
 	json_object_put(reply);
 	return st == 409 ? -EAGAIN : -EIO;
+}
+
+static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object **ret)
+{
+	return update_finalizer(p, pvc, FINALIZER, on, ret);
 }
 
 /* --- provisioning ------------------------------------------------------------------------- */
@@ -261,6 +286,14 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 	json_object_object_add(m, "annotations", ann);
 	if (vol->labels)
 		json_object_object_add(m, "labels", TAKE_PTR(vol->labels));
+	if (!policy || streq(policy, "Delete")) {
+		json_object *fin = json_object_new_array();
+
+		if (fin) {
+			json_object_array_add(fin, json_object_new_string(PV_FINALIZER));
+			json_object_object_add(m, "finalizers", fin);
+		}
+	}
 	json_object_object_add(pv, "metadata", m);
 
 	jset(cap, "storage", vol->capacity[0] ? vol->capacity :
@@ -285,10 +318,67 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 }
 
 /*
+ * What a claim or class asks for that no flexvol volume can give: refused
+ * with an event before anything is made, as Kubernetes' own provisioners
+ * refuse them.  True when refused.
+ */
+static bool refused(struct prov *p, const struct fvp_backend *b, json_object *pvc,
+		    json_object *sc)
+{
+	json_object *spec = jget(pvc, "spec"), *mo = jget(sc, "mountOptions"),
+		    *ave = jget(sc, "allowVolumeExpansion"),
+		    *src = jget(spec, "dataSourceRef") ?: jget(spec, "dataSource");
+	const char *cls = jstr2(sc, "metadata", "name");
+
+	if (src) {
+		const char *kind = jstr(src, "kind") ?: "?", *group = jstr(src, "apiGroup");
+
+		event(&p->ev, pvc, true, "ProvisioningFailed",
+		      "the claim's data source (%s%s%s %s) is not supported: %s volumes are made "
+		      "empty; cloning a claim or restoring a snapshot cannot be done",
+		      group && *group ? group : "", group && *group ? "/" : "", kind,
+		      jstr(src, "name") ?: "?", b->name);
+		return true;
+	}
+	if (jget(spec, "selector")) {
+		event(&p->ev, pvc, true, "ProvisioningFailed",
+		      "the claim has a selector: claim Selector is not supported for dynamic "
+		      "provisioning (it can only match existing PVs)");
+		return true;
+	}
+	if (mo && json_object_is_type(mo, json_type_array) && json_object_array_length(mo)) {
+		event(&p->ev, pvc, true, "ProvisioningFailed",
+		      "StorageClass '%s' has mountOptions %s: kubelet refuses mount options on "
+		      "FlexVolume PVs (put NFS mount options in the class parameter mountOptions)",
+		      cls, json_object_to_json_string_ext(mo, JSON_C_TO_STRING_PLAIN));
+		return true;
+	}
+	if (ave && json_object_is_type(ave, json_type_boolean) && json_object_get_boolean(ave) &&
+	    !b->can_expand) {
+		event(&p->ev, pvc, true, "ProvisioningFailed",
+		      "StorageClass '%s' sets allowVolumeExpansion: true, which %s cannot honour (a "
+		      "resize would never finish); set it false", cls, b->name);
+		return true;
+	}
+	return false;
+}
+
+/*
+ * A claim whose dataSourceRef names something outside the core group and the
+ * snapshot API belongs to a volume populator: left to it, as csi-prov does.
+ */
+static bool for_populator(json_object *pvc)
+{
+	json_object *ref = jget(jget(pvc, "spec"), "dataSourceRef");
+	const char *group = jstr(ref, "apiGroup");
+
+	return ref && group && *group && !streq(group, "snapshot.storage.k8s.io");
+}
+
+/*
  * Returns 0 when done (a PV exists, or the claim is left to another
- * instance), <0 when it should be tried again after a backoff (every
- * refusal too: a class or claim fixed meanwhile is then picked up), or the
- * seconds to wait (> 0) when the API asked for them.
+ * instance), <0 when it should be tried again after the claim's backoff
+ * (every refusal too: a class or claim fixed meanwhile is then picked up).
  */
 static int provision(struct prov *p, const struct fvp_backend *b, json_object *pvc,
 		     json_object *sc, const char *pv_name)
@@ -311,6 +401,8 @@ static int provision(struct prov *p, const struct fvp_backend *b, json_object *p
 		log_info("claim %s/%s: %s: left to another instance", ns, name, err);
 		return 0;
 	}
+	if (refused(p, b, pvc, sc))
+		return -EINVAL;
 	vm = jstr(spec, "volumeMode");
 	if (vm && !streq(vm, "Filesystem")) {
 		event(&p->ev, pvc, true, "ProvisioningFailed",
@@ -355,6 +447,8 @@ static int provision(struct prov *p, const struct fvp_backend *b, json_object *p
 		json_object_put(updated);
 		return r;
 	}
+	if (made == FVP_MADE_ADOPTED)
+		event(&p->ev, pvc, false, "AdoptedExistingVolume", "%s", err);
 	pv = build_pv(b, pv_name, pvc, sc, &vol);
 	fvp_volume_done(&vol);
 	if (!pv) {
@@ -414,13 +508,18 @@ static int claim_is_ours(struct prov *p, json_object *pvc, json_object **ret_sc,
 	*ret_sc = NULL;
 	if (!prov)
 		prov = jstr(ann, ANN_SP_BETA);
-	if (prov && !ctl_backend(prov))
+	/*
+	 * Only what the controller-manager handed to us: it sets the annotation
+	 * once no existing PV matched the claim (static PVs win), and so only
+	 * once the claim is in its cache (a PV made earlier would be Released).
+	 */
+	if (!prov || !ctl_backend(prov))
 		return 0;
 	cls = claim_class(pvc);
 	if (!cls || !*cls)
 		return 0;
 	r = get_class(p, cls, ret_sc, &b);
-	if (r == 1 && prov && !streq(prov, b->name)) {
+	if (r == 1 && !streq(prov, b->name)) {
 		json_object_put(*ret_sc);
 		*ret_sc = NULL;
 		return 0;
@@ -441,7 +540,7 @@ static int remove_unused_asset(struct prov *p, json_object *pvc)
 	const char *uid = jstr(meta, "uid");
 	const struct fvp_backend *b;
 	char pv_name[128], err[FVP_ERR_MAX];
-	int r = 0;
+	int r;
 
 	if (!uid || !safe_name(uid) || strlen(uid) > 64)
 		return 0;
@@ -490,7 +589,7 @@ static int quantity(const char *s, uint64_t *ret)
 }
 
 /*
- * A bound claim of one of our backends that grows online (b->expand) asks
+ * A bound claim of one of our backends that grows online (b->can_expand) asks
  * for more than its PV has.  Kubernetes' expand controller never loads
  * FlexVolume plugins (kubernetes/kubernetes#126881), so this plays the
  * external resizer's part: the PV's capacity is raised (in whole MiB, as
@@ -524,7 +623,7 @@ static int claim_resize(struct prov *p, json_object *pvc)
 		goto out;
 	}
 	b = ctl_backend(jstr(jget(jget(pv, "metadata"), "annotations"), ANN_PROVISIONED_BY));
-	if (!b || !b->expand || quantity(jstr(jget(jget(pv, "spec"), "capacity"), "storage"),
+	if (!b || !b->can_expand || quantity(jstr(jget(jget(pv, "spec"), "capacity"), "storage"),
 					 &pvcap) < 0)
 		goto out;
 	req = (req + (1 << 20) - 1) >> 20 << 20;
@@ -618,6 +717,10 @@ int ctl_claim_changed(struct prov *p, json_object *pvc)
 			(void)set_finalizer(p, pvc, false, NULL);
 		return r;
 	}
+	if (for_populator(pvc)) {
+		json_object_put(sc);
+		return 0;
+	}
 	/* WaitForFirstConsumer: the scheduler picks the node first (the annotation says so) */
 	if (jstr(sc, "volumeBindingMode") && streq(jstr(sc, "volumeBindingMode"), "WaitForFirstConsumer") &&
 	    !jstr(jget(meta, "annotations"), ANN_SELECTED_NODE)) {
@@ -631,11 +734,9 @@ int ctl_claim_changed(struct prov *p, json_object *pvc)
 
 		r = provision(p, b, pvc, sc, pv_name);
 		fvp_metrics_observe(FVP_M_PROVISION, r == 0, now_s() - t0);
+	} else if (r == 1) {
+		r = has_finalizer(pvc) && set_finalizer(p, pvc, false, NULL) == -EIO ? -EIO : 0;
 	}
-	else if (r == 1 && has_finalizer(pvc))
-		r = set_finalizer(p, pvc, false, NULL) == -EIO ? -EIO : 0;
-	else if (r == 1)
-		r = 0;
 	json_object_put(sc);
 	return r;
 }
@@ -647,28 +748,80 @@ int ctl_claim_deleted(struct prov *p, json_object *pvc)
 
 /* --- reclaiming ----------------------------------------------------------------------------- */
 
-static int reclaim_pv(struct prov *p, const struct fvp_backend *b, json_object *pv);
-
-int ctl_pv_changed(struct prov *p, json_object *pv)
+/*
+ * The onDelete for @pv: the one recorded on it at provisioning (a class
+ * re-created since must not turn retain into delete); for a PV without the
+ * record, its class's as it is now; NULL: the backend's default.
+ */
+static int pv_on_delete(struct prov *p, json_object *pv, char *buf, size_t len, const char **ret)
 {
-	json_object *meta = jget(pv, "metadata"), *spec = jget(pv, "spec"), *ann;
-	const char *name = jstr(meta, "name");
-	const struct fvp_backend *b;
-	double t0;
+	json_object *sc = NULL;
+	const char *od, *cls;
 	int r;
 
-	ann = jget(meta, "annotations");
-	b = ctl_backend(jstr(ann, ANN_PROVISIONED_BY));
-	if (!b)
+	od = jstr(jget(jget(pv, "metadata"), "annotations"), ANN_ON_DELETE);
+	*ret = NULL;
+	if (od) {
+		snprintf(buf, len, "%s", od);
+		*ret = buf;
 		return 0;
-	if (!jstr2(pv, "status", "phase") || !streq(jstr2(pv, "status", "phase"), "Released") ||
-	    !jstr(spec, "persistentVolumeReclaimPolicy") ||
-	    !streq(jstr(spec, "persistentVolumeReclaimPolicy"), "Delete") || !safe_name(name))
+	}
+	cls = jstr2(pv, "spec", "storageClassName");
+	r = cls && *cls ? get_class(p, cls, &sc, NULL) : 0;
+	if (r < 0)
+		return r;
+	od = jstr(jget(sc, "parameters"), "onDelete");
+	if (od) {
+		snprintf(buf, len, "%s", od);
+		*ret = buf;
+	}
+	json_object_put(sc);
+	return 0;
+}
+
+/* DELETE PV @name, only while it is the one with @uid (never one re-created meanwhile). */
+static int delete_pv(struct prov *p, const char *name, const char *uid, json_object **ret)
+{
+	json_object *body = json_object_new_object(), *pre = json_object_new_object(),
+		    *reply = NULL;
+	char err[512], path[400];
+	int st;
+
+	*ret = NULL;
+	if (!body || !pre) {
+		json_object_put(body);
+		json_object_put(pre);
+		return -ENOMEM;
+	}
+	jset(body, "apiVersion", "v1");
+	jset(body, "kind", "DeleteOptions");
+	jset(pre, "uid", uid);
+	json_object_object_add(body, "preconditions", pre);
+	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
+	st = kube_request(p->k, "DELETE", path, body, &reply, err, sizeof(err));
+	json_object_put(body);
+	if (st == 200 || st == 202) {
+		log_info("PV %s deleted", name);
+		*ret = reply;
 		return 0;
-	t0 = now_s();
-	r = reclaim_pv(p, b, pv);
-	fvp_metrics_observe(FVP_M_DELETE, r == 0, now_s() - t0);
-	return r;
+	}
+	if (st == 404) {
+		log_info("PV %s was deleted already", name);
+		json_object_put(reply);
+		return 1;
+	}
+	if (st == 409) {
+		/* the uid precondition failed: a new PV of that name is not ours to delete */
+		log_info("PV %s: re-created meanwhile (uid differs): not deleted", name);
+		json_object_put(reply);
+		return 1;
+	}
+	if (st < 0)
+		log_info("PV %s: delete failed: %s", name, err);
+	else
+		log_info("PV %s: delete failed: HTTP %d %s", name, st, kube_status_message(reply));
+	json_object_put(reply);
+	return st < 0 ? st : -EIO;
 }
 
 /*
@@ -694,7 +847,8 @@ static const char *pv_hostname(json_object *pv)
 /*
  * A released PV of a node-local backend: the agent on its node removes the
  * asset and the PV (agent.c); nothing for the controller to do, unless that
- * node is gone, when nobody can: a warning on the PV says so.
+ * node is gone, when nobody can: a warning on the PV says so.  Returns 1
+ * (nothing more for the controller to do) or -EIO.
  */
 static int reclaim_on_node(struct prov *p, json_object *pv)
 {
@@ -707,7 +861,7 @@ static int reclaim_on_node(struct prov *p, json_object *pv)
 		event(&p->ev, pv, true, "VolumeFailedDelete",
 		      "the PV names no node (nodeAffinity on kubernetes.io/hostname): its asset is "
 		      "not touched; delete the PV by hand");
-		return 0;
+		return 1;
 	}
 	snprintf(path, sizeof(path), "/api/v1/nodes?labelSelector=kubernetes.io%%2Fhostname%%3D%s",
 		 host);
@@ -725,69 +879,115 @@ static int reclaim_on_node(struct prov *p, json_object *pv)
 	else
 		log_info("PV %s released: the node agent on %s removes it", name, host);
 	json_object_put(list);
-	return 0;
+	return 1;
 }
 
-/* Released PV @pv of backend @b, policy Delete: its asset, then the PV. */
-static int reclaim_pv(struct prov *p, const struct fvp_backend *b, json_object *pv)
+/* Apply the PV's onDelete to its asset.  0 done, >0 not ours to touch, <0 failed (event). */
+static int reclaim_asset(struct prov *p, const struct fvp_backend *b, json_object *pv)
 {
-	json_object *meta = jget(pv, "metadata"), *spec = jget(pv, "spec"), *ann, *sc = NULL,
-		    *body, *pre, *reply = NULL;
-	const char *name = jstr(meta, "name"), *uid = jstr(meta, "uid"), *od = NULL, *cls;
-	char err[FVP_ERR_MAX], path[400], done[FVP_PATH_MAX + 200] = "";
-	int r, st;
+	const char *name = jstr2(pv, "metadata", "name"), *od;
+	char err[FVP_ERR_MAX], done[FVP_PATH_MAX + 200] = "", odbuf[32];
+	int r;
 
-	ann = jget(meta, "annotations");
 	if (b->node_local)
 		return reclaim_on_node(p, pv);
-	/* onDelete: the class's as it is now; the one recorded at provisioning if it is gone */
-	cls = jstr(spec, "storageClassName");
-	r = cls && *cls ? get_class(p, cls, &sc, NULL) : 0;
+	r = pv_on_delete(p, pv, odbuf, sizeof(odbuf), &od);
 	if (r < 0)
-		return r; /* retried after a backoff */
-	if (r == 1)
-		od = jstr(jget(sc, "parameters"), "onDelete");
-	if (!od)
-		od = jstr(ann, ANN_ON_DELETE);
+		return r; /* the class could not be read: retried */
 	r = fvp_backend_reclaim(&p->site, b, pv, od, done, sizeof(done), err, sizeof(err));
-	json_object_put(sc);
 	if (r > 0) {
 		log_info("PV %s: %s", name, err);
-		return 0;
+		return r;
 	}
 	if (r < 0) {
-		/* the library's VolumeFailedDelete, on the PV (events.c names its namespace) */
-		event(&p->ev, pv, true, "VolumeFailedDelete", "%s; PV kept, retried after a backoff",
-		      err);
+		event(&p->ev, pv, true, "VolumeFailedDelete", "%s; the PV is kept, retried after a "
+		      "backoff", err);
 		return r;
 	}
 	log_info("PV %s released: %s", name, done);
+	return 0;
+}
 
-	/* the uid precondition: never delete a PV re-created under the same name meanwhile */
-	body = json_object_new_object();
-	pre = json_object_new_object();
-	if (!body || !pre) {
-		json_object_put(body);
-		json_object_put(pre);
-		return -ENOMEM;
+int ctl_pv_changed(struct prov *p, json_object *pv)
+{
+	json_object *meta = jget(pv, "metadata"), *spec = jget(pv, "spec"), *reply = NULL;
+	const char *name = jstr(meta, "name"), *uid = jstr(meta, "uid"),
+		   *phase = jstr2(pv, "status", "phase"),
+		   *policy = jstr(spec, "persistentVolumeReclaimPolicy");
+	const struct fvp_backend *b = ctl_backend(jstr(jget(meta, "annotations"), ANN_PROVISIONED_BY));
+	bool deleting = jget(meta, "deletionTimestamp") != NULL, fin = has_pv_finalizer(pv);
+	double t0;
+	int r;
+
+	if (!b || !safe_name(name) || !uid)
+		return 0;
+	if (deleting && !fin)
+		return 0; /* reclaimed, or never ours to hold */
+	if (p->record_owners && b->record_owner) {
+		char err[FVP_ERR_MAX];
+
+		r = b->record_owner(&p->site, pv, err, sizeof(err));
+		if (r > 0)
+			log_info("PV %s: %s", name, err);
+		else if (r < 0)
+			event(&p->ev, pv, true, "OwnerRecordFailed", "%s", err);
 	}
-	jset(body, "apiVersion", "v1");
-	jset(body, "kind", "DeleteOptions");
-	jset(pre, "uid", uid);
-	json_object_object_add(body, "preconditions", pre);
-	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
-	st = kube_request(p->k, "DELETE", path, body, &reply, err, sizeof(err));
-	if (st == 200 || st == 202)
-		log_info("PV %s deleted", name);
-	else if (st == 404)
-		log_info("PV %s was deleted already", name);
-	else if (st < 0)
-		event(&p->ev, pv, true, "VolumeFailedDelete", "deleting PV %s failed: %s", name, err);
-	else if (st != 409)
-		event(&p->ev, pv, true, "VolumeFailedDelete", "deleting PV %s failed: HTTP %d %s",
-		      name, st, kube_status_message(reply));
+	if (!policy || !streq(policy, "Delete")) {
+		/* Retain (a policy changed after provisioning): nothing to hold the PV for */
+		if (fin && update_finalizer(p, pv, PV_FINALIZER, false, NULL) == 0)
+			log_info("PV %s: policy %s, finalizer removed", name, policy ? policy : "?");
+		return 0;
+	}
+	if (!phase || !streq(phase, "Released")) {
+		/* a PV of an older version, or one whose finalizer was removed: protect it */
+		if (!deleting && !fin && update_finalizer(p, pv, PV_FINALIZER, true, NULL) == 0)
+			log_info("PV %s: finalizer %s added", name, PV_FINALIZER);
+		return 0;
+	}
+	t0 = now_s();
+	r = reclaim_asset(p, b, pv);
+	if (r != 0) {
+		if (r < 0)
+			fvp_metrics_observe(FVP_M_DELETE, false, now_s() - t0);
+		return r < 0 ? r : 0;
+	}
+	if (!deleting) {
+		r = delete_pv(p, name, uid, &reply);
+		if (r < 0)
+			event(&p->ev, pv, true, "VolumeFailedDelete",
+			      "the asset is reclaimed, deleting the PV failed; retried after a backoff");
+		if (r != 0 || !fin)
+			goto out; /* failed (retried), gone already, or nothing holds it */
+		/* the reply is the PV, now with a deletionTimestamp: the freshest copy */
+		if (reply && streq(jstr2(reply, "metadata", "uid") ?: "", uid) &&
+		    has_pv_finalizer(reply))
+			pv = reply;
+	}
+	/* the asset is gone: let the API finish the deletion (a 409 comes back by the watch) */
+	r = update_finalizer(p, pv, PV_FINALIZER, false, NULL);
+	if (r == 0)
+		log_info("PV %s: finalizer removed", name);
+	r = r == -EIO ? -EIO : 0;
+out:
+	fvp_metrics_observe(FVP_M_DELETE, r >= 0, now_s() - t0);
 	json_object_put(reply);
-	json_object_put(body);
-	/* 409: the uid precondition failed, a new PV of that name is not ours to delete */
-	return st == 200 || st == 202 || st == 404 || st == 409 ? 0 : st < 0 ? st : -EIO;
+	return r < 0 ? r : 0;
+}
+
+/*
+ * A PV of ours went away without us (its finalizer removed by someone else,
+ * or a PV from before the finalizer) while it was Released with policy
+ * Delete: its asset is reclaimed all the same, under the same ownership
+ * rules; nothing is left to do in the API.
+ */
+int ctl_pv_deleted(struct prov *p, json_object *pv)
+{
+	const struct fvp_backend *b =
+		ctl_backend(jstr(jget(jget(pv, "metadata"), "annotations"), ANN_PROVISIONED_BY));
+	const char *phase = jstr2(pv, "status", "phase"),
+		   *policy = jstr2(pv, "spec", "persistentVolumeReclaimPolicy");
+
+	if (!b || !phase || !streq(phase, "Released") || !policy || !streq(policy, "Delete"))
+		return 0;
+	return reclaim_asset(p, b, pv) < 0 ? -EIO : 0;
 }

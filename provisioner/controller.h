@@ -28,6 +28,7 @@ struct fvp_queue;
 struct prov {
 	struct kube *k;
 	struct fvp_site site;
+	bool record_owners;  /* --record-owners: write missing owner records of our PVs */
 	struct fvp_events ev;
 	/* the runtime (runner.c): its command-line settings */
 	unsigned int resync;	   /* s: every known object queued again (from memory, no list) */
@@ -37,6 +38,7 @@ struct prov {
 	struct fvp_queue *queue;
 	volatile int healthy_at;   /* monotonic s of the last watch-loop round (/healthz) */
 	volatile int synced;	   /* the first list is done (/readyz) */
+	bool leader_elect;	   /* false: every replica works (the gauge says leader) */
 };
 
 /* The backend serving provisioner @name, or NULL. */
@@ -50,6 +52,12 @@ const struct fvp_backend *ctl_backend(const char *name);
 int ctl_claim_changed(struct prov *p, json_object *pvc);
 int ctl_claim_deleted(struct prov *p, json_object *pvc);
 int ctl_pv_changed(struct prov *p, json_object *pv);
+int ctl_pv_deleted(struct prov *p, json_object *pv);
+
+struct fvp_gauges;
+
+/* The queue's and the lease's gauges for metrics.c (runner.c). */
+void ctl_gauges(void *p, struct fvp_gauges *g);
 
 /* List, watch and work until *stopping (runner.c). */
 int ctl_run(struct prov *p, volatile int *stopping);

@@ -17,6 +17,7 @@
 
 #define RESOLVE_CONFINED (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)
 #define DELETE_DEPTH_MAX 128
+#define FVP_INSIDE_MAX 1100
 
 static int openat2_dir(int dirfd, const char *name, int flags)
 {
@@ -36,11 +37,16 @@ int fvp_root_open(const char *root)
 	return fd < 0 ? NEG_ERRNO() : fd;
 }
 
+static int owner_read_at(int pfd, const char *name, struct fvp_owner *ret);
+
 /*
  * Split @rel into its parent (opened, confined) and last component.  With
- * @create, missing parents are made (0755).  Returns the parent fd or -errno.
+ * @create, missing parents are made (0755).  With @inside, a parent that is
+ * itself a volume directory (has an owner record) is -EPERM, its path in
+ * @inside.  Returns the parent fd or -errno.
  */
-static int open_parent(int rootfd, const char *rel, bool create, char *last, size_t lastlen)
+static int open_parent(int rootfd, const char *rel, bool create, char *last, size_t lastlen,
+		       char *inside, size_t insidelen)
 {
 	const char *slash = strrchr(rel, '/');
 	int fd = openat2_dir(rootfd, ".", O_RDONLY);
@@ -63,6 +69,15 @@ static int open_parent(int rootfd, const char *rel, bool create, char *last, siz
 		}
 		memcpy(comp, p, n);
 		comp[n] = '\0';
+		if (inside) {
+			struct fvp_owner o;
+
+			if (owner_read_at(fd, comp, &o) != -ENOENT) {
+				snprintf(inside, insidelen, "%.*s", (int)(p - rel + n), rel);
+				close(fd);
+				return -EPERM;
+			}
+		}
 		if (create && mkdirat(fd, comp, 0755) < 0 && errno != EEXIST) {
 			int r = NEG_ERRNO();
 
@@ -79,47 +94,275 @@ static int open_parent(int rootfd, const char *rel, bool create, char *last, siz
 	return fd;
 }
 
-int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid, bool *ret_created)
-{
-	_cleanup_close_ int pfd = -1, fd = -1;
-	char last[256];
-	bool created = true;
+/* --- owner records -------------------------------------------------------------------------- */
 
-	pfd = open_parent(rootfd, rel, true, last, sizeof(last));
-	if (pfd < 0)
-		return pfd;
-	if (mkdirat(pfd, last, 0700) < 0) {
-		if (errno != EEXIST)
-			return NEG_ERRNO();
-		created = false;
-	}
-	/* not a symlink, not a file, not another mount: openat2 says so */
-	fd = openat2_dir(pfd, last, O_RDONLY);
+#define OWNER_MAX 4096
+
+/* FNV-1a, 64 bits: record and archive names (not a security boundary: the text is checked). */
+static uint64_t fnv1a(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return h;
+}
+
+static void owner_name(const char *name, char *out, size_t len)
+{
+	snprintf(out, len, FVP_OWNER_PREFIX "%016llx", (unsigned long long)fnv1a(name));
+}
+
+/* Read the record of @name in the open directory @pfd: 0, -ENOENT, -EBADMSG, -errno. */
+static int owner_read_at(int pfd, const char *name, struct fvp_owner *ret)
+{
+	char rec[64], buf[OWNER_MAX + 1];
+	_cleanup_close_ int fd = -1;
+	struct stat st;
+	ssize_t n;
+	bool magic = false;
+
+	memset(ret, 0, sizeof(*ret));
+	owner_name(name, rec, sizeof(rec));
+	/* O_NONBLOCK: a FIFO planted under the name never blocks the open */
+	fd = openat(pfd, rec, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0)
-		return fd;
-	/* owner first: chown clears the set-id bits that the mode may carry */
-	if ((uid != (uid_t)-1 || gid != (gid_t)-1) && fchown(fd, uid, gid) < 0)
+		return errno == ELOOP ? -EBADMSG : NEG_ERRNO();
+	if (fstat(fd, &st) < 0)
 		return NEG_ERRNO();
-	if (fchmod(fd, mode) < 0)
+	if (!S_ISREG(st.st_mode) || st.st_size > OWNER_MAX)
+		return -EBADMSG;
+	n = read(fd, buf, OWNER_MAX);
+	if (n < 0)
 		return NEG_ERRNO();
-	if (ret_created)
-		*ret_created = created;
+	buf[n] = '\0';
+	for (char *line = buf, *next; line && *line; line = next) {
+		char *sp;
+
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		sp = strchr(line, ' ');
+		if (!sp)
+			continue;
+		*sp++ = '\0';
+		if (streq(line, "flexvol-owner"))
+			magic = streq(sp, "1");
+		else if (streq(line, "claim"))
+			snprintf(ret->claim, sizeof(ret->claim), "%s", sp);
+		else if (streq(line, "pv"))
+			snprintf(ret->pv, sizeof(ret->pv), "%s", sp);
+		else if (streq(line, "name"))
+			snprintf(ret->name, sizeof(ret->name), "%s", sp);
+		else if (streq(line, "adopted"))
+			ret->adopted = streq(sp, "yes");
+	}
+	/* the record is for this very name (a hash collision reads as someone else's) */
+	if (!magic || !ret->claim[0])
+		return -EBADMSG;
+	if (!streq(ret->name, name))
+		snprintf(ret->claim, sizeof(ret->claim), "(another directory: %.60s)", ret->name);
 	return 0;
 }
 
-int fvp_dir_remove_empty(int rootfd, const char *rel)
+/*
+ * Write the record of @name: a unique temporary file, then link(2) to the
+ * record's name, which fails with EEXIST when another writer was first.
+ * On NFS a link whose reply was lost is retried by the client and reports
+ * EEXIST although it worked: the temporary file's link count tells.
+ */
+static int owner_write_at(int pfd, const char *name, const char *claim, const char *pv,
+			  bool adopted)
+{
+	char rec[64], tmp[128], text[OWNER_MAX];
+	struct timespec ts;
+	struct stat st;
+	int fd, n, r = 0;
+
+	owner_name(name, rec, sizeof(rec));
+	clock_gettime(CLOCK_REALTIME, &ts);
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%d.%lx", rec, (int)getpid(), (unsigned long)ts.tv_nsec);
+	n = snprintf(text, sizeof(text),
+		     "flexvol-owner 1\nclaim %s\npv %s\nname %s\nadopted %s\n", claim, pv, name,
+		     adopted ? "yes" : "no");
+	if (n < 0 || (size_t)n >= sizeof(text))
+		return -ENAMETOOLONG;
+	fd = openat(pfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return NEG_ERRNO();
+	if (write(fd, text, (size_t)n) != n || fsync(fd) < 0)
+		r = errno ? NEG_ERRNO() : -EIO;
+	if (close(fd) < 0 && r == 0)
+		r = NEG_ERRNO();
+	if (r == 0 && linkat(pfd, tmp, pfd, rec, 0) < 0) {
+		r = NEG_ERRNO();
+		if (fstatat(pfd, tmp, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_nlink == 2)
+			r = 0;
+	}
+	(void)unlinkat(pfd, tmp, 0);
+	return r;
+}
+
+static int owner_remove_at(int pfd, const char *name)
+{
+	char rec[64];
+
+	owner_name(name, rec, sizeof(rec));
+	if (unlinkat(pfd, rec, 0) < 0 && errno != ENOENT)
+		return NEG_ERRNO();
+	return 0;
+}
+
+int fvp_dir_owner(int rootfd, const char *rel, struct fvp_owner *ret)
 {
 	_cleanup_close_ int pfd = -1;
 	char last[256];
 
-	pfd = open_parent(rootfd, rel, false, last, sizeof(last));
+	pfd = open_parent(rootfd, rel, false, last, sizeof(last), NULL, 0);
+	if (pfd < 0)
+		return pfd;
+	return owner_read_at(pfd, last, ret);
+}
+
+/*
+ * The record of @last in @pfd must name @claim: 0 when it does, 1 when there
+ * is neither record nor directory (nothing to do), -EPERM for a directory
+ * without a record, -EBUSY for another claim's (*@other), -errno.
+ */
+static int owned_by(int pfd, const char *last, const char *claim, struct fvp_owner *other)
+{
+	struct fvp_owner o;
+	struct stat st;
+	int r;
+
+	r = owner_read_at(pfd, last, &o);
+	if (r == -ENOENT) {
+		if (fstatat(pfd, last, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			return errno == ENOENT ? 1 : NEG_ERRNO();
+		return -EPERM;
+	}
+	if (r < 0)
+		return r;
+	if (!streq(o.claim, claim)) {
+		if (other)
+			*other = o;
+		return -EBUSY;
+	}
+	return 0;
+}
+
+int fvp_dir_record(int rootfd, const char *rel, const char *claim, const char *pv,
+		   struct fvp_owner *other)
+{
+	_cleanup_close_ int pfd = -1, fd = -1;
+	char last[256];
+	int r;
+
+	pfd = open_parent(rootfd, rel, false, last, sizeof(last), NULL, 0);
+	if (pfd < 0)
+		return pfd;
+	r = owned_by(pfd, last, claim, other);
+	if (r == 0)
+		return 0;
+	if (r > 0)
+		return -ENOENT;
+	if (r != -EPERM)
+		return r;
+	/* a directory, reached without a symlink or another mount */
+	fd = openat2_dir(pfd, last, O_RDONLY);
+	if (fd < 0)
+		return fd;
+	r = owner_write_at(pfd, last, claim, pv, true);
+	if (r == -EEXIST)
+		return owned_by(pfd, last, claim, other);
+	return r < 0 ? r : 1;
+}
+
+int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid, const char *claim,
+		 const char *pv, bool adopt, enum fvp_dir_made *made, struct fvp_owner *other,
+		 char *inside, size_t insidelen)
+{
+	_cleanup_close_ int pfd = -1, fd = -1;
+	struct fvp_owner o;
+	char last[256], where[FVP_INSIDE_MAX];
+	struct stat st;
+	enum fvp_dir_made m = FVP_DIR_NEW;
+	int r;
+
+	pfd = open_parent(rootfd, rel, true, last, sizeof(last), where, sizeof(where));
+	if (pfd == -EPERM && inside)
+		snprintf(inside, insidelen, "%s", where);
+	if (pfd < 0)
+		return pfd;
+	for (int tries = 0;; tries++) {
+		r = owner_read_at(pfd, last, &o);
+		if (r == 0) {
+			if (!streq(o.claim, claim)) {
+				if (other)
+					*other = o;
+				return -EBUSY;
+			}
+			m = o.adopted ? FVP_DIR_ADOPTED : FVP_DIR_OURS;
+			break;
+		}
+		if (r != -ENOENT || tries > 0)
+			return r == -ENOENT ? -EIO : r;
+		/* no record: a directory there is someone else's unless adopted */
+		if (fstatat(pfd, last, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+			if (!adopt)
+				return -EEXIST;
+			if (!S_ISDIR(st.st_mode))
+				return -ENOTDIR;
+			m = FVP_DIR_ADOPTED;
+		} else if (errno != ENOENT) {
+			return NEG_ERRNO();
+		}
+		r = owner_write_at(pfd, last, claim, pv, m == FVP_DIR_ADOPTED);
+		if (r == 0)
+			break;
+		if (r != -EEXIST)
+			return r;
+		/* another writer was first: read what it wrote */
+	}
+	if (mkdirat(pfd, last, 0700) == 0)
+		m = FVP_DIR_NEW;
+	else if (errno != EEXIST)
+		return NEG_ERRNO();
+	else if (m == FVP_DIR_NEW)
+		m = FVP_DIR_OURS; /* a second replica made it for this claim meanwhile */
+	/* not a symlink, not a file, not another mount: openat2 says so */
+	fd = openat2_dir(pfd, last, O_RDONLY);
+	if (fd < 0)
+		return fd;
+	if (m != FVP_DIR_ADOPTED) {
+		/* owner first: chown clears the set-id bits that the mode may carry */
+		if ((uid != (uid_t)-1 || gid != (gid_t)-1) && fchown(fd, uid, gid) < 0)
+			return NEG_ERRNO();
+		if (fchmod(fd, mode) < 0)
+			return NEG_ERRNO();
+	}
+	if (made)
+		*made = m;
+	return 0;
+}
+
+int fvp_dir_remove_empty(int rootfd, const char *rel, const char *claim, struct fvp_owner *other)
+{
+	_cleanup_close_ int pfd = -1;
+	char last[256];
+	int r;
+
+	pfd = open_parent(rootfd, rel, false, last, sizeof(last), NULL, 0);
 	if (pfd == -ENOENT)
 		return 0;
 	if (pfd < 0)
 		return pfd;
+	r = owned_by(pfd, last, claim, other);
+	if (r != 0)
+		return r > 0 ? 0 : r;
 	if (unlinkat(pfd, last, AT_REMOVEDIR) < 0 && errno != ENOENT)
-		return NEG_ERRNO();
-	return 0;
+		return errno == EEXIST ? -ENOTEMPTY : NEG_ERRNO();
+	return owner_remove_at(pfd, last);
 }
 
 /* Empty the directory open at @fd (consumed), depth-first, never following a symlink. */
@@ -172,34 +415,37 @@ static int empty_dir(int fd, int depth)
 	return r;
 }
 
-int fvp_dir_delete(int rootfd, const char *rel)
+int fvp_dir_delete(int rootfd, const char *rel, const char *claim, struct fvp_owner *other)
 {
 	_cleanup_close_ int pfd = -1;
 	char last[256];
 	int fd, r;
 
-	pfd = open_parent(rootfd, rel, false, last, sizeof(last));
+	pfd = open_parent(rootfd, rel, false, last, sizeof(last), NULL, 0);
 	if (pfd == -ENOENT)
 		return 0;
 	if (pfd < 0)
 		return pfd;
+	r = owned_by(pfd, last, claim, other);
+	if (r != 0)
+		return r > 0 ? 0 : r;
 	fd = openat2_dir(pfd, last, O_RDONLY);
-	if (fd == -ENOENT)
-		return 0;
 	if (fd == -ENOTDIR || fd == -ELOOP) {
 		/* a symlink or file where the directory was: remove the entry itself */
 		if (unlinkat(pfd, last, 0) < 0 && errno != ENOENT)
 			return NEG_ERRNO();
-		return 0;
+		return owner_remove_at(pfd, last);
 	}
-	if (fd < 0)
+	if (fd < 0 && fd != -ENOENT)
 		return fd;
-	r = empty_dir(fd, 0);
-	if (r < 0)
-		return r;
-	if (unlinkat(pfd, last, AT_REMOVEDIR) < 0 && errno != ENOENT)
-		return NEG_ERRNO();
-	return 0;
+	if (fd >= 0) {
+		r = empty_dir(fd, 0);
+		if (r < 0)
+			return r;
+		if (unlinkat(pfd, last, AT_REMOVEDIR) < 0 && errno != ENOENT)
+			return NEG_ERRNO();
+	}
+	return owner_remove_at(pfd, last);
 }
 
 /*
@@ -227,7 +473,20 @@ static int rename_noreplace(int dfd, const char *from, const char *to, bool is_d
 	return 0;
 }
 
-int fvp_dir_archive(int rootfd, const char *rel, char *ret, size_t len)
+void fvp_archive_name(const char *last, const char *stamp, char *out, size_t len)
+{
+	/* NAME_MAX is 255 on Linux filesystems and NFS alike */
+	size_t suffix = stamp ? strlen(stamp) + 1 : 0, room = 255 - strlen("archived-") - suffix;
+
+	if (strlen(last) <= room)
+		snprintf(out, len, "archived-%s%s%s", last, stamp ? "-" : "", stamp ? stamp : "");
+	else
+		snprintf(out, len, "archived-%.*s-%016llx%s%s", (int)(room - 17), last,
+			 (unsigned long long)fnv1a(last), stamp ? "-" : "", stamp ? stamp : "");
+}
+
+int fvp_dir_archive(int rootfd, const char *rel, const char *claim, struct fvp_owner *other,
+		    char *ret, size_t len)
 {
 	_cleanup_close_ int pfd = -1;
 	char last[256], to[300];
@@ -235,14 +494,23 @@ int fvp_dir_archive(int rootfd, const char *rel, char *ret, size_t len)
 	size_t plen;
 	int r;
 
-	pfd = open_parent(rootfd, rel, false, last, sizeof(last));
+	if (ret && len)
+		ret[0] = '\0';
+	pfd = open_parent(rootfd, rel, false, last, sizeof(last), NULL, 0);
 	if (pfd == -ENOENT)
 		return 0;
 	if (pfd < 0)
 		return pfd;
-	if (fstatat(pfd, last, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return errno == ENOENT ? 0 : NEG_ERRNO();
-	snprintf(to, sizeof(to), "archived-%s", last);
+	r = owned_by(pfd, last, claim, other);
+	if (r != 0)
+		return r > 0 ? 0 : r;
+	if (fstatat(pfd, last, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (errno != ENOENT)
+			return NEG_ERRNO();
+		/* archived before, the record left by a crash */
+		return owner_remove_at(pfd, last);
+	}
+	fvp_archive_name(last, NULL, to, sizeof(to));
 	r = rename_noreplace(pfd, last, to, S_ISDIR(st.st_mode));
 	if (r == -EEXIST) {
 		char stamp[32];
@@ -251,15 +519,15 @@ int fvp_dir_archive(int rootfd, const char *rel, char *ret, size_t len)
 
 		gmtime_r(&now, &tm);
 		strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
-		snprintf(to, sizeof(to), "archived-%s-%s", last, stamp);
+		fvp_archive_name(last, stamp, to, sizeof(to));
 		r = rename_noreplace(pfd, last, to, S_ISDIR(st.st_mode));
 	}
 	if (r == -ENOENT)
-		return 0; /* a concurrent archive (another replica) */
+		return owner_remove_at(pfd, last); /* a concurrent archive (another replica) */
 	if (r < 0)
 		return r;
 	plen = (size_t)(strrchr(rel, '/') ? strrchr(rel, '/') - rel + 1 : 0);
 	if (ret)
 		snprintf(ret, len, "%.*s%s", (int)plen, rel, to);
-	return 0;
+	return owner_remove_at(pfd, last);
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The API client: see kube.h. */
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
@@ -64,28 +65,68 @@ struct kube {
 };
 
 
-/* http:// is accepted for a loopback server only (the tests' fake API server). */
-static bool loopback_http(const char *url)
+/*
+ * Check the --server URL with libcurl's own parser (the one the requests
+ * use, so the host checked is the host connected to): https, or http to a
+ * loopback host only (the tests' fake API server); no user name or password
+ * (a token goes in a header), no query, no fragment.  A string prefix is not
+ * enough: "http://127.0.0.1@evil/" has host "evil".
+ */
+static int check_server(const char *url, char *err, size_t errlen)
 {
-	static const char *const hosts[] = { "http://127.", "http://[::1]", "http://localhost:",
-					     "http://localhost/" };
+	CURLU *u = curl_url();
+	char *scheme = NULL, *host = NULL, *user = NULL, *pass = NULL, *query = NULL, *frag = NULL;
+	struct in_addr a4;
+	int r = 0;
 
-	for (size_t i = 0; i < ARRAY_SIZE(hosts); i++)
-		if (!strncmp(url, hosts[i], strlen(hosts[i])))
-			return true;
-	return false;
+	if (!u)
+		return -ENOMEM;
+	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host) {
+		r = prov_fail(err, errlen, -EINVAL, "--server is not a URL with a host: '%s'", url);
+		goto out;
+	}
+	(void)curl_url_get(u, CURLUPART_USER, &user, 0);
+	(void)curl_url_get(u, CURLUPART_PASSWORD, &pass, 0);
+	(void)curl_url_get(u, CURLUPART_QUERY, &query, 0);
+	(void)curl_url_get(u, CURLUPART_FRAGMENT, &frag, 0);
+	if (user || pass || query || frag) {
+		r = prov_fail(err, errlen, -EINVAL,
+			      "--server must be a URL scheme://host[:port][/path], without user, password, "
+			      "query or fragment: '%s'", url);
+		goto out;
+	}
+	if (streq(scheme, "https"))
+		goto out;
+	/* 127.0.0.0/8 as an address (inet_pton takes only the full dotted quad), ::1, localhost */
+	if (streq(scheme, "http") &&
+	    ((inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127) ||
+	     streq(host, "[::1]") || streq(host, "localhost")))
+		goto out;
+	r = prov_fail(err, errlen, -EINVAL,
+		      "--server must be an https:// URL (http:// only for 127.0.0.1, [::1] or "
+		      "localhost): '%s'", url);
+out:
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(user);
+	curl_free(pass);
+	curl_free(query);
+	curl_free(frag);
+	curl_url_cleanup(u);
+	return r;
 }
 
 int kube_new(const struct kube_config *cfg, struct kube **ret, char *err, size_t errlen)
 {
 	struct kube *k;
 	size_t n;
+	int r;
 
-	if (strncmp(cfg->server, "https://", 8) && !loopback_http(cfg->server))
-		return prov_fail(err, errlen, -EINVAL,
-			    "--server must be an https:// URL (http:// only for 127.0.0.1, [::1] "
-			    "or localhost): '%s'",
-			    cfg->server);
+	r = check_server(cfg->server, err, errlen);
+	if (r < 0)
+		return r;
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
 		return prov_fail(err, errlen, -ENOMEM, "curl_global_init failed");
 	k = calloc(1, sizeof(*k));
@@ -507,6 +548,10 @@ int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *use
 	char err[256];
 	int r;
 
+	if (path[0] != '/' ||
+	    strspn(path, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+			 "/?&=._~%:,+-") != strlen(path))
+		return -EINVAL;
 	if (k->nwatches >= WATCH_MAX)
 		return -E2BIG;
 	if (asprintf(&url, "%s%s", k->server, path) < 0)
@@ -544,7 +589,7 @@ int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *use
 	return 0;
 }
 
-void kube_watches_clear(struct kube *k)
+void kube_watch_clear(struct kube *k)
 {
 	for (size_t i = 0; i < k->nwatches; i++) {
 		curl_multi_remove_handle(k->multi, k->watches[i]->h);
@@ -628,6 +673,6 @@ int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), voi
 			break;
 		}
 	}
-	kube_watches_clear(k);
+	kube_watch_clear(k);
 	return r;
 }

@@ -57,12 +57,17 @@ struct kube_watch;
  */
 typedef int (*kube_event_fn)(void *userdata, const char *type, struct json_object *object);
 
-/* Start watching @path ("/api/v1/persistentvolumes?watch=1&resourceVersion=...") */
+/*
+ * Start watching @path ("/api/v1/persistentvolumes?watch=1&resourceVersion=...").
+ * -EINVAL for a path with bytes that do not belong in a URL (a resourceVersion
+ * is the server's text), -E2BIG past WATCH_MAX.  A caller that adds several
+ * and fails half-way must kube_watch_clear() before it tries again.
+ */
 int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *userdata,
 		   unsigned int timeout_s, struct kube_watch **ret);
 
 /* End and free every added watch (a watch set that failed half-way through starting). */
-void kube_watches_clear(struct kube *k);
+void kube_watch_clear(struct kube *k);
 
 /*
  * kube_watch_run() - run every added watch until one of them ends (server

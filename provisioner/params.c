@@ -318,8 +318,41 @@ int fvp_pv_options(const struct fvp_class *c, const char *subpath, json_object *
 
 static const char *const known[] = {
 	"server", "share", "pathPattern", "onDelete", "mode", "uid", "gid",
-	"nfsVersion", "mountOptions", "readOnly",
+	"nfsVersion", "mountOptions", "readOnly", "adoptExisting", "allowUnscopedClaimValues",
 };
+
+/* "true" or "false" (absent: false).  Returns 0 or -EINVAL with a message. */
+static int parse_bool(json_object *params, const char *key, bool *ret, char *err, size_t errlen)
+{
+	const char *v = str_at(params, key);
+
+	*ret = false;
+	if (!v || streq(v, "false"))
+		return 0;
+	if (streq(v, "true")) {
+		*ret = true;
+		return 0;
+	}
+	return prov_fail(err, errlen, -EINVAL, "parameter '%s' must be true or false: '%s'", key, v);
+}
+
+/*
+ * A label or annotation is the claim author's to choose: two authors in two
+ * namespaces could pick values that make one path.  With the namespace as
+ * the first directory, such paths stay inside the author's own namespace
+ * (where a clash is then refused by the owner record).
+ */
+static bool claim_values_scoped(const char *pattern)
+{
+	static const char *const ns[] = { "${namespace}/", "${.PVC.namespace}/" };
+
+	if (!strstr(pattern, "${.PVC.labels.") && !strstr(pattern, "${.PVC.annotations."))
+		return true;
+	for (size_t i = 0; i < ARRAY_SIZE(ns); i++)
+		if (!strncmp(pattern, ns[i], strlen(ns[i])))
+			return true;
+	return false;
+}
 
 int fvp_class_parse(json_object *sc, struct fvp_class *c, char *err, size_t errlen)
 {
@@ -349,7 +382,8 @@ int fvp_class_parse(json_object *sc, struct fvp_class *c, char *err, size_t errl
 			if (!ok)
 				return prov_fail(err, errlen, -EINVAL,
 					    "unknown parameter '%s' (known: server, share, pathPattern, "
-					    "onDelete, mode, uid, gid, nfsVersion, mountOptions, readOnly)",
+					    "onDelete, mode, uid, gid, nfsVersion, mountOptions, readOnly, "
+					    "adoptExisting, allowUnscopedClaimValues)",
 					    key);
 			if (!json_object_is_type(val, json_type_string))
 				return prov_fail(err, errlen, -EINVAL, "parameter '%s' is not a string", key);
@@ -369,6 +403,17 @@ int fvp_class_parse(json_object *sc, struct fvp_class *c, char *err, size_t errl
 	r = expand(c->path_pattern, NULL, NULL, path, sizeof(path), err, errlen);
 	if (r < 0)
 		return r;
+	r = parse_bool(params, "allowUnscopedClaimValues", &c->allow_unscoped, err, errlen);
+	if (r == 0)
+		r = parse_bool(params, "adoptExisting", &c->adopt_existing, err, errlen);
+	if (r < 0)
+		return r;
+	if (!c->allow_unscoped && !claim_values_scoped(c->path_pattern))
+		return prov_fail(err, errlen, -EINVAL,
+				 "pathPattern '%s' uses claim labels or annotations but does not start "
+				 "with the namespace ('${namespace}/...'): claims in two namespaces could "
+				 "get one directory (allowUnscopedClaimValues: \"true\" accepts it)",
+				 c->path_pattern);
 	if ((v = str_at(params, "onDelete")) && fvp_on_delete_parse(v, &c->on_delete) < 0)
 		return prov_fail(err, errlen, -EINVAL,
 			    "parameter 'onDelete' must be archive, delete or retain: '%s'", v);

@@ -42,6 +42,8 @@ struct fvp_class {
 	const char *mount_options; /* or NULL */
 	bool read_only;
 	const char *reclaim_policy; /* "Delete" (default) or "Retain" */
+	bool adopt_existing;	    /* adoptExisting: take a directory that exists without an owner */
+	bool allow_unscoped;	    /* allowUnscopedClaimValues: claim values outside ${namespace}/ */
 };
 
 /*

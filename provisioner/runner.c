@@ -31,6 +31,7 @@
 #include "controller.h"
 #include "jsonutil.h"
 #include "kube.h"
+#include "lease.h"
 #include "metrics.h"
 #include "queue.h"
 
@@ -86,7 +87,7 @@ static int work(void *ud, const char *key, int kind, bool deleted, json_object *
 
 	(void)key;
 	if (kind == PV)
-		return deleted ? 0 : ctl_pv_changed(p, obj);
+		return deleted ? ctl_pv_deleted(p, obj) : ctl_pv_changed(p, obj);
 	return deleted ? ctl_claim_deleted(p, obj) : ctl_claim_changed(p, obj);
 }
 
@@ -130,6 +131,7 @@ static int list_all(struct runner *rn, enum kind k)
 			json_object_put(fresh);
 			return -ENOMEM;
 		}
+		rn->p->healthy_at = mono_s(); /* a list of a big cluster is many pages */
 		st = kube_request(rn->p->k, "GET", path, NULL, &list, err, sizeof(err));
 		if (st < 0 || st != 200 || !list) {
 			if (st < 0)
@@ -182,8 +184,10 @@ static void note_rv(struct runner *rn, enum kind k, json_object *obj)
 {
 	const char *rv = jstr2(obj, "metadata", "resourceVersion");
 
+	/* opaque to clients, but it goes into a URL: only what needs no escaping */
 	if (rv && *rv && strlen(rv) < sizeof(rn->rv[k]) &&
-	    strspn(rv, "0123456789") == strlen(rv))
+	    strspn(rv, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
+		    strlen(rv))
 		snprintf(rn->rv[k], sizeof(rn->rv[k]), "%s", rv);
 }
 
@@ -240,11 +244,12 @@ static void pause_s(struct runner *rn, unsigned int s)
 	}
 }
 
-static void gauges(void *ud, struct fvp_gauges *g)
+void ctl_gauges(void *ud, struct fvp_gauges *g)
 {
 	struct prov *p = ud;
 	struct fvp_queue_stats st;
 
+	g->leader = !p->leader_elect || fvp_lease_held();
 	if (!p->queue)
 		return;
 	fvp_queue_stats(p->queue, &st);
@@ -272,7 +277,6 @@ int ctl_run(struct prov *p, volatile int *stopping)
 		log_info("cannot start the workers: %s", strerror(-r));
 		return r;
 	}
-	fvp_metrics_set_gauges(gauges, p);
 	for (int k = 0; k < KINDS; k++) {
 		rn.ud[k].rn = &rn;
 		rn.ud[k].k = (enum kind)k;
@@ -286,7 +290,7 @@ int ctl_run(struct prov *p, volatile int *stopping)
 
 		p->healthy_at = mono_s();
 		if (!listed) {
-			kube_watches_clear(p->k);
+			kube_watch_clear(p->k);
 			watching[CLAIM] = watching[PV] = false;
 			/* PVs first: releasing frees nothing a claim waits for, but it is cheap */
 			fvp_metrics_inc(FVP_M_RELISTS);
@@ -314,9 +318,14 @@ int ctl_run(struct prov *p, volatile int *stopping)
 			started[k] = time(NULL);
 		}
 		if (r < 0) {
-			/* never leave half a watch set behind: the next try adds both again */
-			kube_watches_clear(p->k);
+			/*
+			 * Never leave half a watch set behind; a watch that cannot start
+			 * from where we are (a resourceVersion the server will not take)
+			 * starts again from a fresh list.
+			 */
+			kube_watch_clear(p->k);
 			watching[CLAIM] = watching[PV] = false;
+			listed = false;
 			log_info("cannot start watches: %s; next try in %u s", strerror(-r), backoff);
 			pause_s(&rn, backoff);
 			backoff = backoff >= 30 ? 60 : backoff * 2;
@@ -354,8 +363,7 @@ int ctl_run(struct prov *p, volatile int *stopping)
 			backoff = 1;
 		}
 	}
-	kube_watches_clear(p->k);
-	fvp_metrics_set_gauges(NULL, NULL);
+	kube_watch_clear(p->k);
 	/* the workers finish what they are on (each storage call has its deadline) */
 	fvp_queue_free(p->queue);
 	p->queue = NULL;

@@ -14,13 +14,26 @@ It speaks the wire format the provisioner sees from a real kube-apiserver:
 - GET of one object, 404 with a Status (reason "NotFound");
 - POST, 201 with the stored object (uid, resourceVersion, creationTimestamp
   set), 409 with a Status (reason "AlreadyExists");
-- DELETE with DeleteOptions.preconditions.uid: 200, 404, 409 (Conflict);
+- DELETE with DeleteOptions.preconditions.uid: 200, 404, 409 (Conflict); an
+  object with finalizers only gets a deletionTimestamp (200 with the object)
+  and goes when an update leaves it without finalizers;
+- PUT (update) with optimistic concurrency on resourceVersion (409);
 - a bearer token check (401) when a token is configured; HTTPS when a
   certificate is given.
 
-A small PV controller is built in (the part provisioning relies on): a PV
-whose claimRef names an existing pending claim by uid binds it (both become
-Bound); deleting a claim makes its bound PV Released.
+A small PV controller is built in (the part provisioning relies on), as the
+controller-manager's does it:
+- a pending claim with a StorageClass is first matched against Available PVs
+  (same class, enough capacity, the access modes; a claim with a selector
+  matches none here); a match is bound.  Only when nothing matched, and for a
+  WaitForFirstConsumer class only once volume.kubernetes.io/selected-node is
+  set, it hands the claim to the class's provisioner: the annotations
+  volume.kubernetes.io/storage-provisioner and its beta twin.  Claims that
+  carry either annotation already are left as they are.  cm_paused holds
+  that back (the controller-manager has not seen the claim yet);
+  cm_resume() catches up;
+- a PV whose claimRef names an existing pending claim by uid binds it (both
+  become Bound); deleting a claim makes its bound PV Released.
 
 Test hooks (called from the test, in-process): expire_next_watches(),
 inject_watch_error(), drop_watches(), race_next_pv_create, stall_pv_create.
@@ -44,6 +57,7 @@ KINDS = {
     "events": ("Event", True),
     "nodes": ("Node", False),
     "configmaps": ("ConfigMap", True),
+    "leases": ("Lease", True),  # coordination.k8s.io/v1
 }
 
 
@@ -83,6 +97,8 @@ class Store:
         self.release = threading.Event()
         self.token = None
         self.patches = []                   # (resource, name, subresource, patch) of every PATCH
+        self.cm_paused = False              # the controller-manager has not seen new claims yet
+        self.bad_list_rv = None             # a resource whose lists carry a malformed resourceVersion
 
     # --- state changes (under the lock) -------------------------------------------------
     def _record(self, res, typ, obj):
@@ -138,7 +154,10 @@ class Store:
             return self.remove(res, ns, name)
 
     def _controller(self, res, obj):
-        """Bind a new PV to the pending claim its claimRef names (uid must match)."""
+        """Bind a new PV to the pending claim its claimRef names (uid must match); hand an
+        unmatched pending claim to its provisioner."""
+        if res == "persistentvolumeclaims":
+            return self._claim_controller(obj)
         if res != "persistentvolumes" or obj.get("status", {}).get("phase"):
             return
         ref = obj["spec"].get("claimRef") or {}
@@ -156,6 +175,63 @@ class Store:
                          "accessModes": list(obj["spec"].get("accessModes") or [])}
         pvc["metadata"]["resourceVersion"] = self._next_rv()
         self._record("persistentvolumeclaims", "MODIFIED", pvc)
+
+    @staticmethod
+    def _bytes(q):
+        units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "": 1}
+        for u in ("Ki", "Mi", "Gi", "Ti"):
+            if q.endswith(u):
+                return int(q[:-2]) * units[u]
+        return int(q)
+
+    def _claim_controller(self, pvc):
+        """The controller-manager's syncUnboundClaim, the parts a provisioner sees."""
+        m, spec = pvc["metadata"], pvc.get("spec", {})
+        ann = m.setdefault("annotations", {})
+        if self.cm_paused or m.get("deletionTimestamp") or spec.get("volumeName") or \
+                pvc.get("status", {}).get("phase", "Pending") != "Pending" or \
+                "volume.kubernetes.io/storage-provisioner" in ann or \
+                "volume.beta.kubernetes.io/storage-provisioner" in ann:
+            return
+        cls = spec.get("storageClassName") or ann.get("volume.beta.kubernetes.io/storage-class")
+        sc = self.objs["storageclasses"].get(("", cls)) if cls else None
+        want = self._bytes(spec.get("resources", {}).get("requests", {}).get("storage", "0"))
+        if not spec.get("selector"):
+            for pv in sorted(self.objs["persistentvolumes"].values(),
+                             key=lambda o: self._bytes(o["spec"].get("capacity", {}).get("storage", "0"))):
+                ps = pv["spec"]
+                if pv.get("status", {}).get("phase") != "Available" or ps.get("claimRef") or \
+                        pv["metadata"].get("deletionTimestamp") or \
+                        (ps.get("storageClassName") or "") != (cls or "") or \
+                        self._bytes(ps.get("capacity", {}).get("storage", "0")) < want or \
+                        not set(spec.get("accessModes", [])) <= set(ps.get("accessModes", [])):
+                    continue
+                ps["claimRef"] = {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
+                                  "namespace": m["namespace"], "name": m["name"], "uid": m["uid"],
+                                  "resourceVersion": m["resourceVersion"]}
+                pv["status"] = {"phase": "Bound"}
+                pv["metadata"]["resourceVersion"] = self._next_rv()
+                self._record("persistentvolumes", "MODIFIED", pv)
+                spec["volumeName"] = pv["metadata"]["name"]
+                pvc["status"] = {"phase": "Bound"}
+                m["resourceVersion"] = self._next_rv()
+                self._record("persistentvolumeclaims", "MODIFIED", pvc)
+                return
+        if sc is None:
+            return
+        if sc.get("volumeBindingMode") == "WaitForFirstConsumer" and \
+                not ann.get("volume.kubernetes.io/selected-node"):
+            return
+        ann["volume.kubernetes.io/storage-provisioner"] = sc["provisioner"]
+        ann["volume.beta.kubernetes.io/storage-provisioner"] = sc["provisioner"]
+        m["resourceVersion"] = self._next_rv()
+        self._record("persistentvolumeclaims", "MODIFIED", pvc)
+
+    def cm_resume(self):
+        with self.lock:
+            self.cm_paused = False
+            for pvc in list(self.objs["persistentvolumeclaims"].values()):
+                self._claim_controller(pvc)
 
     # --- test helpers ---------------------------------------------------------------------
     def get(self, res, name, ns=""):
@@ -242,7 +318,7 @@ class Handler(BaseHTTPRequestHandler):
         parts = [p for p in u.path.split("/") if p]
         if parts[:2] == ["api", "v1"]:
             rest = parts[2:]
-        elif parts[:3] == ["apis", "storage.k8s.io", "v1"]:
+        elif parts[:3] in (["apis", "storage.k8s.io", "v1"], ["apis", "coordination.k8s.io", "v1"]):
             rest = parts[3:]
         else:
             return None
@@ -325,7 +401,7 @@ class Handler(BaseHTTPRequestHandler):
                 rv = trv
             limit = int(q.get("limit") or 0) or len(items) + 1
             page = items[start:start + limit]
-            meta = {"resourceVersion": str(rv)}
+            meta = {"resourceVersion": str(rv) if st.bad_list_rv != res else "%d x&y" % rv}
             if start + limit < len(items):
                 meta["continue"] = base64.urlsafe_b64encode(
                     json.dumps({"start": start + limit, "rv": rv}).encode()).decode()
@@ -566,6 +642,10 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_json(409, status(
                     409, "Conflict", "Precondition failed: UID in precondition: %s, UID in object "
                     "meta: %s" % (pre, o["metadata"]["uid"])))
+            if o["metadata"].get("finalizers"):
+                # the API: only a deletionTimestamp; the object stays until its finalizers go
+                out = json.loads(json.dumps(st.api_delete(res, ns, name)))
+                return self.send_json(200, out)
             st.remove(res, ns, name)
         self.send_json(200, status(200, "", "") | {"status": "Success"})
 

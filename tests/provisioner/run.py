@@ -12,6 +12,9 @@ directories it leaves.  Prints "N passed, N failed" last.
 
 import argparse
 import json
+import re
+import urllib.error
+import urllib.request
 import os
 import shutil
 import signal
@@ -27,6 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fakeapi import FakeAPI  # noqa: E402
 
 PROV = "flexvol/nfs"
+PV_FINALIZER = "external-provisioner.volume.kubernetes.io/finalizer"
+OWNER_PREFIX = ".flexvol-owner-"
 CASES = []
 CHROOT = False
 
@@ -79,7 +84,8 @@ class Env:
         # a short backoff (the default is 15 s .. 1000 s, as the provisioner library's)
         args = [os.path.join(self.build, "flexvol-provisioner"), "--server", server or self.api.url,
                 "--root", self.root, "--resync", str(self.resync),
-                "--retry-base", "0.5", "--retry-max", "2"] + list(extra)
+                "--retry-base", "0.5", "--retry-max", "2",
+                "--http-endpoint", "127.0.0.1:0"] + list(extra)
         if CHROOT:
             # alone in an empty root: the binary, the share, the CA and token files; no
             # libc, no /etc, no /proc (the static binary for the distroless image)
@@ -126,7 +132,10 @@ class Env:
         return self.st.put("storageclasses", o)
 
     def pvc(self, name, ns="default", sc="nfs", size="1Gi", labels=None, annotations=None,
-            modes=("ReadWriteMany",), provisioner=PROV, beta=False):
+            modes=("ReadWriteMany",), provisioner=None, beta=False, spec=None):
+        """A claim as a user makes it; the fake controller-manager hands it to its class's
+        provisioner.  @provisioner: the claim carries that annotation from the start (an
+        older controller-manager's beta key with @beta)."""
         ann = dict(annotations or {})
         if provisioner:
             ann["volume.beta.kubernetes.io/storage-provisioner" if beta else
@@ -137,6 +146,7 @@ class Env:
              "spec": {"accessModes": list(modes), "storageClassName": sc,
                       "resources": {"requests": {"storage": size}}, "volumeMode": "Filesystem"},
              "status": {"phase": "Pending"}}
+        o["spec"].update(spec or {})
         return self.st.put("persistentvolumeclaims", o)
 
     def pv_of(self, claim):
@@ -148,11 +158,36 @@ class Env:
                 (reason is None or e["reason"] == reason)]
 
     def tree(self):
+        """Everything below the share but the owner records."""
         out = []
         for d, dirs, files in os.walk(self.root):
             for n in dirs + files:
-                out.append(os.path.relpath(os.path.join(d, n), self.root))
+                if not n.startswith(OWNER_PREFIX):
+                    out.append(os.path.relpath(os.path.join(d, n), self.root))
         return sorted(out)
+
+    def owner_records(self):
+        """{relative path of the record: its text}"""
+        out = {}
+        for d, dirs, files in os.walk(self.root):
+            for n in files:
+                if n.startswith(OWNER_PREFIX):
+                    with open(os.path.join(d, n)) as f:
+                        out[os.path.relpath(os.path.join(d, n), self.root)] = f.read()
+        return out
+
+    def owner_of(self, rel):
+        """The claim uid the owner record of directory @rel names, or None."""
+        name = os.path.basename(rel)
+        for path, text in self.owner_records().items():
+            if os.path.dirname(path) == os.path.dirname(rel):
+                kv = dict(l.split(" ", 1) for l in text.splitlines() if " " in l)
+                if kv.get("name") == name:
+                    return kv.get("claim")
+        return None
+
+    def claim(self, name, ns="default"):
+        return self.st.get("persistentvolumeclaims", name, ns)
 
     def bound(self, claim):
         pv = self.pv_of(claim)
@@ -178,6 +213,9 @@ def provision_basic(e):
     pv = e.pv_of(c)
     d = dirname_of(c)
     check(e.tree() == [d], "one directory: %s" % e.tree())
+    check(e.owner_of(d) == c["metadata"]["uid"], "owner record names the claim: %s" % e.owner_records())
+    check(PV_FINALIZER in (pv["metadata"].get("finalizers") or []), "deletion-protection finalizer on the PV")
+    check(pv["metadata"]["annotations"].get("flexvol/on-delete") == "archive", "onDelete recorded")
     st = os.stat(os.path.join(e.root, d))
     check(stat.S_IMODE(st.st_mode) == 0o777, "mode 0777: %o" % st.st_mode)
     s = pv["spec"]
@@ -232,7 +270,7 @@ def bad_parameters_are_events(e):
         ("badvers", {"server": "s", "share": "/x", "nfsVersion": "5"}, "nfsVersion"),
         ("dotdot", {"server": "s", "share": "/x", "pathPattern": "../${pvc}"}, "'..'"),
         ("abs", {"server": "s", "share": "/x", "pathPattern": "/etc/${pvc}"}, "relative"),
-        ("nolabel", {"server": "s", "share": "/x", "pathPattern": "${.PVC.labels.missing}"}, "no label"),
+        ("nolabel", {"server": "s", "share": "/x", "pathPattern": "${namespace}/${.PVC.labels.missing}"}, "no label"),
         ("unknownvar", {"server": "s", "share": "/x", "pathPattern": "${nope}"}, "unknown variable"),
         ("noserver", {"share": "/x"}, "'server' is required"),
     ]
@@ -261,13 +299,14 @@ def bad_parameters_are_events(e):
 
 @case
 def foreign_claims_ignored(e):
-    """claims of another provisioner's class, without a class, or bound already: untouched"""
+    """claims of another provisioner's class, or of our class handed to another provisioner:
+    untouched; the beta annotation alone (an older controller-manager) is enough"""
     e.sc(name="other", provisioner="example.com/other")
     e.sc(name="nfs")
     e.start()
-    a = e.pvc("a", sc="other", provisioner="example.com/other")
-    b = e.pvc("b", sc="other", provisioner=None)
-    c = e.pvc("c", sc="nfs", beta=True)  # the older annotation: ours
+    a = e.pvc("a", sc="other")
+    b = e.pvc("b", sc="nfs", provisioner="example.com/other")
+    c = e.pvc("c", sc="nfs", provisioner=PROV, beta=True)  # the older annotation: ours
     wait_for(lambda: e.bound(c), "beta-annotated claim bound")
     time.sleep(1)
     check(e.pv_of(a) is None and e.pv_of(b) is None, "no PV for foreign claims")
@@ -410,7 +449,7 @@ def restart_between_mkdir_and_pv_create(e):
     wait_for(lambda: e.bound(c), "claim bound after restart")
     check(e.tree() == [dirname_of(c)], "still one directory")
     check(len(e.st.items("persistentvolumes")) == 1, "one PV")
-    check("exists already, reused" in e.log(), "directory reused")
+    check("made before for this claim" in e.log(), "directory kept: made before for this claim")
     check(stat.S_IMODE(os.stat(os.path.join(e.root, dirname_of(c))).st_mode) == 0o750, "mode")
 
 
@@ -562,7 +601,7 @@ def https_token_and_ca(e):
                     "-subj", "/CN=127.0.0.1", "-keyout", os.path.join(e.tmp, "k2"), "-out",
                     other_ca], check=True, capture_output=True)
     bad = e.start("--token-file", tf, "--certificate-authority", other_ca)
-    wait_for(lambda: "re-list failed" in e.log(), "TLS failure logged")
+    wait_for(lambda: "certificate" in e.log(), "TLS failure logged")
     check(not any(m == "GET" for m, _, _ in e.st.requests), "no request got through")
     e.kill(bad)
     e.start("--token-file", tf, "--certificate-authority", e.ca)
@@ -689,12 +728,474 @@ def delete_deadline_off_the_loop(e):
     check(not children(p.pid), "no child left")
 
 
+def http_url(e, i):
+    """the /metrics address provisioner @i logged"""
+    m = wait_for(lambda: re.search(r"serving /metrics.* on (http://\S+)", e.log(i)), "HTTP endpoint")
+    return m.group(1)
+
+
+def http_get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode(), r.headers.get("Content-Type")
+    except urllib.error.HTTPError as x:
+        return x.code, x.read().decode(), x.headers.get("Content-Type")
+
+
+def metric(text, name):
+    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+@case
+def leader_election_takeover(e):
+    """two replicas with a Lease: only the holder works; kill -9 the leader, the other takes
+    over within the lease duration and provisions; a clean stop releases the Lease"""
+    e.sc()
+    lease_args = ["--leader-election-lease-duration", "4", "--leader-election-renew-deadline", "3",
+                  "--leader-election-retry-period", "1"]
+    a = e.start("--leader-election-identity", "pod-a", *lease_args)
+    lease = lambda: e.st.get("leases", "flexvol-provisioner", "default")
+    wait_for(lambda: lease() and lease()["spec"]["holderIdentity"] == "pod-a", "pod-a holds the lease")
+    b = e.start("--leader-election-identity", "pod-b", *lease_args)
+    wait_for(lambda: "standing by" in e.log(1), "pod-b stands by")
+    c1 = e.pvc("one")
+    wait_for(lambda: e.bound(c1), "bound by the leader")
+    time.sleep(1.5)
+    check("ProvisioningSucceeded" in e.log(0) and "ProvisioningSucceeded" not in e.log(1),
+          "only the leader worked")
+    st, body, _ = http_get(http_url(e, 1) + "/metrics")
+    check(st == 200 and metric(body, "flexvol_provisioner_leader") == 0, "standby: leader 0")
+    st, _, _ = http_get(http_url(e, 1) + "/readyz")
+    check(st == 200, "a standby is ready (readiness does not mean leadership)")
+    renewed = lease()["spec"]["renewTime"]
+    wait_for(lambda: lease()["spec"]["renewTime"] != renewed, "the leader renews")
+    e.kill(a)
+    t0 = time.time()
+    c2 = e.pvc("two")
+    wait_for(lambda: lease()["spec"]["holderIdentity"] == "pod-b", "pod-b takes the lease", 10)
+    wait_for(lambda: e.bound(c2), "bound by the new leader", 10)
+    took = time.time() - t0
+    check(took < 4 + 1 * 2.2 + 3, "took over within the lease duration (+ a retry): %.1f s" % took)
+    check(lease()["spec"]["leaseTransitions"] == 1, "one transition: %s" % lease()["spec"])
+    check("ProvisioningSucceeded" in e.log(1), "pod-b provisioned")
+    st, body, _ = http_get(http_url(e, 1) + "/metrics")
+    check(metric(body, "flexvol_provisioner_leader") == 1, "leader 1")
+    e.kill(b, signal.SIGTERM)
+    check(b.returncode == 0, "clean exit")
+    check(lease()["spec"]["holderIdentity"] == "", "released: %s" % lease()["spec"])
+
+
+@case
+def metrics_and_probes(e):
+    """/metrics in the Prometheus text format (provision and delete counts by result, duration
+    histograms, queue depth), /healthz and /readyz; anything else 404, POST 405"""
+    e.sc(name="bad", params={"server": "s", "share": "/x", "colour": "blue"})
+    e.sc(params={"server": "s", "share": "/x", "onDelete": "delete"})
+    e.start()
+    url = http_url(e, 0)
+    ok = e.pvc("ok")
+    bad = e.pvc("bad", sc="bad")
+    wait_for(lambda: e.bound(ok), "bound")
+    wait_for(lambda: e.events(bad, "ProvisioningFailed"), "failure event")
+    e.st.api_delete("persistentvolumeclaims", "default", "ok")
+    wait_for(lambda: e.pv_of(ok) is None, "reclaimed")
+    st, body, ctype = http_get(url + "/metrics")
+    check(st == 200 and ctype.startswith("text/plain; version=0.0.4"), "content type %s" % ctype)
+    check(metric(body, 'flexvol_provisioner_provision_total{result="success"}') == 1, body)
+    check(metric(body, 'flexvol_provisioner_provision_total{result="failure"}') >= 1, body)
+    check(metric(body, 'flexvol_provisioner_delete_total{result="success"}') == 1, body)
+    check(metric(body, "flexvol_provisioner_provision_duration_seconds_count") >= 2, body)
+    check(metric(body, 'flexvol_provisioner_provision_duration_seconds_bucket{le="+Inf"}') ==
+          metric(body, "flexvol_provisioner_provision_duration_seconds_count"), "histogram")
+    check(metric(body, "flexvol_provisioner_queue_depth") >= 1, "the failing claim waits: %s" %
+          metric(body, "flexvol_provisioner_queue_depth"))
+    check(metric(body, "flexvol_provisioner_leader") == 1, "leader")
+    check("# TYPE flexvol_provisioner_provision_duration_seconds histogram" in body, "TYPE line")
+    for line in body.splitlines():
+        check(line.startswith("#") or re.match(r"^[a-z_]+(\{[a-z]+=\"[^\"]*\"\})? [0-9.e+-]+$", line),
+              "exposition line: %r" % line)
+    for path in ("/healthz", "/readyz"):
+        st, body, _ = http_get(url + path)
+        check(st == 200 and body == "ok\n", "%s: %d %r" % (path, st, body))
+    check(http_get(url + "/nope")[0] == 404, "404")
+    req = urllib.request.Request(url + "/metrics", data=b"x", method="POST")
+    try:
+        urllib.request.urlopen(req, timeout=5)
+        check(False, "POST refused")
+    except urllib.error.HTTPError as x:
+        check(x.code == 405, "405: %d" % x.code)
+    # a client that sends nothing holds the responder at most its deadline
+    import socket
+    host, port = url[len("http://"):].rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    t0 = time.time()
+    check(http_get(url + "/healthz")[0] == 200, "answered after the silent client's deadline")
+    check(time.time() - t0 < 4, "within the 2 s deadline")
+    s.close()
+
+
 @case
 def plain_http_only_loopback(e):
-    """http:// is refused for anything but a loopback server"""
-    p = e.start(server="http://10.1.2.3:6443")
-    check(p.wait(10) == 2, "exit 2")
-    check("https://" in e.log(), e.log())
+    """http:// is refused for anything but a loopback host, parsed as a URL (failed before:
+    a string prefix let http://127.0.0.1@evil/ and http://127.0.0.1.evil/ through)"""
+    for url in ("http://10.1.2.3:6443", "http://127.0.0.1@evil.example:6443/",
+                "http://127.0.0.1.evil.example:6443", "http://localhost@evil.example/",
+                "http://user:pw@127.0.0.1:6443", "ftp://127.0.0.1/", "https://"):
+        p = e.start(server=url)
+        check(p.wait(10) == 2, "exit 2 for %s" % url)
+        check("https://" in e.log() or "URL" in e.log(), e.log())
+    # loopback in every spelling works
+    e.sc()
+    port = e.api.url.rsplit(":", 1)[1]
+    e.start(server="http://localhost:%s/" % port)
+    c = e.pvc("lo")
+    wait_for(lambda: e.bound(c), "bound over http://localhost")
+
+
+# --- issue 19: which claims, ownership, refusals, the PV finalizer ---------------------------
+
+@case
+def claim_not_handed_over(e):
+    """a claim the controller-manager has not handed over (no storage-provisioner annotation)
+    is left alone; it then binds to an administrator's matching static PV, and no PV or
+    directory is ever made for it (failed before: provisioned at once, an orphan PV)"""
+    e.sc()
+    e.st.cm_paused = True
+    e.start()
+    c = e.pvc("static-wanted", size="2Gi")
+    wait_for(lambda: e.st.count("WATCH", "/api/v1/persistentvolumeclaims") >= 1, "watching")
+    time.sleep(1.5)
+    check(e.pv_of(c) is None and e.tree() == [], "nothing for a claim not handed over: %s" % e.tree())
+    e.st.put("persistentvolumes", {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "admin-pv"},
+        "spec": {"capacity": {"storage": "5Gi"}, "accessModes": ["ReadWriteMany"],
+                 "storageClassName": "nfs", "persistentVolumeReclaimPolicy": "Retain",
+                 "flexVolume": {"driver": PROV, "options": {"server": "s", "share": "/admin"}}},
+        "status": {"phase": "Available"}})
+    e.st.cm_resume()
+    wait_for(lambda: (e.claim("static-wanted")["spec"].get("volumeName") == "admin-pv"),
+             "claim bound to the static PV")
+    time.sleep(1.5)
+    check(e.pv_of(c) is None, "no pvc-<uid> PV")
+    check(e.tree() == [] and e.owner_records() == {}, "no directory: %s" % e.tree())
+    check(not e.events(c), "no event: %s" % e.events(c))
+    # and a claim handed over later is provisioned
+    e.st.cm_paused = True
+    d = e.pvc("dynamic")
+    time.sleep(1)
+    check(e.pv_of(d) is None, "not before the hand-over")
+    e.st.cm_resume()
+    wait_for(lambda: e.bound(d), "bound once handed over")
+
+
+@case
+def refused_claims_and_classes(e):
+    """dataSource, dataSourceRef (clone, snapshot), spec.selector, a class's mountOptions and
+    allowVolumeExpansion: a ProvisioningFailed event each, no PV, no directory; a claim
+    for a volume populator (non-core dataSourceRef) is left alone, no event (failed before:
+    an empty directory and ProvisioningSucceeded for each)"""
+    e.sc()
+    mo = e.sc(name="withmo")
+    mo["mountOptions"] = ["hard", "nfsvers=4.1"]
+    e.st.put("storageclasses", mo)
+    ex = e.sc(name="expand")
+    ex["allowVolumeExpansion"] = True
+    e.st.put("storageclasses", ex)
+    e.start()
+    src = {"kind": "PersistentVolumeClaim", "name": "origin"}
+    snap = {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "snap-1"}
+    cases = [
+        (e.pvc("clone", spec={"dataSource": src, "dataSourceRef": src}), "clon"),
+        (e.pvc("restore", spec={"dataSource": snap, "dataSourceRef": snap}), "snapshot"),
+        (e.pvc("refonly", spec={"dataSourceRef": src}), "clon"),
+        (e.pvc("picky", spec={"selector": {"matchLabels": {"tier": "gold"}}}), "selector"),
+        (e.pvc("mo", sc="withmo"), "mountOptions"),
+        (e.pvc("grow", sc="expand"), "allowVolumeExpansion"),
+    ]
+    pop = e.pvc("populated", spec={"dataSourceRef": {"apiGroup": "example.com", "kind": "Seed",
+                                                     "name": "s1"}})
+    for c, why in cases:
+        ev = wait_for(lambda c=c: e.events(c, "ProvisioningFailed"), "ProvisioningFailed: " + why)
+        check(why in ev[0]["message"] and ev[0]["type"] == "Warning",
+              "the message says why (%s): %s" % (why, ev[0]["message"]))
+    time.sleep(1)
+    check(not e.st.items("persistentvolumes"), "no PV: %s" %
+          [p["metadata"]["name"] for p in e.st.items("persistentvolumes")])
+    check(e.tree() == [] and e.owner_records() == {}, "no directory: %s" % e.tree())
+    check(not e.events(pop), "the populator's claim: no event %s" % e.events(pop))
+    check(all(not (e.claim(c["metadata"]["name"])["metadata"].get("finalizers")) for c, _ in cases),
+          "no finalizer left on refused claims")
+
+
+@case
+def existing_directory_not_reused(e):
+    """a directory that exists without an owner record is never reused (failed before: mkdir
+    EEXIST was success, the PV pointed at someone's data); after the refusal the claim's
+    deletion leaves it alone; adoptExisting=true adopts it, with an event"""
+    e.sc(params={"server": "s", "share": "/x", "pathPattern": "${namespace}/${pvc}"})
+    os.makedirs(os.path.join(e.root, "default", "data"))
+    with open(os.path.join(e.root, "default", "data", "someone.txt"), "w") as f:
+        f.write("theirs")
+    os.makedirs(os.path.join(e.root, "default", "empty"))
+    e.start()
+    c = e.pvc("data")
+    ev = wait_for(lambda: e.events(c, "ProvisioningFailed"), "ProvisioningFailed")
+    check("exists" in ev[0]["message"] and "adoptExisting" in ev[0]["message"], ev[0]["message"])
+    # an empty one too: emptiness proves nothing about who made it
+    c2 = e.pvc("empty")
+    wait_for(lambda: e.events(c2, "ProvisioningFailed"), "ProvisioningFailed for the empty one")
+    time.sleep(0.5)
+    check(e.pv_of(c) is None and e.pv_of(c2) is None, "no PV")
+    check(e.owner_records() == {}, "no owner record written: %s" % e.owner_records())
+    e.st.api_delete("persistentvolumeclaims", "default", "empty")
+    wait_for(lambda: e.claim("empty") is None, "claim gone")
+    time.sleep(1)
+    check(os.path.isdir(os.path.join(e.root, "default", "empty")), "someone's empty directory kept")
+    check(open(os.path.join(e.root, "default", "data", "someone.txt")).read() == "theirs", "data kept")
+    # the class opts in: adopted, with an event, mode left as it was
+    e.sc(params={"server": "s", "share": "/x", "pathPattern": "${namespace}/${pvc}",
+                 "adoptExisting": "true"})
+    os.chmod(os.path.join(e.root, "default", "data"), 0o750)
+    wait_for(lambda: e.bound(c), "adopted at the next retry", 20)
+    ev = wait_for(lambda: e.events(c, "AdoptedExistingVolume"), "an event for the adoption")
+    check("default/data" in ev[0]["message"], ev[0]["message"])
+    check(e.owner_of("default/data") == c["metadata"]["uid"], "owner record written")
+    check(stat.S_IMODE(os.stat(os.path.join(e.root, "default", "data")).st_mode) == 0o750,
+          "an adopted directory keeps its mode")
+
+
+@case
+def recreated_claim_same_name(e):
+    """a claim deleted while its PV is kept (Retain) and re-created under the same name (a
+    StatefulSet, a Helm reinstall): the new claim is refused, never pointed at the old PV's
+    directory; once the old PV is reclaimed, the new claim gets a fresh one (failed before:
+    both PVs on one directory, and reclaiming the old one destroyed the new one's data)"""
+    e.sc(params={"server": "s", "share": "/x", "pathPattern": "${namespace}/${pvc}",
+                 "onDelete": "delete"}, reclaim="Retain")
+    e.start()
+    old = e.pvc("data")
+    wait_for(lambda: e.bound(old), "first claim bound")
+    with open(os.path.join(e.root, "default/data/old.txt"), "w") as f:
+        f.write("old")
+    e.st.api_delete("persistentvolumeclaims", "default", "data")
+    wait_for(lambda: e.pv_of(old)["status"]["phase"] == "Released", "old PV released")
+    new = e.pvc("data")
+    ev = wait_for(lambda: e.events(new, "ProvisioningFailed"), "the new claim is refused")
+    check("owned by" in ev[0]["message"] and old["metadata"]["uid"] in ev[0]["message"],
+          ev[0]["message"])
+    check(e.pv_of(new) is None, "no PV for the new claim on the old directory")
+    # the administrator lets the old volume go
+    pv = e.pv_of(old)
+    pv["spec"]["persistentVolumeReclaimPolicy"] = "Delete"
+    e.st.put("persistentvolumes", pv)
+    wait_for(lambda: e.pv_of(old) is None, "old PV reclaimed")
+    wait_for(lambda: e.bound(new), "the new claim gets its own directory", 20)
+    check(e.tree() == ["default", "default/data"], "fresh directory: %s" % e.tree())
+    check(e.owner_of("default/data") == new["metadata"]["uid"], "owned by the new claim")
+
+
+@case
+def reclaim_only_owned(e):
+    """a released PV of ours whose directory has no owner record, or another claim's, is
+    not touched: a VolumeFailedDelete event on the PV, the PV kept (failed before: the
+    directory was archived or deleted)"""
+    e.sc(params={"server": "s", "share": "/x", "onDelete": "delete"})
+    e.start()
+    owner = e.pvc("owner")
+    wait_for(lambda: e.bound(owner), "bound")
+    od = dirname_of(owner)
+    os.mkdir(os.path.join(e.root, "victim"))
+    with open(os.path.join(e.root, "victim", "data.txt"), "w") as f:
+        f.write("precious")
+
+    def forged(name, sub):
+        return e.st.put("persistentvolumes", {
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": name, "annotations": {"pv.kubernetes.io/provisioned-by": PROV}},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                     "storageClassName": "nfs", "persistentVolumeReclaimPolicy": "Delete",
+                     "claimRef": {"namespace": "default", "name": "gone", "uid": str(uuid.uuid4())},
+                     "flexVolume": {"driver": PROV, "options": {"server": "s", "share": "/x",
+                                                                "subPath": sub}}},
+            "status": {"phase": "Released"}})
+    a = forged("pvc-forged-unowned", "victim")
+    b = forged("pvc-forged-other", od)
+    for pv in (a, b):
+        ev = wait_for(lambda pv=pv: [x for x in e.st.items("events")
+                                     if x["involvedObject"]["name"] == pv["metadata"]["name"] and
+                                     x["reason"] == "VolumeFailedDelete"], "VolumeFailedDelete")
+        check(ev[0]["involvedObject"]["kind"] == "PersistentVolume" and ev[0]["type"] == "Warning",
+              "event on the PV: %s" % ev[0])
+    time.sleep(1)
+    check(open(os.path.join(e.root, "victim", "data.txt")).read() == "precious", "unowned kept")
+    check(od in e.tree() and e.bound(owner), "the other claim's directory kept")
+    check(e.st.get("persistentvolumes", "pvc-forged-unowned") is not None, "PV kept")
+
+
+@case
+def pattern_claim_values_need_namespace(e):
+    """a pathPattern with ${.PVC.labels.*} / ${.PVC.annotations.*} whose first directory is
+    not the namespace is refused (claim authors in two namespaces could pick one path), unless
+    the class sets allowUnscopedClaimValues=true (failed before: accepted)"""
+    e.sc(name="unscoped", params={"server": "s", "share": "/x",
+                                  "pathPattern": "${.PVC.labels.app}/${pvc}"})
+    e.sc(name="mixed", params={"server": "s", "share": "/x",
+                               "pathPattern": "${namespace}-${.PVC.annotations.t}"})
+    e.sc(name="optin", params={"server": "s", "share": "/x", "allowUnscopedClaimValues": "true",
+                               "pathPattern": "${.PVC.labels.app}/${pvc}"})
+    e.sc(name="scoped", params={"server": "s", "share": "/x",
+                                "pathPattern": "${.PVC.namespace}/${.PVC.labels.app}"})
+    e.start()
+    a = e.pvc("a", sc="unscoped", labels={"app": "x"})
+    b = e.pvc("b", sc="mixed", annotations={"t": "y"})
+    for c in (a, b):
+        ev = wait_for(lambda c=c: e.events(c, "ProvisioningFailed"), "refused")
+        check("namespace" in ev[0]["message"] and "allowUnscopedClaimValues" in ev[0]["message"],
+              ev[0]["message"])
+    o = e.pvc("o", sc="optin", labels={"app": "x"})
+    s_ = e.pvc("s", sc="scoped", labels={"app": "y"})
+    wait_for(lambda: e.bound(o) and e.bound(s_), "opt-in and scoped classes work")
+    check(e.tree() == ["default", "default/y", "x", "x/o"], e.tree())
+
+
+@case
+def nested_volume_refused(e):
+    """a class whose directory would sit inside another volume's directory is refused: that
+    volume's pods would see (and its reclaim would remove) the new one"""
+    e.sc(name="per-ns", params={"server": "s", "share": "/x", "pathPattern": "${namespace}"})
+    e.sc(name="inner", params={"server": "s", "share": "/x", "pathPattern": "${namespace}/${pvc}"})
+    e.start()
+    outer = e.pvc("outer", ns="team", sc="per-ns")
+    wait_for(lambda: e.bound(outer), "outer bound")
+    inner = e.pvc("inner", ns="team", sc="inner")
+    ev = wait_for(lambda: e.events(inner, "ProvisioningFailed"), "refused")
+    check("inside" in ev[0]["message"], ev[0]["message"])
+    check(e.tree() == ["team"], e.tree())
+
+
+@case
+def pv_deleted_while_down(e):
+    """the PV object deleted (after its claim) while the provisioner is down: the
+    deletion-protection finalizer holds it, and the restarted provisioner reclaims the
+    directory, then removes the finalizer (failed before: the PV vanished, the directory
+    leaked)"""
+    e.sc(params={"server": "s", "share": "/x", "onDelete": "delete"})
+    p = e.start()
+    c = e.pvc("bye")
+    wait_for(lambda: e.bound(c), "bound")
+    check(PV_FINALIZER in e.pv_of(c)["metadata"].get("finalizers", []), "finalizer on the PV")
+    e.kill(p)
+    e.st.api_delete("persistentvolumeclaims", "default", "bye")
+    e.st.api_delete("persistentvolumes", "", "pvc-" + c["metadata"]["uid"])
+    check(e.pv_of(c) is not None and e.pv_of(c)["metadata"].get("deletionTimestamp"),
+          "the PV waits for its finalizer")
+    e.start()
+    wait_for(lambda: e.pv_of(c) is None, "PV gone after the restart")
+    check(e.tree() == [] and e.owner_records() == {}, "directory reclaimed: %s" % e.tree())
+
+
+@case
+def finalizer_follows_policy(e):
+    """a PV made by an older version (no finalizer) gets it; a PV switched to Retain loses it;
+    a Retain class's PV never has it"""
+    e.sc()
+    e.sc(name="keep", reclaim="Retain")
+    e.start()
+    c = e.pvc("c")
+    k = e.pvc("k", sc="keep")
+    wait_for(lambda: e.bound(c) and e.bound(k), "bound")
+    check(not e.pv_of(k)["metadata"].get("finalizers"), "no finalizer with Retain")
+    pv = e.pv_of(c)
+    pv["metadata"]["finalizers"] = []
+    e.st.put("persistentvolumes", pv)
+    wait_for(lambda: PV_FINALIZER in (e.pv_of(c)["metadata"].get("finalizers") or []),
+             "finalizer added back")
+    pv = e.pv_of(c)
+    pv["spec"]["persistentVolumeReclaimPolicy"] = "Retain"
+    e.st.put("persistentvolumes", pv)
+    wait_for(lambda: PV_FINALIZER not in (e.pv_of(c)["metadata"].get("finalizers") or []),
+             "finalizer removed with Retain")
+
+
+@case
+def on_delete_recorded_wins(e):
+    """onDelete recorded on the PV at provisioning wins over the class as it is now: a class
+    re-created with onDelete=delete does not delete a volume provisioned as retain (failed
+    before: deleted)"""
+    e.sc(params={"server": "s", "share": "/x", "onDelete": "retain"})
+    e.start()
+    c = e.pvc("keepme")
+    wait_for(lambda: e.bound(c), "bound")
+    d = dirname_of(c)
+    with open(os.path.join(e.root, d, "data.txt"), "w") as f:
+        f.write("precious")
+    e.st.remove("storageclasses", "", "nfs")
+    e.sc(params={"server": "s", "share": "/x", "onDelete": "delete"})
+    e.st.api_delete("persistentvolumeclaims", "default", "keepme")
+    wait_for(lambda: e.pv_of(c) is None, "PV deleted")
+    check(e.tree() == [d, d + "/data.txt"], "retained: %s" % e.tree())
+
+
+@case
+def archive_long_name(e):
+    """archiving a directory whose name is 255 bytes: the archive name is bounded (truncated,
+    with a hash), the PV deleted (failed before: ENAMETOOLONG, retried forever)"""
+    e.sc(params={"server": "s", "share": "/x", "pathPattern": "${namespace}/${.PVC.annotations.n}"})
+    e.start()
+    long1, long2 = "a" * 255, "a" * 254 + "b"
+    c1 = e.pvc("one", annotations={"n": long1})
+    c2 = e.pvc("two", annotations={"n": long2})
+    wait_for(lambda: e.bound(c1) and e.bound(c2), "bound")
+    for name in ("one", "two"):
+        e.st.api_delete("persistentvolumeclaims", "default", name)
+    wait_for(lambda: e.pv_of(c1) is None and e.pv_of(c2) is None, "PVs deleted")
+    names = os.listdir(os.path.join(e.root, "default"))
+    names = [n for n in names if not n.startswith(OWNER_PREFIX)]
+    check(len(names) == 2 and all(n.startswith("archived-") and len(n) <= 255 for n in names),
+          "two bounded archive names: %s" % names)
+
+
+@case
+def record_owners_migration(e):
+    """a PV made before owner records (its directory has none) is not reclaimed
+    (VolumeFailedDelete) until --record-owners writes the record from its claimRef"""
+    e.sc()
+    p = e.start()
+    c = e.pvc("legacy")
+    wait_for(lambda: e.bound(c), "bound")
+    d = dirname_of(c)
+    e.kill(p)
+    for rec in e.owner_records():
+        os.unlink(os.path.join(e.root, rec))  # as an older version left it
+    e.st.api_delete("persistentvolumeclaims", "default", "legacy")
+    p = e.start()
+    wait_for(lambda: [x for x in e.st.items("events") if x["reason"] == "VolumeFailedDelete"],
+             "VolumeFailedDelete without a record")
+    check(d in e.tree() and e.pv_of(c) is not None, "directory and PV kept")
+    e.kill(p)
+    e.start("--record-owners")
+    wait_for(lambda: e.pv_of(c) is None, "reclaimed once the owner is recorded")
+    check(e.tree() == ["archived-" + d], e.tree())
+    check("owner record written" in e.log(), "the migration is logged")
+
+
+@case
+def half_started_watches(e):
+    """the claim watch starts, the PV watch cannot (the PV list's resourceVersion is not
+    URL text): nothing is left half-started, retries back off, and once the server is sane
+    again everything works (before: the started watch leaked each time, and after four the
+    set was full for good: 'Argument list too long', re-listing in a loop)"""
+    e.sc()
+    e.st.bad_list_rv = "persistentvolumes"
+    e.start()
+    wait_for(lambda: e.log().count("cannot start watches") >= 3, "three failed starts", 20)
+    check("Argument list too long" not in e.log(), "no watch leaked: %s" % e.log())
+    check("next try in 4 s" in e.log(), "the retries back off")
+    e.st.bad_list_rv = None
+    c = e.pvc("after")
+    wait_for(lambda: e.bound(c), "bound once the watches start", 30)
+    check("Argument list too long" not in e.log(), "no watch leaked")
 
 
 # the flexvol/loop cases (controller and node agent) live in their own file

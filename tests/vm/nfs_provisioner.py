@@ -73,7 +73,9 @@ try:
     s = os.stat(os.path.join(export, sub))  # the server's side of the share
     if (s.st_mode & 0o7777, s.st_uid, s.st_gid) != (0o770, 1001, 1002):
         fail("directory on the server: mode %o uid %d gid %d" % (s.st_mode, s.st_uid, s.st_gid))
-    print("provisioned %s: %s (0770 1001:1002 on the server)" % (pvname, sub))
+    if not [n for n in os.listdir(os.path.join(export, "e2e")) if n.startswith(".flexvol-owner-")]:
+        fail("no owner record next to the directory on the server: %s" % os.listdir(os.path.join(export, "e2e")))
+    print("provisioned %s: %s (0770 1001:1002 on the server, owner record beside it)" % (pvname, sub))
 
     # kubelet: the PV's options plus its own keys, to the driver's mount
     opts = dict(fx["options"])
