@@ -455,11 +455,50 @@ static int publish(struct fvp_agent *a, struct kube *k, json_object *data)
 	return st == 200 || st == 201 ? 0 : -EIO;
 }
 
+/*
+ * Is @data what was published last, give or take "time" and "free" moving
+ * by less than 1%, and is that younger than REPUBLISH_S?  Then the write is
+ * skipped: one ConfigMap update per node every few seconds would be a steady
+ * load on etcd for nothing.  The reader does not believe a report older than
+ * LOOP_REPORT_MAX_AGE, so it is refreshed well before that.
+ */
+#define REPUBLISH_S 60
+
+static uint64_t last_sig;
+static unsigned long long last_free;
+static time_t last_t;
+
+static bool unchanged(json_object *data)
+{
+	unsigned long long f = strtoull(jstr(data, "free") ?: "0", NULL, 10);
+	uint64_t sig = 0;
+	bool same;
+
+	/* an order-independent signature of every entry but time and free */
+	json_object_object_foreach(data, key, val)
+	{
+		char kv[600];
+
+		if (streq(key, "time") || streq(key, "free"))
+			continue;
+		snprintf(kv, sizeof(kv), "%s=%s", key, json_object_get_string(val));
+		sig += fv_hash64(kv);
+	}
+	same = last_t && sig == last_sig && time(NULL) - last_t < REPUBLISH_S &&
+	       (f > last_free ? f - last_free : last_free - f) <= last_free / 100;
+	if (!same) {
+		last_sig = sig;
+		last_free = f;
+		last_t = time(NULL);
+	}
+	return same;
+}
+
 int fvp_agent_pass(struct fvp_agent *a, struct kube *k)
 {
 	_cleanup_close_ int rootfd = open(a->loop_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	json_object *data;
-	int r;
+	int r, w;
 
 	if (rootfd < 0) {
 		log_info("loop root %s: %s", a->loop_root, strerror(errno));
@@ -469,7 +508,14 @@ int fvp_agent_pass(struct fvp_agent *a, struct kube *k)
 	data = report(a, rootfd);
 	if (!data)
 		return -EIO;
-	return publish(a, k, data) ?: r;
+	if (unchanged(data)) {
+		json_object_put(data);
+		return r;
+	}
+	w = publish(a, k, data);
+	if (w < 0)
+		last_t = 0; /* not published: the next pass tries again */
+	return w ?: r;
 }
 
 int fvp_agent_run(struct fvp_agent *a, struct kube *k, volatile int *stopping)

@@ -120,6 +120,23 @@ def register(R):
         wait_for(lambda: "pvc-%s.img" % uid in (report(e) or {}).get("data", {}), "image reported")
 
     @case
+    def loop_report_written_on_change(e):
+        """the agent's report: written when an image appears, not at every pass (a steady load
+        on etcd for nothing), with the loop root's free space and each image's bytes"""
+        node(e)
+        start_agent(e)
+        wait_for(lambda: report(e), "the agent's first report")
+        time.sleep(3.5)  # three more passes
+        check(e.st.count("PUT", "/api/v1/namespaces/flexvol-loop/configmaps") == 0,
+              "the unchanged report was written again")
+        d = report(e)["data"]
+        check(int(d["free"]) > 0 and abs(int(d["time"]) - time.time()) < 30 and
+              d["root"] == loop_root(e), "report %r" % d)
+        with open(os.path.join(loop_root(e), "pvc-x.img"), "wb") as f:
+            f.truncate(4 * MiB)
+        wait_for(lambda: report(e)["data"].get("pvc-x.img") == "%d 0" % (4 * MiB), "image reported")
+
+    @case
     def loop_preallocate(e):
         """preallocate: true: the agent allocates every block of the image"""
         node(e)
