@@ -190,3 +190,46 @@ def case_loopprov_retain(t):
 
 CASES = [case_loopprov_provision_write_expand_delete, case_loopprov_capacity_refused,
          case_loopprov_retain]
+
+
+# --- Kubernetes' external storage e2e suites ---------------------------------------------------
+
+E2E_DRIVER = os.path.join(C.ROOT, "tests", "kube", "e2e", "test-driver-loop.yaml")
+# What runs in CI (make check-kube-e2e): every external suite for flexvol-loop that needs no
+# optional feature, no disruption and no second node; FLEXVOL_E2E_FOCUS/SKIP override.
+E2E_FOCUS = r"External.Storage.*flexvol-loop"
+E2E_SKIP = r"\[Feature:|\[Disruptive\]|\[Serial\]|\[Slow\]"
+
+
+def case_loopprov_e2e(t):
+    """Kubernetes' external storage e2e suites (e2e.test of the pinned k8s.io/kubernetes,
+    tests/kube/e2e/test-driver-loop.yaml) against deploy/loop's class; the summary and every
+    failed spec are printed, the JUnit report kept in build/kube-e2e/."""
+    _setup(t)
+    cache = os.environ["FLEXVOL_E2E_DIR"]
+    for tar in ("busybox.tar", "agnhost.tar"):
+        t.cl.ctr("images", "import", "--local", os.path.join(cache, "images", tar), timeout=300)
+    report = os.path.join(C.ROOT, "build", "kube-e2e")
+    os.makedirs(report, exist_ok=True)
+    env = dict(os.environ, KUBE_TEST_REPO_LIST=os.path.join(cache, "repo-list.yaml"),
+               KUBECONFIG=C.p("admin.kubeconfig"))
+    argv = [os.path.join(cache, "e2e.test"),
+            "-ginkgo.focus=" + os.environ.get("FLEXVOL_E2E_FOCUS", E2E_FOCUS),
+            "-ginkgo.skip=" + os.environ.get("FLEXVOL_E2E_SKIP", E2E_SKIP),
+            "-ginkgo.no-color", "-ginkgo.timeout=2h",
+            "-storage.testdriver=" + E2E_DRIVER, "-provider=local",
+            "-kubeconfig=" + C.p("admin.kubeconfig"), "-report-dir=" + report,
+            "-allowed-not-ready-nodes=0", "-node-os-distro=debian"]
+    log = os.path.join(report, "e2e.log")
+    with open(log, "w") as f:
+        r = __import__("subprocess").run(argv, stdout=f, stderr=__import__("subprocess").STDOUT,
+                                         env=env, timeout=7200)
+    text = open(log, errors="replace").read()
+    summary = [l for l in text.splitlines() if l.startswith(("Ran ", "FAIL!", "SUCCESS!"))
+               or "[FAIL]" in l]
+    print("\n".join("  e2e: " + l for l in summary[-60:]), flush=True)
+    check(r.returncode == 0, f"e2e.test exit {r.returncode}; log {log}")
+
+
+if os.environ.get("FLEXVOL_E2E_DIR"):
+    CASES.append(case_loopprov_e2e)
