@@ -87,28 +87,32 @@ static int nfs_prepare(const struct fvp_site *s, json_object *sc, json_object *p
 	return 0;
 }
 
-/* The message for a refusal of fvp_dir_* on @sub. */
+/* The message for a failure of fvp_dir_* on @sub; @making: fvp_dir_make's. */
 static int dir_fail(char *err, size_t errlen, int r, const char *what, const char *sub,
-		    const struct fvp_owner *other, const char *inside)
+		    bool making, const struct fvp_owner *other, const char *inside)
 {
 	switch (r) {
-	case -EEXIST:
-		return prov_fail(err, errlen, r,
-				 "%s '%s': it exists already and has no owner record, so it may be "
-				 "someone else's; not reused (remove it, or set the class parameter "
-				 "adoptExisting: \"true\" to adopt such directories)",
-				 what, sub);
-	case -EBUSY:
-		return prov_fail(err, errlen, r, "%s '%s': it is owned by claim %s (PV %s), not this one",
-				 what, sub, other->claim, other->pv[0] ? other->pv : "?");
-	case -EPERM:
-		if (inside && *inside)
+	case -FVP_E_UNOWNED:
+		if (making)
 			return prov_fail(err, errlen, r,
-					 "%s '%s': it would be inside the directory of another volume, "
-					 "'%s'", what, sub, inside);
+					 "%s '%s': it exists already and has no owner record, so it "
+					 "may be someone else's; not reused (remove it, or set the "
+					 "class parameter adoptExisting: \"true\" to adopt such "
+					 "directories)", what, sub);
 		return prov_fail(err, errlen, r,
 				 "%s '%s': it has no owner record, so this provisioner did not make "
-				 "it for this volume; not touched", what, sub);
+				 "it for this volume; not touched (PVs made before owner records: "
+				 "--record-owners)", what, sub);
+	case -FVP_E_OWNED:
+		return prov_fail(err, errlen, r, "%s '%s': it is owned by claim %s (PV %s), not this one",
+				 what, sub, other->claim, other->pv[0] ? other->pv : "?");
+	case -FVP_E_NESTED:
+		return prov_fail(err, errlen, r,
+				 "%s '%s': it would be inside the directory of another volume, '%s'",
+				 what, sub, inside && *inside ? inside : "?");
+	case -FVP_E_HOLDS:
+		return prov_fail(err, errlen, r, "%s '%s': it holds the directories of other "
+				 "volumes; not adopted", what, sub);
 	case -EBADMSG:
 		return prov_fail(err, errlen, r, "%s '%s': its owner record is not one of ours; not "
 				 "touched", what, sub);
@@ -142,7 +146,8 @@ static int nfs_create(const struct fvp_site *s, json_object *sc, json_object *pv
 			 c.has_gid ? c.gid : (gid_t)-1, uid ? uid : "", pv, c.adopt_existing, &m,
 			 &other, inside, sizeof(inside));
 	if (r < 0)
-		return dir_fail(err, errlen, r, "cannot create directory", vol->asset, &other, inside);
+		return dir_fail(err, errlen, r, "cannot create directory", vol->asset, true, &other,
+				inside);
 	log_info("claim %s/%s: directory %s %s (mode %04o%s)", ns, name, vol->asset,
 		 m == FVP_DIR_NEW ? "created" : m == FVP_DIR_OURS ? "made before for this claim, kept" :
 		 "adopted", (unsigned int)(m == FVP_DIR_ADOPTED ? 0 : c.mode),
@@ -174,8 +179,8 @@ static int nfs_cleanup(const struct fvp_site *s, json_object *sc, json_object *p
 	r = fvp_dir_remove_empty(s->rootfd, sub, uid ? uid : "", &other);
 	if (r == -ENOTEMPTY)
 		return prov_fail(err, errlen, 1, "directory %s is not empty: kept", sub);
-	if (r == -EPERM || r == -EBUSY || r == -EBADMSG) {
-		dir_fail(err, errlen, r, "directory", sub, &other, NULL);
+	if (r == -FVP_E_UNOWNED || r == -FVP_E_OWNED || r == -EBADMSG) {
+		dir_fail(err, errlen, r, "directory", sub, false, &other, NULL);
 		return 1;
 	}
 	if (r < 0)
@@ -223,7 +228,7 @@ static int nfs_reclaim(const struct fvp_site *s, json_object *pv, const char *on
 	}
 	if (r < 0)
 		return dir_fail(err, errlen, r, action == FVP_DELETE ? "cannot delete directory" :
-				"cannot archive directory", sub, &other, NULL);
+				"cannot archive directory", sub, false, &other, NULL);
 	snprintf(done, donelen, "directory %s %s%s", sub,
 		 action == FVP_DELETE ? "deleted" : action == FVP_RETAIN ? "retained" :
 		 archived[0] ? "archived as " : "already archived or absent", archived);
@@ -249,7 +254,8 @@ static int nfs_record_owner(const struct fvp_site *s, json_object *pv, char *err
 				 sub, claim);
 	if (r == 0 || r == -ENOENT)
 		return 0;
-	return dir_fail(err, errlen, r, "cannot record the owner of directory", sub, &other, NULL);
+	return dir_fail(err, errlen, r, "cannot record the owner of directory", sub, false, &other,
+			NULL);
 }
 
 const struct fvp_backend fvp_backend_nfs = {

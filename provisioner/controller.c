@@ -916,6 +916,7 @@ int ctl_pv_changed(struct prov *p, json_object *pv)
 		   *policy = jstr(spec, "persistentVolumeReclaimPolicy");
 	const struct fvp_backend *b = ctl_backend(jstr(jget(meta, "annotations"), ANN_PROVISIONED_BY));
 	bool deleting = jget(meta, "deletionTimestamp") != NULL, fin = has_pv_finalizer(pv);
+	bool finished = false; /* this call ended the PV (metrics: one success per reclaim) */
 	double t0;
 	int r;
 
@@ -926,7 +927,7 @@ int ctl_pv_changed(struct prov *p, json_object *pv)
 	if (p->record_owners && b->record_owner) {
 		char err[FVP_ERR_MAX];
 
-		r = b->record_owner(&p->site, pv, err, sizeof(err));
+		r = fvp_backend_record_owner(&p->site, b, pv, err, sizeof(err));
 		if (r > 0)
 			log_info("PV %s: %s", name, err);
 		else if (r < 0)
@@ -956,6 +957,7 @@ int ctl_pv_changed(struct prov *p, json_object *pv)
 		if (r < 0)
 			event(&p->ev, pv, true, "VolumeFailedDelete",
 			      "the asset is reclaimed, deleting the PV failed; retried after a backoff");
+		finished = r == 0 && !fin;
 		if (r != 0 || !fin)
 			goto out; /* failed (retried), gone already, or nothing holds it */
 		/* the reply is the PV, now with a deletionTimestamp: the freshest copy */
@@ -967,9 +969,11 @@ int ctl_pv_changed(struct prov *p, json_object *pv)
 	r = update_finalizer(p, pv, PV_FINALIZER, false, NULL);
 	if (r == 0)
 		log_info("PV %s: finalizer removed", name);
+	finished = r == 0;
 	r = r == -EIO ? -EIO : 0;
 out:
-	fvp_metrics_observe(FVP_M_DELETE, r >= 0, now_s() - t0);
+	if (r < 0 || finished)
+		fvp_metrics_observe(FVP_M_DELETE, r >= 0, now_s() - t0);
 	json_object_put(reply);
 	return r < 0 ? r : 0;
 }

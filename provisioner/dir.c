@@ -42,7 +42,7 @@ static int owner_read_at(int pfd, const char *name, struct fvp_owner *ret);
 /*
  * Split @rel into its parent (opened, confined) and last component.  With
  * @create, missing parents are made (0755).  With @inside, a parent that is
- * itself a volume directory (has an owner record) is -EPERM, its path in
+ * itself a volume directory (has an owner record) is -FVP_E_NESTED, its path in
  * @inside.  Returns the parent fd or -errno.
  */
 static int open_parent(int rootfd, const char *rel, bool create, char *last, size_t lastlen,
@@ -75,7 +75,7 @@ static int open_parent(int rootfd, const char *rel, bool create, char *last, siz
 			if (owner_read_at(fd, comp, &o) != -ENOENT) {
 				snprintf(inside, insidelen, "%.*s", (int)(p - rel + n), rel);
 				close(fd);
-				return -EPERM;
+				return -FVP_E_NESTED;
 			}
 		}
 		if (create && mkdirat(fd, comp, 0755) < 0 && errno != EEXIST) {
@@ -190,8 +190,9 @@ static int owner_write_at(int pfd, const char *name, const char *claim, const ch
 	fd = openat(pfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return NEG_ERRNO();
+	errno = 0;
 	if (write(fd, text, (size_t)n) != n || fsync(fd) < 0)
-		r = errno ? NEG_ERRNO() : -EIO;
+		r = NEG_ERRNO(); /* -EIO for a short write */
 	if (close(fd) < 0 && r == 0)
 		r = NEG_ERRNO();
 	if (r == 0 && linkat(pfd, tmp, pfd, rec, 0) < 0) {
@@ -226,8 +227,8 @@ int fvp_dir_owner(int rootfd, const char *rel, struct fvp_owner *ret)
 
 /*
  * The record of @last in @pfd must name @claim: 0 when it does, 1 when there
- * is neither record nor directory (nothing to do), -EPERM for a directory
- * without a record, -EBUSY for another claim's (*@other), -errno.
+ * is neither record nor directory (nothing to do), -FVP_E_UNOWNED for a directory
+ * without a record, -FVP_E_OWNED for another claim's (*@other), -errno.
  */
 static int owned_by(int pfd, const char *last, const char *claim, struct fvp_owner *other)
 {
@@ -239,14 +240,14 @@ static int owned_by(int pfd, const char *last, const char *claim, struct fvp_own
 	if (r == -ENOENT) {
 		if (fstatat(pfd, last, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			return errno == ENOENT ? 1 : NEG_ERRNO();
-		return -EPERM;
+		return -FVP_E_UNOWNED;
 	}
 	if (r < 0)
 		return r;
 	if (!streq(o.claim, claim)) {
 		if (other)
 			*other = o;
-		return -EBUSY;
+		return -FVP_E_OWNED;
 	}
 	return 0;
 }
@@ -266,7 +267,7 @@ int fvp_dir_record(int rootfd, const char *rel, const char *claim, const char *p
 		return 0;
 	if (r > 0)
 		return -ENOENT;
-	if (r != -EPERM)
+	if (r != -FVP_E_UNOWNED)
 		return r;
 	/* a directory, reached without a symlink or another mount */
 	fd = openat2_dir(pfd, last, O_RDONLY);
@@ -278,19 +279,50 @@ int fvp_dir_record(int rootfd, const char *rel, const char *claim, const char *p
 	return r < 0 ? r : 1;
 }
 
+/*
+ * Does the directory @name in @pfd hold owner records, i.e. other volumes'
+ * directories?  Adopting it would hand them to one claim.  (One level: a
+ * volume deeper down is not looked for; a whole tree could be huge.)
+ * 1 yes, 0 no, -errno.
+ */
+static int holds_volumes(int pfd, const char *name)
+{
+	int fd = openat2_dir(pfd, name, O_RDONLY), r = 0;
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0)
+		return fd;
+	d = fdopendir(fd);
+	if (!d) {
+		r = NEG_ERRNO();
+		close(fd);
+		return r;
+	}
+	while ((errno = 0, de = readdir(d)))
+		if (!strncmp(de->d_name, FVP_OWNER_PREFIX, strlen(FVP_OWNER_PREFIX))) {
+			r = 1;
+			break;
+		}
+	if (!de && errno)
+		r = NEG_ERRNO();
+	closedir(d);
+	return r;
+}
+
 int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid, const char *claim,
 		 const char *pv, bool adopt, enum fvp_dir_made *made, struct fvp_owner *other,
 		 char *inside, size_t insidelen)
 {
 	_cleanup_close_ int pfd = -1, fd = -1;
 	struct fvp_owner o;
-	char last[256], where[FVP_INSIDE_MAX];
+	char last[256], where[FVP_INSIDE_MAX] = "";
 	struct stat st;
 	enum fvp_dir_made m = FVP_DIR_NEW;
 	int r;
 
 	pfd = open_parent(rootfd, rel, true, last, sizeof(last), where, sizeof(where));
-	if (pfd == -EPERM && inside)
+	if (pfd == -FVP_E_NESTED && inside)
 		snprintf(inside, insidelen, "%s", where);
 	if (pfd < 0)
 		return pfd;
@@ -300,7 +332,7 @@ int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
 			if (!streq(o.claim, claim)) {
 				if (other)
 					*other = o;
-				return -EBUSY;
+				return -FVP_E_OWNED;
 			}
 			m = o.adopted ? FVP_DIR_ADOPTED : FVP_DIR_OURS;
 			break;
@@ -310,9 +342,15 @@ int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
 		/* no record: a directory there is someone else's unless adopted */
 		if (fstatat(pfd, last, &st, AT_SYMLINK_NOFOLLOW) == 0) {
 			if (!adopt)
-				return -EEXIST;
+				return -FVP_E_UNOWNED;
 			if (!S_ISDIR(st.st_mode))
 				return -ENOTDIR;
+			r = holds_volumes(pfd, last);
+			if (r != 0) {
+				if (r > 0 && inside)
+					snprintf(inside, insidelen, "%s", rel);
+				return r > 0 ? -FVP_E_HOLDS : r;
+			}
 			m = FVP_DIR_ADOPTED;
 		} else if (errno != ENOENT) {
 			return NEG_ERRNO();

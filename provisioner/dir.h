@@ -27,6 +27,14 @@
 
 #define FVP_OWNER_PREFIX ".flexvol-owner-"
 
+/* Refusals by the owner rules, returned negated beside -errno (which they never are). */
+enum {
+	FVP_E_UNOWNED = 5000, /* the directory exists and has no owner record */
+	FVP_E_OWNED,	      /* its owner record names another claim */
+	FVP_E_NESTED,	      /* a parent directory is itself a volume's */
+	FVP_E_HOLDS,	      /* it holds other volumes' directories: never adopted */
+};
+
 /* An owner record. */
 struct fvp_owner {
 	char claim[72]; /* the claim's uid: the owner */
@@ -49,10 +57,12 @@ int fvp_root_open(const char *root);
  * parents (0755, no records), and the directory with @mode (chmod'ed past
  * the umask) and owner @uid / @gid when not -1.  A retry for the same claim
  * finishes the job (mode and owner set again).  Refused, nothing changed:
- * -EEXIST when @rel exists without a record and !@adopt; -EBUSY when the
- * record names another claim (it goes to *@other); -EPERM when a parent is
- * itself a volume directory (its path to @inside).  An adopted directory
- * keeps its mode and owner.
+ * -FVP_E_UNOWNED when @rel exists without a record and !@adopt;
+ * -FVP_E_OWNED when the record names another claim (it goes to *@other);
+ * -FVP_E_NESTED when a parent is itself a volume directory (its path to
+ * @inside); -FVP_E_HOLDS when the directory to adopt holds other volumes'
+ * directories.  An adopted
+ * directory keeps its mode and owner.
  */
 int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid, const char *claim,
 		 const char *pv, bool adopt, enum fvp_dir_made *made, struct fvp_owner *other,
@@ -61,8 +71,8 @@ int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
 /*
  * fvp_dir_record() - write the record of an existing directory @rel made
  * before owner records existed, naming claim @claim (PV @pv).  1: written;
- * 0: it names @claim already; -EBUSY another claim's (*@other); -ENOENT no
- * directory.  (--record-owners: a migration the administrator asks for.)
+ * 0: it names @claim already; -FVP_E_OWNED another claim's (*@other);
+ * -ENOENT no directory.  (--record-owners: a migration the administrator asks for.)
  */
 int fvp_dir_record(int rootfd, const char *rel, const char *claim, const char *pv,
 		   struct fvp_owner *other);
@@ -71,9 +81,9 @@ int fvp_dir_record(int rootfd, const char *rel, const char *claim, const char *p
 int fvp_dir_owner(int rootfd, const char *rel, struct fvp_owner *ret);
 
 /*
- * The three below act only when @rel's record names @claim (-EBUSY and
- * *@other otherwise, may be NULL), and treat a directory without a record
- * as someone else's (-EPERM).  Both absent: 0.
+ * The three below act only when @rel's record names @claim (-FVP_E_OWNED
+ * and *@other otherwise, may be NULL), and treat a directory without a
+ * record as someone else's (-FVP_E_UNOWNED).  Both absent: 0.
  */
 
 /* Remove @rel if it is empty (a claim that never got its PV), then its record. */

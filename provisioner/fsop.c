@@ -12,7 +12,7 @@
 #include "fsop.h"
 #include "metrics.h"
 
-enum call { CREATE, CLEANUP, RECLAIM };
+enum call { CREATE, CLEANUP, RECLAIM, RECORD_OWNER };
 
 struct job {
 	enum call call;
@@ -44,6 +44,8 @@ static int call(const struct job *j, const struct fvp_site *s)
 	case RECLAIM:
 		return j->b->reclaim(s, j->obj, j->on_delete, o->done, sizeof(o->done), o->err,
 				     sizeof(o->err));
+	case RECORD_OWNER:
+		return j->b->record_owner(s, j->obj, o->err, sizeof(o->err));
 	}
 	return -EINVAL;
 }
@@ -73,7 +75,7 @@ static int run(struct job *j, enum fvp_made *made, char *done, size_t donelen, c
 	       size_t errlen)
 {
 	static const char *const names[] = { [CREATE] = "create", [CLEANUP] = "cleanup",
-					     [RECLAIM] = "reclaim" };
+					     [RECLAIM] = "reclaim", [RECORD_OWNER] = "owner record" };
 	struct fv_ctx cx = { 0 };
 	struct fv_run fr = { 0 };
 	struct shared *o;
@@ -120,6 +122,10 @@ static int run(struct job *j, enum fvp_made *made, char *done, size_t donelen, c
 	} else if (r < 0) {
 		r = prov_fail(err, errlen, r, "cannot start the %s: %s", names[j->call],
 			      strerror(-r));
+	} else if (r != 0) {
+		/* the child ran no call: its setup failed (status 127) or it was killed */
+		r = prov_fail(err, errlen, -ECHILD, "the %s's child ended with status %d before it "
+			      "answered (its setup failed: no /dev/null?)", names[j->call], r);
 	} else {
 		r = o->r;
 		snprintf(err, errlen, "%s", o->err);
@@ -156,4 +162,12 @@ int fvp_backend_reclaim(const struct fvp_site *s, const struct fvp_backend *b, j
 	struct job j = { .call = RECLAIM, .site = s, .b = b, .obj = pv, .on_delete = on_delete };
 
 	return run(&j, NULL, done, donelen, err, errlen);
+}
+
+int fvp_backend_record_owner(const struct fvp_site *s, const struct fvp_backend *b, json_object *pv,
+			     char *err, size_t errlen)
+{
+	struct job j = { .call = RECORD_OWNER, .site = s, .b = b, .obj = pv };
+
+	return run(&j, NULL, NULL, 0, err, errlen);
 }

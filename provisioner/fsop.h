@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The backend's storage work (create, cleanup, reclaim) under a deadline.
+ * The backend's storage work (create, cleanup, reclaim, record_owner) under a deadline.
  *
  * A tree delete of millions of files, or any call on a share whose NFS
  * server stopped answering, can take unbounded time; in a worker thread it
@@ -29,5 +29,8 @@ int fvp_backend_cleanup(const struct fvp_site *s, const struct fvp_backend *b, j
 			json_object *pvc, const char *pv_name, char *err, size_t errlen);
 int fvp_backend_reclaim(const struct fvp_site *s, const struct fvp_backend *b, json_object *pv,
 			const char *on_delete, char *done, size_t donelen, char *err, size_t errlen);
+
+int fvp_backend_record_owner(const struct fvp_site *s, const struct fvp_backend *b, json_object *pv,
+			     char *err, size_t errlen);
 
 #endif

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flag.h"
 #include "fv/macro.h"
 #include "events.h"
 #include "httpd.h"
@@ -164,7 +165,7 @@ static void *loop(void *arg)
 {
 	struct fvp_httpd *h = arg;
 
-	while (!h->quit) {
+	while (!flag_get(&h->quit)) {
 		struct pollfd pf = { .fd = h->fd, .events = POLLIN };
 		int c;
 
@@ -271,7 +272,7 @@ void fvp_httpd_stop(struct fvp_httpd *h)
 {
 	if (!h)
 		return;
-	h->quit = 1;
+	flag_set(&h->quit, 1);
 	pthread_join(h->thread, NULL);
 	close(h->fd);
 	free(h);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "flag.h"
 #include "fv/macro.h"
 #include "kube.h"
 #include "params.h"
@@ -355,7 +356,7 @@ static void handle_put(struct kube *k, CURL *h)
 /* Sleep @s seconds, or less when *k->stop becomes true. */
 static void wait_s(struct kube *k, unsigned int s)
 {
-	for (unsigned int i = 0; i < s * 10 && !(k->stop && *k->stop); i++) {
+	for (unsigned int i = 0; i < s * 10 && !(k->stop && flag_get(k->stop)); i++) {
 		struct timespec ts = { 0, 100 * 1000 * 1000 };
 
 		nanosleep(&ts, NULL);
@@ -457,7 +458,7 @@ int kube_request(struct kube *k, const char *method, const char *path, json_obje
 			continue;
 		}
 		if ((st == 429 || (st >= 500 && retry_after >= 0)) && tries + 1 < RETRY_AFTER_TRIES &&
-		    !(k->stop && *k->stop)) {
+		    !(k->stop && flag_get(k->stop))) {
 			/* the server said when: wait that long (at least a second) */
 			wait_s(k, retry_after > 0 ? (unsigned int)retry_after : 1);
 			continue;
@@ -619,7 +620,7 @@ int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), voi
 	int running = 1, r = 0;
 
 	*ended = NULL;
-	while (!*stop) {
+	while (!flag_get(stop)) {
 		CURLMcode mc = curl_multi_perform(k->multi, &running);
 		CURLMsg *msg;
 		int left;

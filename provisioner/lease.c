@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flag.h"
 #include "fv/macro.h"
 #include "events.h"
 #include "jsonutil.h"
@@ -36,7 +37,7 @@ static volatile int held;
 
 bool fvp_lease_held(void)
 {
-	return held;
+	return flag_get(&held);
 }
 
 static uint64_t mono_ms(void)
@@ -65,9 +66,9 @@ static void sleep_s(struct fvp_lease *l, unsigned int s, bool jitter)
 	/* client-go waits retryPeriod * (1 + up to 1.2) for candidates: spread them out */
 	unsigned int ms = s * 1000 + (jitter ? (unsigned int)(rand() % (int)(s * 1200 + 1)) : 0);
 
-	for (unsigned int i = 0; i < ms / 100 && !*l->stop && !l->quit; i++) {
+	for (unsigned int i = 0; i < ms / 100 && !flag_get(l->stop) && !flag_get(&l->quit); i++) {
 		if (l->cfg.heartbeat)
-			*l->cfg.heartbeat = (int)(mono_ms() / 1000);
+			flag_set(l->cfg.heartbeat, (int)(mono_ms() / 1000));
 		usleep(100000);
 	}
 }
@@ -210,11 +211,11 @@ static void *renewer(void *arg)
 	struct fvp_lease *l = arg;
 	uint64_t last_ok = mono_ms();
 
-	while (!*l->stop && !l->quit) {
+	while (!flag_get(l->stop) && !flag_get(&l->quit)) {
 		int r;
 
 		sleep_s(l, l->cfg.retry_s, false);
-		if (*l->stop || l->quit)
+		if (flag_get(l->stop) || flag_get(&l->quit))
 			break;
 		r = try_once(l, false);
 		if (r == 1) {
@@ -222,7 +223,7 @@ static void *renewer(void *arg)
 			continue;
 		}
 		if (r == 0 || mono_ms() - last_ok >= (uint64_t)l->cfg.renew_deadline_s * 1000) {
-			held = 0;
+			flag_set(&held, 0);
 			log_info("lease %s/%s: %s: no longer the leader", l->cfg.ns, l->cfg.name,
 				 r == 0 ? "another holder has it" : "not renewed within the deadline");
 			l->lost(l->ud);
@@ -247,9 +248,9 @@ int fvp_lease_acquire(struct kube *k, const struct fvp_lease_config *cfg, volati
 	l->lost = lost;
 	l->ud = ud;
 	srand((unsigned int)(mono_ms() ^ (uint64_t)getpid()));
-	while (!*stop) {
+	while (!flag_get(stop)) {
 		if (cfg->heartbeat)
-			*cfg->heartbeat = (int)(mono_ms() / 1000);
+			flag_set(cfg->heartbeat, (int)(mono_ms() / 1000));
 		r = try_once(l, false);
 		if (r == 1)
 			break;
@@ -260,16 +261,16 @@ int fvp_lease_acquire(struct kube *k, const struct fvp_lease_config *cfg, volati
 		}
 		sleep_s(l, cfg->retry_s, true);
 	}
-	if (*stop) {
+	if (flag_get(stop)) {
 		free(l);
 		return -ECANCELED;
 	}
-	held = 1;
+	flag_set(&held, 1);
 	fvp_metrics_inc(FVP_M_LEADER_TRANSITIONS);
 	log_info("lease %s/%s acquired: leading as %s", cfg->ns, cfg->name, cfg->identity);
 	r = -pthread_create(&l->thread, NULL, renewer, l);
 	if (r < 0) {
-		held = 0;
+		flag_set(&held, 0);
 		free(l);
 		return r;
 	}
@@ -282,11 +283,11 @@ void fvp_lease_release(struct fvp_lease *l)
 {
 	if (!l)
 		return;
-	l->quit = 1;
+	flag_set(&l->quit, 1);
 	if (l->thread_started)
 		pthread_join(l->thread, NULL);
-	if (held && try_once(l, true) == 0)
+	if (flag_get(&held) && try_once(l, true) == 0)
 		log_info("lease %s/%s released", l->cfg.ns, l->cfg.name);
-	held = 0;
+	flag_set(&held, 0);
 	free(l);
 }

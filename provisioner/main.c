@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flag.h"
 #include "fv/macro.h"
 #include "controller.h"
 #include "dir.h"
@@ -56,13 +57,13 @@ static int mono_s(void)
  */
 static int health(void *ud, bool ready, char *msg, size_t len)
 {
-	int idle = mono_s() - p.healthy_at;
+	int idle = mono_s() - flag_get(&p.healthy_at);
 
 	(void)ud;
 	if (idle > 60)
 		return prov_fail(msg, len, -EIO, "the %s loop has not run for %d s",
-				 standing_by ? "lease" : "watch", idle);
-	if (ready && !standing_by && !p.synced)
+				 flag_get(&standing_by) ? "lease" : "watch", idle);
+	if (ready && !flag_get(&standing_by) && !flag_get(&p.synced))
 		return prov_fail(msg, len, -EAGAIN, "the first list is not done");
 	return 0;
 }
@@ -120,7 +121,7 @@ static int number(const char *s, unsigned long lo, unsigned long hi, const char 
 static void on_signal(int sig)
 {
 	(void)sig;
-	stopping = 1;
+	flag_set(&stopping, 1);
 }
 
 static void usage(FILE *f)
@@ -397,7 +398,7 @@ int main(int argc, char **argv)
 		kube_free(p.k);
 		return 2;
 	}
-	p.healthy_at = mono_s();
+	flag_set(&p.healthy_at, mono_s());
 	fvp_metrics_set_gauges(ctl_gauges, &p);
 	if (http && *http) {
 		hc.address = http;
@@ -449,15 +450,15 @@ int main(int argc, char **argv)
 		if (r < 0 && r != -ECANCELED) {
 			log_info("leader election failed: %s", strerror(-r));
 			exit_code = 1;
-			stopping = 1;
+			flag_set(&stopping, 1);
 		}
 	}
-	standing_by = 0;
+	flag_set(&standing_by, 0);
 	log_info("starting: server %s, root %s%s%s, resync %u s, %u workers, fs deadline %u s, "
 		 "backoff %u..%u ms", kc.server, need_root ? root : "(none)", p.site.share ? ", share " : "",
 		 p.site.share ? p.site.share : "", p.resync, p.workers, p.site.fs_timeout_s,
 		 p.retry_base_ms, p.retry_max_ms);
-	if (!stopping)
+	if (!flag_get(&stopping))
 		ctl_run(&p, &stopping);
 	log_info("stopping");
 	fvp_lease_release(lease);

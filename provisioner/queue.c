@@ -127,8 +127,17 @@ static void forget(struct fvp_queue *q, struct entry *e)
 
 int fvp_queue_add(struct fvp_queue *q, const char *key, int kind, bool deleted, json_object *obj)
 {
+	json_object *copy = NULL;
 	struct entry *e;
 
+	/*
+	 * json-c's reference counts are not atomic (unless built with
+	 * ENABLE_THREADING): an object is never shared between threads.  The
+	 * queue keeps its own copy, and exactly one owner holds it at a time:
+	 * the entry, or the worker that took it out.
+	 */
+	if (obj && (json_object_deep_copy(obj, &copy, NULL) < 0 || !copy))
+		return -ENOMEM;
 	pthread_mutex_lock(&q->lock);
 	e = find(q, key);
 	if (!e) {
@@ -137,6 +146,7 @@ int fvp_queue_add(struct fvp_queue *q, const char *key, int kind, bool deleted, 
 		e = calloc(1, sizeof(*e) + n + 1);
 		if (!e) {
 			pthread_mutex_unlock(&q->lock);
+			json_object_put(copy);
 			return -ENOMEM;
 		}
 		memcpy(e->key, key, n + 1);
@@ -144,7 +154,7 @@ int fvp_queue_add(struct fvp_queue *q, const char *key, int kind, bool deleted, 
 		q->buckets[hash(key)] = e;
 	}
 	json_object_put(e->obj);
-	e->obj = json_object_get(obj);
+	e->obj = copy;
 	e->kind = kind;
 	e->deleted = deleted;
 	switch (e->state) {
@@ -218,16 +228,19 @@ static void *worker(void *arg)
 		e->state = RUNNING;
 		e->dirty = false;
 		q->running++;
-		obj = json_object_get(e->obj);
+		obj = TAKE_PTR(e->obj); /* the worker owns it now */
 		kind = e->kind;
 		deleted = e->deleted;
 		pthread_mutex_unlock(&q->lock);
 
 		/* e->key never changes, and e is not freed while RUNNING */
 		r = q->cfg.fn(q->cfg.userdata, e->key, kind, deleted, obj);
-		json_object_put(obj);
 
 		pthread_mutex_lock(&q->lock);
+		/* a retry needs the object: back into the entry unless a newer one came */
+		if (!e->obj)
+			e->obj = TAKE_PTR(obj);
+		json_object_put(obj);
 		q->running--;
 		if (r == 0) {
 			q->done++;

@@ -33,7 +33,7 @@ struct fvp_queue;
 
 /*
  * The work: @kind and @deleted as given to fvp_queue_add(), @obj the newest
- * object for @key (a reference the queue keeps; take one to keep it longer).
+ * object for @key (the queue's copy: this thread's alone while the call runs).
  * Returns 0 (done: the key's failures are forgotten), > 0 (retry after that
  * many seconds, counted as a failure), < 0 (failed: retry after the backoff).
  */
@@ -57,7 +57,7 @@ int fvp_queue_new(const struct fvp_queue_config *cfg, struct fvp_queue **ret);
  */
 void fvp_queue_free(struct fvp_queue *q);
 
-/* Queue @key with @obj (a reference is taken).  Returns 0 or -ENOMEM. */
+/* Queue @key with a copy of @obj (never shared with the caller's thread).  Returns 0 or -ENOMEM. */
 int fvp_queue_add(struct fvp_queue *q, const char *key, int kind, bool deleted,
 		  struct json_object *obj);
 

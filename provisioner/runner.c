@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flag.h"
 #include "fv/macro.h"
 #include "controller.h"
 #include "jsonutil.h"
@@ -84,11 +85,16 @@ static bool key_of(enum kind k, json_object *obj, char *key, size_t len)
 static int work(void *ud, const char *key, int kind, bool deleted, json_object *obj)
 {
 	struct prov *p = ud;
+	int r;
 
 	(void)key;
 	if (kind == PV)
-		return deleted ? ctl_pv_deleted(p, obj) : ctl_pv_changed(p, obj);
-	return deleted ? ctl_claim_deleted(p, obj) : ctl_claim_changed(p, obj);
+		r = deleted ? ctl_pv_deleted(p, obj) : ctl_pv_changed(p, obj);
+	else
+		r = deleted ? ctl_claim_deleted(p, obj) : ctl_claim_changed(p, obj);
+	if (r != 0)
+		fvp_metrics_inc(FVP_M_RETRIES);
+	return r;
 }
 
 /* An object as the API has it now: remembered and queued. */
@@ -131,7 +137,7 @@ static int list_all(struct runner *rn, enum kind k)
 			json_object_put(fresh);
 			return -ENOMEM;
 		}
-		rn->p->healthy_at = mono_s(); /* a list of a big cluster is many pages */
+		flag_set(&rn->p->healthy_at, mono_s()); /* a list of a big cluster is many pages */
 		st = kube_request(rn->p->k, "GET", path, NULL, &list, err, sizeof(err));
 		if (st < 0 || st != 200 || !list) {
 			if (st < 0)
@@ -225,7 +231,7 @@ static int after(void *ud)
 	struct runner *rn = ud;
 	int now = mono_s();
 
-	rn->p->healthy_at = now;
+	flag_set(&rn->p->healthy_at, now);
 	if (rn->p->resync && now >= resync_at) {
 		resync_at = now + (int)rn->p->resync;
 		for (int k = 0; k < KINDS; k++) {
@@ -238,8 +244,8 @@ static int after(void *ud)
 
 static void pause_s(struct runner *rn, unsigned int s)
 {
-	for (unsigned int i = 0; i < s * 10 && !*rn->stop; i++) {
-		rn->p->healthy_at = mono_s();
+	for (unsigned int i = 0; i < s * 10 && !flag_get(rn->stop); i++) {
+		flag_set(&rn->p->healthy_at, mono_s());
 		usleep(100000);
 	}
 }
@@ -283,12 +289,12 @@ int ctl_run(struct prov *p, volatile int *stopping)
 		rn.cache[k] = json_object_new_object();
 	}
 	resync_at = mono_s() + (int)p->resync;
-	while (!*stopping) {
+	while (!flag_get(stopping)) {
 		char err[512], path[400];
 		void *ended = NULL;
 		bool quick;
 
-		p->healthy_at = mono_s();
+		flag_set(&p->healthy_at, mono_s());
 		if (!listed) {
 			kube_watch_clear(p->k);
 			watching[CLAIM] = watching[PV] = false;
@@ -304,7 +310,7 @@ int ctl_run(struct prov *p, volatile int *stopping)
 				continue;
 			}
 			listed = true;
-			p->synced = 1;
+			flag_set(&p->synced, 1);
 		}
 		r = 0;
 		for (int k = 0; k < KINDS && r >= 0; k++) {
@@ -334,7 +340,7 @@ int ctl_run(struct prov *p, volatile int *stopping)
 		rn.expired = false;
 		err[0] = '\0';
 		r = kube_watch_run(p->k, stopping, after, &rn, &ended, err, sizeof(err));
-		if (*stopping)
+		if (flag_get(stopping))
 			break;
 		if (ended) {
 			enum kind k = ((struct watch_ud *)ended)->k;

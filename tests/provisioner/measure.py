@@ -8,6 +8,7 @@
 Starts each BUILD/flexvol-provisioner on a fresh fake API server with one
 class, creates N claims at once, and prints the wall time until N PVs exist
 and the process's VmHWM/VmRSS.  Not a test (numbers only).
+Extra provisioner arguments: FVP_ARGS (e.g. "--workers 1").
 """
 import os
 import subprocess
@@ -24,7 +25,11 @@ for b in sys.argv[1].split(","):
     d = tempfile.mkdtemp(); os.mkdir(d + "/share")
     api = FakeAPI(); st = api.store
     st.put("storageclasses", {"metadata": {"name": "nfs"}, "provisioner": "flexvol/nfs", "parameters": {"server": "s", "share": "/x"}})
-    p = subprocess.Popen([b + "/flexvol-provisioner", "--server", api.url, "--root", d + "/share"], stderr=subprocess.DEVNULL)
+    extra = os.environ.get("FVP_ARGS", "").split()
+    if os.path.exists(b + "/flexvol-provisioner") and b"http-endpoint" in open(b + "/flexvol-provisioner", "rb").read():
+        extra = ["--http-endpoint", "127.0.0.1:0"] + extra  # never the default :8080 here
+    p = subprocess.Popen([b + "/flexvol-provisioner", "--server", api.url, "--root", d + "/share"] + extra,
+                         stderr=subprocess.DEVNULL)
     time.sleep(1)
     t0 = time.time()
     for i in range(N):

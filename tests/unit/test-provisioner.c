@@ -158,6 +158,18 @@ TEST(class_all_parameters)
 	CHECK_STR(c.nfs_version, "4.2");
 	CHECK(c.read_only);
 	CHECK_STR(c.reclaim_policy, "Retain");
+	CHECK(!c.adopt_existing && !c.allow_unscoped);
+	json_object_put(sc);
+	REQUIRE_INT(class_parse("{\"parameters\":{\"server\":\"s\",\"share\":\"/x\","
+				"\"pathPattern\":\"${.PVC.labels.app}/${pvc}\",\"adoptExisting\":\"true\","
+				"\"allowUnscopedClaimValues\":\"true\"}}", &c, err, &sc),
+		    0);
+	CHECK(c.adopt_existing && c.allow_unscoped);
+	json_object_put(sc);
+	/* under the namespace, either spelling */
+	REQUIRE_INT(class_parse("{\"parameters\":{\"server\":\"s\",\"share\":\"/x\","
+				"\"pathPattern\":\"${.PVC.namespace}/${.PVC.annotations.t}\"}}", &c, err, &sc),
+		    0);
 	json_object_put(sc);
 }
 
@@ -183,6 +195,16 @@ TEST(class_refusals)
 		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"${pvc}/..\"}"), "'..'" },
 		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"${bogus}\"}"), "unknown variable" },
 		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"uid\":1}"), "not a string" },
+		/* claim values outside ${namespace}/: refused without the opt-in */
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"${.PVC.labels.a}\"}"),
+		  "allowUnscopedClaimValues" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"${namespace}-${.PVC.annotations.a}\"}"),
+		  "does not start with the namespace" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"pathPattern\":\"x/${namespace}/${.PVC.labels.a}\"}"),
+		  "does not start with the namespace" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"adoptExisting\":\"yes\"}"), "adoptExisting" },
+		{ SC("{\"server\":\"s\",\"share\":\"/x\",\"allowUnscopedClaimValues\":\"1\"}"),
+		  "allowUnscopedClaimValues" },
 		{ "{\"reclaimPolicy\":\"Recycle\",\"parameters\":{\"server\":\"s\",\"share\":\"/x\"}}",
 		  "reclaimPolicy" },
 		/* the nfs driver's own checks, with its own words */
@@ -308,18 +330,21 @@ TEST(dir_make_idempotent_and_confined)
 	CHECK_INT(m, FVP_DIR_OURS);
 	CHECK(stat(p, &st) == 0 && (st.st_mode & 07777) == 0770);
 	/* another claim: refused; a directory without a record: refused unless adopted */
-	CHECK_INT(mkvol(root, "a/b/c", 0770, U2, &m), -EBUSY);
+	CHECK_INT(mkvol(root, "a/b/c", 0770, U2, &m), -FVP_E_OWNED);
 	REQUIRE_INT(mk("a/b/theirs"), 0);
-	CHECK_INT(mkvol(root, "a/b/theirs", 0770, U1, &m), -EEXIST);
+	CHECK_INT(mkvol(root, "a/b/theirs", 0770, U1, &m), -FVP_E_UNOWNED);
 	CHECK_INT(fvp_dir_owner(root, "a/b/theirs", &o), -ENOENT);
 	CHECK_INT(fvp_dir_make(root, "a/b/theirs", 0777, (uid_t)-1, (gid_t)-1, U1, "pvc-x", true, &m,
 			       &o, NULL, 0), 0);
 	CHECK_INT(m, FVP_DIR_ADOPTED);
 	snprintf(p, sizeof(p), "%s/a/b/theirs", scratch);
 	CHECK(stat(p, &st) == 0 && (st.st_mode & 07777) == 0755); /* as it was */
-	/* inside another volume: refused */
-	CHECK_INT(mkvol(root, "a/b/c/d", 0770, U2, &m), -EPERM);
+	/* inside another volume: refused; adopting a directory that holds volumes: refused */
+	CHECK_INT(mkvol(root, "a/b/c/d", 0770, U2, &m), -FVP_E_NESTED);
 	CHECK(!exists("a/b/c/d"));
+	CHECK_INT(fvp_dir_make(root, "a/b", 0777, (uid_t)-1, (gid_t)-1, U2, "pvc-y", true, &m, &o,
+			       NULL, 0), -FVP_E_HOLDS);
+	CHECK_INT(fvp_dir_owner(root, "a/b", &o), -ENOENT);
 	/* a symlink in the way, as the last or an inner component: refused, nothing made outside */
 	snprintf(p, sizeof(p), "%s/link", scratch);
 	REQUIRE(symlink("/tmp", p) == 0);
@@ -328,7 +353,7 @@ TEST(dir_make_idempotent_and_confined)
 	CHECK_INT(mkvol(root, "link/escaped", 0777, U1, NULL), -ENOTDIR);
 	CHECK(access("/tmp/escaped", F_OK) != 0);
 	/* archive: only by the owner; renamed next to itself, record gone; again: absent is fine */
-	CHECK_INT(fvp_dir_archive(root, "a/b/c", U2, &o, out, sizeof(out)), -EBUSY);
+	CHECK_INT(fvp_dir_archive(root, "a/b/c", U2, &o, out, sizeof(out)), -FVP_E_OWNED);
 	CHECK_STR(o.claim, U1);
 	CHECK_INT(fvp_dir_archive(root, "a/b/c", U1, NULL, out, sizeof(out)), 0);
 	CHECK_STR(out, "a/b/archived-c");
@@ -342,7 +367,7 @@ TEST(dir_make_idempotent_and_confined)
 	CHECK(!exists("a/b/c"));
 	/* a directory without a record is never archived */
 	REQUIRE_INT(mk("nobody"), 0);
-	CHECK_INT(fvp_dir_archive(root, "nobody", U1, NULL, out, sizeof(out)), -EPERM);
+	CHECK_INT(fvp_dir_archive(root, "nobody", U1, NULL, out, sizeof(out)), -FVP_E_UNOWNED);
 	CHECK(exists("nobody"));
 	/* the archive never follows a symlink in the parents */
 	CHECK_INT(fvp_dir_archive(root, "link/x", U1, NULL, out, sizeof(out)), -ENOTDIR);
@@ -399,7 +424,7 @@ TEST(dir_delete_never_follows)
 	fd = open(p, O_CREAT | O_WRONLY, 0644);
 	REQUIRE(fd >= 0);
 	close(fd);
-	CHECK_INT(fvp_dir_delete(root, "v", U2, NULL), -EBUSY);
+	CHECK_INT(fvp_dir_delete(root, "v", U2, NULL), -FVP_E_OWNED);
 	CHECK(exists("v/file"));
 	CHECK_INT(fvp_dir_delete(root, "v", U1, NULL), 0);
 	CHECK(!exists("v"));
@@ -408,10 +433,10 @@ TEST(dir_delete_never_follows)
 	/* absent: fine; remove_empty leaves a non-empty directory alone, and one without a record */
 	CHECK_INT(fvp_dir_delete(root, "v", U1, NULL), 0);
 	REQUIRE_INT(mkvol(root, "w", 0755, U1, NULL), 0);
-	REQUIRE_INT(mkvol(root, "w/x", 0755, U1, NULL), -EPERM); /* inside w */
+	REQUIRE_INT(mkvol(root, "w/x", 0755, U1, NULL), -FVP_E_NESTED); /* inside w */
 	REQUIRE_INT(mk("w/x"), 0);
 	CHECK_INT(fvp_dir_remove_empty(root, "w", U1, NULL), -ENOTEMPTY);
-	CHECK_INT(fvp_dir_remove_empty(root, "w/x", U1, NULL), -EPERM);
+	CHECK_INT(fvp_dir_remove_empty(root, "w/x", U1, NULL), -FVP_E_UNOWNED);
 	CHECK(exists("w/x"));
 	snprintf(p, sizeof(p), "%s/w/x", scratch);
 	REQUIRE(rmdir(p) == 0);

@@ -53,7 +53,8 @@ try:
                        "uid": "1001", "gid": "1002", "mountOptions": "hard,timeo=600",
                        "pathPattern": "${namespace}/${pvc}-${pv}"}})
     prov = subprocess.Popen([build + "/flexvol-provisioner", "--server", api.url, "--root", root,
-                             "--share", "%s:%s" % (server, export), "--resync", "10"],
+                             "--share", "%s:%s" % (server, export), "--resync", "10",
+                             "--http-endpoint", "127.0.0.1:0", "--retry-base", "1", "--retry-max", "5"],
                             stderr=open(scratch + "/provisioner.log", "w"))
     uid = str(uuid.uuid4())
     st.put("persistentvolumeclaims", {
