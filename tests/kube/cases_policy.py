@@ -21,16 +21,12 @@ EXAMPLES = os.path.join(HERE, "policy")
 
 
 def _objs(t, path):
-    d = json.loads(t.k("create", "--dry-run=client", "-o", "json", "-f", path).stdout)
-    return d["items"] if d.get("kind") == "List" else [d]
+    return t.objs(path)
 
 
 def _policy_objs(t):
     if os.path.exists(os.path.join(POLICY_DIR, "kustomization.yaml")):
-        d = json.loads(t.k("kustomize", POLICY_DIR).stdout and
-                       t.k("create", "--dry-run=client", "-o", "json", "-f", "-",
-                           input=t.k("kustomize", POLICY_DIR).stdout).stdout)
-        return d["items"] if d.get("kind") == "List" else [d]
+        return t.objs(text=t.k("kustomize", POLICY_DIR).stdout)
     out = []
     for f in sorted(glob.glob(os.path.join(POLICY_DIR, "*.yaml"))):
         out += _objs(t, f)

@@ -22,9 +22,7 @@ LABEL = "app.kubernetes.io/name=flexvol-provisioner"
 
 
 def _objs(t, path):
-    r = t.k("create", "--dry-run=client", "-o", "json", "-f", path)
-    d = json.loads(r.stdout)
-    return d["items"] if d.get("kind") == "List" else [d]
+    return t.objs(path)
 
 
 def deploy(t, replicas=1):
@@ -110,10 +108,27 @@ def _one_pv_one_dir(t, names):
     return pvs
 
 
-def _cleanup(t, names):
-    for n in names:
-        t.delete("pvc", n, wait=False)
-    C.wait_for("claims gone", lambda: not any(pvs_of(t, names).values()) or True, 5)
+def claims(t, names, sc):
+    """All claims in one request (the provisioner sees them at once)."""
+    t.k("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": n, "namespace": NS},
+         "spec": {"storageClassName": sc, "accessModes": ["ReadWriteMany"],
+                  "resources": {"requests": {"storage": "1Gi"}}}} for n in names]}))
+
+
+def _provisioned_once(t, names):
+    """Evidence a duplicate leaves even after its PV is reclaimed: a second ProvisioningSucceeded
+    event for the claim, a second (or archived) directory named after it."""
+    counts = {n: 0 for n in names}
+    for e in t.kj("get", "events", "-n", NS, "--field-selector", "reason=ProvisioningSucceeded")["items"]:
+        n = e["involvedObject"].get("name")
+        if n in counts:
+            counts[n] += e.get("count") or 1
+    bad = {n: c for n, c in counts.items() if c != 1}
+    check(not bad, f"ProvisioningSucceeded events per claim (want 1 each): {bad}")
+    per = {n: [d for d in dirs() if f"-{n}-" in d] for n in names}
+    bad = {n: d for n, d in per.items() if len(d) != 1}
+    check(not bad, f"directories per claim (archived ones included, want 1 each): {bad}")
 
 
 def case_provisioner_bind(t):
@@ -171,13 +186,14 @@ def case_provisioner_restart(t):
     sc = getattr(t, "sc", None) or classes(t)
     t.sc = sc
     names = [f"pr-{i}" for i in range(5)]
-    for n in names:
-        claim(t, n, sc["delete"])
-    t.k("-n", "kube-system", "delete", "pod", "-l", LABEL, "--wait=false")
+    # the archive class: a duplicate's directory would stay (archived) as evidence
+    claims(t, names, sc["archive"])
+    t.k("-n", "kube-system", "delete", "pod", "-l", LABEL, "--wait=false", "--grace-period=1")
     wait_bound(t, names, 180)
     time.sleep(5)  # a duplicate would show up (and be released) within this
     try:
         _one_pv_one_dir(t, names)
+        _provisioned_once(t, names)
     finally:
         for n in names:
             t.delete("pvc", n, wait=False)
@@ -190,12 +206,12 @@ def case_provisioner_two_replicas(t):
     sc = getattr(t, "sc", None) or classes(t)
     t.sc = sc
     names = [f"p2-{i}" for i in range(5)]
-    for n in names:
-        claim(t, n, sc["delete"])
+    claims(t, names, sc["archive"])
     wait_bound(t, names, 180)
     time.sleep(5)
     try:
         _one_pv_one_dir(t, names)
+        _provisioned_once(t, names)
     finally:
         for n in names:
             t.delete("pvc", n, wait=False)

@@ -19,6 +19,7 @@ kubelet's failCgroupV1: false (this host's cgroup layout is v1/hybrid), containe
 restrict_oom_score_adj (no CAP_SYS_RESOURCE here), a loopback-only CNI config, locally imported
 images and imagePullPolicy: Never.
 """
+import fcntl
 import json
 import os
 import shutil
@@ -40,6 +41,26 @@ PAUSE_IMAGE = "localhost/flexvol/pause:kube-test"
 # removed at teardown when this lane created them.
 FIXED_PATHS = ["/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run/containerd",
                "/var/run/nri", "/opt/containerd", "/etc/cni"]
+
+
+LOCK = "/run/lock/flexvol-kube.lock"
+
+
+def take_lock():
+    """One cluster at a time on this machine (they share BASE and the ports): an exclusive flock
+    held by the returned file until the process ends. Waits for another run to finish."""
+    os.makedirs(os.path.dirname(LOCK), exist_ok=True)
+    f = open(LOCK, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log(f"another cluster-lane run holds {LOCK}: waiting for it")
+        fcntl.flock(f, fcntl.LOCK_EX)
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def p(*parts):
@@ -311,7 +332,8 @@ class Cluster:
             f"--client-ca-file={k}/ca.crt",
             f"--kubelet-client-certificate={k}/apiserver-kubelet-client.crt",
             f"--kubelet-client-key={k}/apiserver-kubelet-client.key",
-            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            # the node name resolves to 127.0.0.1 here (the kubelet listens there only)
+            "--kubelet-preferred-address-types=Hostname",
             "--authorization-mode=Node,RBAC",
             # the default admission chain plus NodeRestriction, as kubeadm runs it
             "--enable-admission-plugins=NodeRestriction",
@@ -320,6 +342,9 @@ class Cluster:
             f"--service-account-signing-key-file={k}/sa.key",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
+            # the reconciler refuses a loopback advertise address; nothing here uses the
+            # kubernetes service (no kube-proxy; in-cluster clients are told 127.0.0.1:6443)
+            "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=1",
         ])
@@ -462,7 +487,13 @@ volumeStatsAggPeriod: 0s
     def restart_kubelet(self):
         self.stop("kubelet")
         self.start_kubelet()
+        wait_for("kubelet /healthz", self._kubelet_healthy, 60)
         wait_for("node Ready after kubelet restart", self.node_ready, 120)
+
+    def _kubelet_healthy(self):
+        self.check_alive("kubelet")
+        with urllib.request.urlopen("http://127.0.0.1:10248/healthz", timeout=3) as r:
+            return r.status == 200
 
     def start_scheduler(self):
         self.start("kube-scheduler", [self.b("kube-scheduler"),
@@ -484,7 +515,7 @@ volumeStatsAggPeriod: 0s
         os.makedirs(BASE, exist_ok=True)
         os.makedirs(RUN, exist_ok=True)
         # which of the fixed paths existed before: those are never removed at teardown
-        write(p("preexisting"), "".join(f"{x}\n" for x in FIXED_PATHS if os.path.lexists(x)))
+        write(p("preexisting"), "".join(f"{x}\n" for x in FIXED_PATHS + cgroup_parents() if os.path.lexists(x)))
         for d in ("log", "flexvol/loop", "flexvol/state", "etc", "plugins"):
             os.makedirs(p(d), exist_ok=True)
         pki()
@@ -524,6 +555,7 @@ def teardown(bindir, cl=None):
     mounts and loop devices under BASE/RUN). Never touches a process it did not start."""
     if not os.path.isdir(BASE) and not os.path.isdir(RUN):
         return
+    t0 = time.monotonic()
     kubectl = os.path.join(bindir, "kubectl")
     kcfg = p("admin.kubeconfig")
 
@@ -543,10 +575,12 @@ def teardown(bindir, cl=None):
         kc("delete", "pods", "--all", "--all-namespaces", "--grace-period=5", "--timeout=90s", timeout=120)
         # the kubelet unmounts after the pods are gone: wait for its pod dirs to empty
         end = time.monotonic() + 60
-        while time.monotonic() < end and mounts_under([p("kubelet")]):
+        # (the kubelet bind-mounts its root dir onto itself: that one stays until the end)
+        while time.monotonic() < end and [m for m in mounts_under([p("kubelet")]) if m != p("kubelet")]:
             time.sleep(1)
         kc("delete", "pvc", "--all", "--all-namespaces", "--wait=false", timeout=30)
 
+    log(f"teardown: API objects gone ({time.monotonic() - t0:.0f} s)")
     # 2. Our processes: pid files first (kubelet before containerd before the control plane),
     # then anything still running one of our binaries (a crashed run's, or a shim).
     order = ["kubelet", "kube-scheduler", "kube-controller-manager"]
@@ -590,6 +624,7 @@ def teardown(bindir, cl=None):
             log(f"stray {proc_exe(pid)} (pid {pid}): stopped")
             kill_pid(pid, "stray", 10)
 
+    log(f"teardown: processes stopped ({time.monotonic() - t0:.0f} s)")
     # 3. Mounts under our dirs (pod volumes, sandbox shm, overlay rootfs), deepest first; then
     # loop devices whose backing file is ours.
     for _ in range(3):
@@ -612,7 +647,7 @@ def teardown(bindir, cl=None):
 
     # 4. cgroups runc made for our containers (cgroupfs driver, cgroupsPerQOS off: one
     # directory per container id, under each v1 hierarchy and the unified one).
-    _remove_cgroups()
+    _remove_container_cgroups()
 
     # 5. Files: our dirs (only once nothing is mounted below them) and the fixed paths the
     # kubelet and containerd write, when this lane created them.
@@ -627,6 +662,7 @@ def teardown(bindir, cl=None):
     except OSError:
         known = False
     if known:
+        _remove_cgroups(pre)
         for x in FIXED_PATHS:
             if x not in pre and os.path.lexists(x):
                 if mounts_under([x]):
@@ -634,6 +670,7 @@ def teardown(bindir, cl=None):
                 shutil.rmtree(x, ignore_errors=True)
     shutil.rmtree(RUN, ignore_errors=True)
     shutil.rmtree(BASE, ignore_errors=True)
+    log(f"teardown: done ({time.monotonic() - t0:.0f} s)")
 
 
 def _stop_pidfile(name, bindir, cl):
@@ -654,7 +691,26 @@ def _stop_pidfile(name, bindir, cl):
         pass
 
 
-def _remove_cgroups():
+def cgroup_parents():
+    """containerd's cgroup parent for the k8s.io namespace in every hierarchy (cgroupfs)."""
+    try:
+        return [os.path.join("/sys/fs/cgroup", h, "k8s.io") for h in sorted(os.listdir("/sys/fs/cgroup"))]
+    except OSError:
+        return []
+
+
+def _remove_cgroups(pre):
+    for d in cgroup_parents():
+        if d in pre or not os.path.isdir(d):
+            continue
+        for dirpath, _, _ in os.walk(d, topdown=False):
+            try:
+                os.rmdir(dirpath)  # only empty cgroups (no process left) can go
+            except OSError as e:
+                log(f"cgroup {dirpath}: {e}")
+
+
+def _remove_container_cgroups():
     ids = set()
     for root in (os.path.join(RUN, "runc", "k8s.io"),):
         if os.path.isdir(root):
@@ -696,6 +752,8 @@ def main():
         return 2
     bindir = os.environ.get("FLEXVOL_KUBE_BIN") or default_bindir()
     cl = Cluster(bindir)
+    if args[0] in ("up", "down"):
+        lock = take_lock()  # noqa: F841 - held until exit
     if args[0] == "down":
         teardown(bindir)
         return 0
