@@ -132,11 +132,11 @@ check-deploy: all
 # it, for any ARCH, needs no network and no emulator.
 #   make image-context && podman build -t flexvol-installer:dev build/image
 #   make image-context ARCH=arm64 && podman build --platform linux/arm64 ... build/image-arm64
-IMAGE_APPLETS := sh cp mv rm rmdir mkdir chmod cmp stat sync sleep cat ls dirname basename tr printf sed kill
+IMAGE_APPLETS := sh cp mv rm rmdir mkdir chmod cmp stat sync sleep cat ls dirname basename tr printf sed kill nsenter
 image-context: static
 	$(Q)rm -rf $(IMAGE_O) && mkdir -p $(IMAGE_O)/bin
 	$(Q)sed 's/^ARG FLEXVOL_VERSION=.*/ARG FLEXVOL_VERSION=$(FV_VERSION)/' deploy/Containerfile >$(IMAGE_O)/Containerfile
-	$(Q)cp deploy/install.sh $(IMAGE_O)/
+	$(Q)cp deploy/install.sh deploy/gc.sh $(IMAGE_O)/
 	$(Q)deploy/licenses.sh $(IMAGE_O)/LICENSES $(STATIC_O) "$$($(STATIC_DEPS) --print-prefix)" $(if $(STATIC_CROSS),$(STATIC_TRIPLET_$(ARCH))-gcc,$(CC))
 	$(Q)for d in $(DRIVERS); do cp $(STATIC_O)/$$d $(IMAGE_O)/bin/$$d; done
 	$(Q)cp "$$($(STATIC_DEPS) --print-prefix)/BUILDINFO" $(IMAGE_O)/BUILDINFO.static-deps

@@ -268,3 +268,28 @@ int fv_devwait_run(struct fv_ctx *cx, struct fv_devwait *w, const char *sysname,
 	       (unsigned long long)(fv_now_ms() - t0), w->udevd ? "udev" : "kernel");
 	return 0;
 }
+
+int fv_blk_busy(const char *dev)
+{
+	struct stat st;
+	int fd;
+
+	if (stat(dev, &st) < 0)
+		return errno == ENOENT ? 0 : NEG_ERRNO();
+	if (!S_ISBLK(st.st_mode))
+		return -ENOTBLK;
+	/*
+	 * O_EXCL on a block device claims it the way a mount, a device-mapper
+	 * or md holder and swapon do: EBUSY if any of them has it, in any mount
+	 * namespace (blkdev_open(), bd_prepare_to_claim()).  Our claim lasts
+	 * only until the close.
+	 */
+	fd = open(dev, O_RDONLY | O_EXCL | O_NONBLOCK | O_CLOEXEC);
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	if (errno == EBUSY)
+		return 1;
+	return errno == ENOENT || errno == ENXIO || errno == ENODEV ? 0 : NEG_ERRNO();
+}

@@ -3,11 +3,14 @@
  * The block-volume class (fv/blkvol.h): the generic lifecycle of attachable
  * block volumes, once, for every block driver, in both attach modes.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <json-c/json.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "internal.h"
 #include "fv/blkutil.h"
@@ -231,6 +234,9 @@ static int save_record(struct fv_ctx *cx, const char *name, const void *v, const
 
 	if (!rec)
 		return -ENOMEM;
+	/* for the collector: whose record this is, and that it is the class's */
+	json_object_object_add(rec, "key", json_object_new_string(name));
+	json_object_object_add(rec, "blkvol", json_object_new_boolean(true));
 	json_object_object_add(rec, "device", json_object_new_string(dev));
 	json_object_object_add(rec, "readonly", json_object_new_boolean(o->readonly));
 	r = ops_of(cx)->record ? ops_of(cx)->record(cx, v, rec) : 0;
@@ -425,38 +431,110 @@ int fv_blkvol_op_detach(struct fv_ctx *cx, const char *volume, const char *node)
 	return release_volume(cx, volume, 0);
 }
 
-/* Node mode: the device mount of volume @name, owned by the driver under the run dir. */
-static int node_gmp(struct fv_ctx *cx, const char *name, char *buf, size_t len)
+/*
+ * Node mode keys (docs/design.md, "Node mode keys").  kubelet names a node-mode
+ * volume only by its pod dir's last component, which a pod author chooses
+ * for inline volumes: two pods' inline "data" volumes on different images,
+ * or an inline volume named like a PV, must not meet.  So a volume is
+ * "<name>@<ident>": the pod dir's name and the backend object's identity
+ * (ops->ident()), each made a file name.  It keys the volume lock, the state
+ * record, the device mount <run>/<driver>/mounts/<name>/<ident> and every
+ * claim on the device (loop tags).  Neither part contains '@' or '/'.
+ */
+static int node_vkey(struct fv_ctx *cx, const char *name, const char *ident, char *buf,
+		     size_t len)
 {
-	char key[NAME_MAX + 1];
-	int r = fv_name_key(name, key, sizeof(key) - 1);
+	char a[100], b[100];
 
-	if (r < 0)
-		return fv_fail(cx, r, "volume name '%s' cannot be a file name", name);
-	if (snprintf(buf, len, "%s/%s/mounts/%s", cx->cfg.run_dir, cx->drv->name, key) >= (int)len)
+	if (fv_name_key(name, a, sizeof(a)) < 0 || fv_name_key(ident, b, sizeof(b)) < 0)
+		return fv_fail(cx, -EINVAL, "volume name '%s' cannot be a file name", name);
+	if (snprintf(buf, len, "%s@%s", a, b) >= (int)len)
+		return fv_fail(cx, -ENAMETOOLONG, "volume key '%s@%s' is too long", a, b);
+	return 0;
+}
+
+/* The key of the volume the options @v name for the pod dir @dir. */
+static int node_vkey_of(struct fv_ctx *cx, const void *v, const char *dir, char *buf, size_t len)
+{
+	char ident[PATH_MAX];
+	int r = ops_of(cx)->ident(cx, v, ident, sizeof(ident));
+
+	return r < 0 ? r : node_vkey(cx, fv_path_last(dir), ident, buf, len);
+}
+
+/* The directory holding the device mounts of the pod dir names @a (a node_vkey() part). */
+static int node_mounts(struct fv_ctx *cx, const char *a, size_t alen, char *buf, size_t len)
+{
+	if (snprintf(buf, len, "%s/%s/mounts/%.*s", cx->cfg.run_dir, cx->drv->name, (int)alen,
+		     a) >= (int)len)
 		return fv_fail(cx, -ENAMETOOLONG, "run dir '%s' is too long", cx->cfg.run_dir);
 	return 0;
 }
 
 /*
- * The shared part of node mode going away: when no pod of volume @name
+ * Node mode: the device mount of volume @vkey, owned by the driver under the
+ * run dir.  A key without '@' is a volume of a version before these keys,
+ * whose device mount is <run>/<driver>/mounts/<name> itself: it keeps that
+ * key until its last pod goes (node_legacy()).
+ */
+static int node_gmp(struct fv_ctx *cx, const char *vkey, char *buf, size_t len)
+{
+	const char *at = strchr(vkey, '@');
+	char a[NAME_MAX + 1];
+	size_t n;
+	int r;
+
+	if (!at) {
+		r = fv_name_key(vkey, a, sizeof(a) - 1);
+		if (r < 0)
+			return fv_fail(cx, r, "volume name '%s' cannot be a file name", vkey);
+		return node_mounts(cx, a, strlen(a), buf, len);
+	}
+	if (strchr(at + 1, '@') || strchr(vkey, '/') || at == vkey || !at[1])
+		return fv_fail(cx, -EINVAL, "'%s' is not a node-mode volume key", vkey);
+	r = node_mounts(cx, vkey, (size_t)(at - vkey), buf, len);
+	if (r < 0)
+		return r;
+	n = strlen(buf);
+	if (snprintf(buf + n, len - n, "/%s", at + 1) >= (int)(len - n))
+		return fv_fail(cx, -ENAMETOOLONG, "run dir '%s' is too long", cx->cfg.run_dir);
+	return 0;
+}
+
+/*
+ * The shared part of node mode going away: when no pod of volume @vkey
  * uses its device mount @path any more, that mount and the node-side
  * attach go.  @was_devno: the device the caller's pod mount was on (0:
- * none).  Call with the volume lock held.
+ * none).  Call with the volume lock held.  The directory goes last: a
+ * SIGKILL before the release leaves it for the retry or the collector.
  */
-static int node_teardown(struct fv_ctx *cx, const char *name, const char *path, dev_t was_devno)
+static int node_teardown(struct fv_ctx *cx, const char *vkey, const char *path, dev_t was_devno)
 {
 	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
 	struct fv_mntinfo mi;
 	dev_t devno = 0;
 	int r = fv_dir_open_quiet(path, &gd); /* our own path: the run dir is ours */
 	bool exists = r == 0;
+	char parent[PATH_MAX];
 
 	if (r < 0 && r != -ENOENT)
 		return fv_fail(cx, r, "cannot open '%s': %s", path, strerror(-r));
 	if (exists && fv_dir_mounted(&gd, &mi) == 0) {
-		if (fv_mnt_count_devno(mi.devno) > 1)
+		r = fv_mnt_count_devno(mi.devno);
+		if (r < 0)
+			return fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
+		if (r > 1)
 			return 0; /* other pods on this node still use it */
+		{
+			char ident[PATH_MAX];
+
+			/* only ever a device of ours: never a filesystem someone put here */
+			r = ops_of(cx)->ident_of(cx, mi.devno, ident, sizeof(ident));
+			if (r != 0)
+				return r < 0 ? r : fv_fail(cx, -FV_ERR_CONFLICT, "'%s' holds '%s', "
+							   "not a device of this driver; leaving it",
+							   path, mi.source);
+		}
 		r = fv_blkvol_unmount(cx, path, &mi);
 		if (r < 0)
 			return r;
@@ -464,36 +542,163 @@ static int node_teardown(struct fv_ctx *cx, const char *name, const char *path, 
 	} else if (was_devno && fv_mnt_count_devno(was_devno) == 0) {
 		devno = was_devno; /* the device mount went before (a killed earlier call) */
 	}
-	if (exists)
-		(void)rmdir(path);
-	return release_volume(cx, name, devno);
+	r = release_volume(cx, vkey, devno);
+	if (r < 0 || !exists)
+		return r;
+	(void)rmdir(path);
+	snprintf(parent, sizeof(parent), "%s", path);
+	*strrchr(parent, '/') = '\0';
+	(void)rmdir(parent); /* the last volume of this pod dir name (ENOTEMPTY otherwise) */
+	return 0;
+}
+
+/* Lock volume @vkey and take its device mount down if no pod uses it (node_teardown()). */
+static int node_teardown_locked(struct fv_ctx *cx, const char *vkey, dev_t was_devno)
+{
+	char path[PATH_MAX];
+	int lock, r = node_gmp(cx, vkey, path, sizeof(path));
+
+	if (r < 0)
+		return r;
+	lock = lock_volume(cx, vkey);
+	if (lock < 0)
+		return lock;
+	r = node_teardown(cx, vkey, path, was_devno);
+	fv_unlock(lock);
+	return r;
+}
+
+/* Is the directory @path (ours, under the run dir) a mount point? */
+static bool is_mount_point(const char *path)
+{
+	_cleanup_(fv_dir_closep) struct fv_dir d = { .parent = -1 };
+
+	return fv_dir_open_quiet(path, &d) == 0 && fv_dir_mounted(&d, NULL) == 0;
+}
+
+/* Has pod dir name @name a device mount of a version before node mode keys (node_gmp())? */
+static bool node_legacy(struct fv_ctx *cx, const char *name)
+{
+	char path[PATH_MAX];
+
+	return node_gmp(cx, name, path, sizeof(path)) == 0 && is_mount_point(path);
+}
+
+/*
+ * Call @fn for each volume key with a device mount directory under
+ * <run>/<driver>/mounts/<a> (@a a pod dir name as node_vkey() makes it):
+ * "<a>@<ident>" for each directory in it - or "<a>" alone when it is a
+ * mount point itself (an older version's device mount: never walked into,
+ * it is a volume's filesystem).
+ */
+static int node_each_name(struct fv_ctx *cx, const char *a,
+			  int (*fn)(struct fv_ctx *cx, const char *vkey, void *arg), void *arg)
+{
+	char dir[PATH_MAX], vkey[256];
+	struct dirent *f;
+	DIR *sub;
+	int r = node_mounts(cx, a, strlen(a), dir, sizeof(dir));
+
+	if (r < 0)
+		return r;
+	if (is_mount_point(dir))
+		return fn(cx, a, arg);
+	sub = opendir(dir);
+	if (!sub)
+		return 0;
+	while (r >= 0 && (f = readdir(sub))) {
+		if (f->d_name[0] == '.' || strchr(f->d_name, '@'))
+			continue;
+		if (snprintf(vkey, sizeof(vkey), "%s@%s", a, f->d_name) < (int)sizeof(vkey))
+			r = fn(cx, vkey, arg);
+	}
+	closedir(sub);
+	return r;
+}
+
+/* node_each_name() for the pod dir name @name, or (NULL) for every name. */
+static int node_each(struct fv_ctx *cx, const char *name,
+		     int (*fn)(struct fv_ctx *cx, const char *vkey, void *arg), void *arg)
+{
+	char top[PATH_MAX], a[100];
+	struct dirent *e;
+	DIR *d;
+	int r = 0;
+
+	if (name)
+		return fv_name_key(name, a, sizeof(a)) < 0 ? 0 : node_each_name(cx, a, fn, arg);
+	if (node_mounts(cx, "", 0, top, sizeof(top)) < 0)
+		return -ENAMETOOLONG;
+	d = opendir(top);
+	if (!d)
+		return errno == ENOENT ? 0 : fv_fail(cx, NEG_ERRNO(), "cannot read '%s': %m", top);
+	while (r >= 0 && (e = readdir(d)))
+		if (e->d_name[0] != '.' && !strchr(e->d_name, '@'))
+			r = node_each_name(cx, e->d_name, fn, arg);
+	closedir(d);
+	return r;
+}
+
+static int teardown_fn(struct fv_ctx *cx, const char *vkey, void *arg)
+{
+	int r = node_teardown_locked(cx, vkey, 0);
+
+	if (r == -FV_ERR_CONFLICT) {
+		/* not this pod's business: its own mount is gone */
+		fv_log("unmount: %s", fv_ctx_message(cx));
+		fv_ctx_reset_message(cx);
+		r = 0;
+	}
+	return r;
 }
 
 /*
  * Node mode, unmount <poddir>: the pod's mount goes; the last pod of the
  * volume on this node takes the device mount and the node-side attach with
- * it.  Everything is found from the kernel (the pod's and the device
- * mount's device numbers, the backend's own view), so a wiped state dir or
- * a SIGKILL at any step leaves a state the retry finishes.
+ * it.  Everything is found from the kernel: the pod mount's device names
+ * the backend object (ops->ident_of()), hence the volume; when the pod
+ * mount went before (a killed earlier call), every device mount of this
+ * pod dir name that no pod uses goes.  A wiped state dir or a SIGKILL at
+ * any step leaves a state the retry (or the collector) finishes.
  */
 static int node_unmount(struct fv_ctx *cx, const char *dir)
 {
-	const char *name = fv_path_last(dir);
-	char path[PATH_MAX];
-	struct fv_mntinfo was;
-	int lock, r;
+	_cleanup_(fv_dir_closep) struct fv_dir pd = { .parent = -1 };
+	char ident[PATH_MAX], vkey[256];
+	struct fv_mntinfo mi, was;
+	int lock, r = fv_dir_arg(cx, dir, 0, &pd);
 
-	r = node_gmp(cx, name, path, sizeof(path));
 	if (r < 0)
 		return r;
-	lock = lock_volume(cx, name);
-	if (lock < 0)
-		return lock;
-	r = fv_blkvol_unmount(cx, dir, &was);
-	if (r == 0)
-		r = node_teardown(cx, name, path, was.devno);
-	fv_unlock(lock);
-	return r;
+	if (r == 0 && fv_dir_mounted(&pd, &mi) == 0) {
+		r = ops_of(cx)->ident_of(cx, mi.devno, ident, sizeof(ident));
+		if (r < 0)
+			return r;
+		if (r == 0) {
+			char path[PATH_MAX];
+
+			if (node_legacy(cx, fv_path_last(dir)))
+				snprintf(vkey, sizeof(vkey), "%s", fv_path_last(dir));
+			else
+				r = node_vkey(cx, fv_path_last(dir), ident, vkey, sizeof(vkey));
+			if (r == 0)
+				r = node_gmp(cx, vkey, path, sizeof(path));
+			if (r < 0)
+				return r;
+			lock = lock_volume(cx, vkey);
+			if (lock < 0)
+				return lock;
+			r = fv_blkvol_unmount(cx, dir, &was);
+			if (r == 0)
+				r = node_teardown(cx, vkey, path, was.devno);
+			fv_unlock(lock);
+			return r;
+		}
+	}
+	r = fv_blkvol_unmount(cx, dir, NULL);
+	if (r < 0)
+		return r;
+	return node_each(cx, fv_path_last(dir), teardown_fn, NULL);
 }
 
 /*
@@ -523,16 +728,21 @@ static int node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *
 	_cleanup_(vol_freep) void *v = NULL;
 	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
 	const char *name = fv_path_last(dir);
-	char path[PATH_MAX], dev[PATH_MAX];
+	char path[PATH_MAX], dev[PATH_MAX], vkey[256];
 	struct fv_mntinfo mi;
 	int lock, r = parse(cx, o, &v);
 
 	if (r < 0)
 		return r;
-	r = node_gmp(cx, name, path, sizeof(path));
+	if (node_legacy(cx, name) && strlen(name) < sizeof(vkey))
+		snprintf(vkey, sizeof(vkey), "%s", name); /* until the older version's last pod goes */
+	else
+		r = node_vkey_of(cx, v, dir, vkey, sizeof(vkey));
+	if (r == 0)
+		r = node_gmp(cx, vkey, path, sizeof(path));
 	if (r < 0)
 		return r;
-	lock = lock_volume(cx, name);
+	lock = lock_volume(cx, vkey);
 	if (lock < 0)
 		return lock;
 	r = fv_mkdir_p(path, 0750);
@@ -556,7 +766,7 @@ static int node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *
 			goto out;
 		}
 	} else {
-		r = attach_and_mount(cx, v, o, name, &gd, NULL);
+		r = attach_and_mount(cx, v, o, vkey, &gd, NULL);
 		if (r < 0)
 			goto undo;
 	}
@@ -572,7 +782,7 @@ undo:
 		char msg[FV_MESSAGE_MAX];
 
 		snprintf(msg, sizeof(msg), "%s", cx->message);
-		(void)node_teardown(cx, name, path, 0);
+		(void)node_teardown(cx, vkey, path, 0);
 		snprintf(cx->message, sizeof(cx->message), "%s", msg);
 	}
 out:
@@ -679,4 +889,208 @@ int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char
 	if (r != 0)
 		snprintf(mnt, sizeof(mnt), "%s", pd.path);
 	return fv_fs_grow(cx, dev, mnt, type);
+}
+
+/* --- garbage collection (docs/design.md, "Garbage collection") ------------------- */
+
+struct gc_run {
+	unsigned int max_release; /* 0: no limit */
+	unsigned int released, young, busy;
+	int err;		  /* the first real failure */
+	char msg[FV_MESSAGE_MAX]; /* and its message */
+};
+
+/* A failure of one volume's release: in use is no failure of ours, anything else is kept. */
+static void gc_failed(struct fv_ctx *cx, struct gc_run *g, const char *key, int r)
+{
+	const char *m = fv_ctx_message(cx)[0] ? fv_ctx_message(cx) : strerror(-r);
+
+	if (r == -EBUSY || r == -FV_ERR_CONFLICT) {
+		fv_log("gc: leaving '%s': %s", key, m);
+		g->busy++;
+	} else {
+		fv_log("gc: cannot release '%s': %s", key, m);
+		if (g->err == 0) {
+			g->err = r;
+			snprintf(g->msg, sizeof(g->msg), "cannot release '%s': %s", key, m);
+		}
+	}
+	fv_ctx_reset_message(cx);
+}
+
+/*
+ * Is the device a record names in use anywhere on the node?  A cache's
+ * word only (the number may have been reused since): in use keeps the
+ * volume, never the other way round - the backend's release asks the
+ * kernel about its own device again.
+ */
+static bool record_device_busy(json_object *rec)
+{
+	json_object *d;
+
+	return rec && json_object_object_get_ex(rec, "device", &d) &&
+	       json_object_is_type(d, json_type_string) &&
+	       fv_blk_busy(json_object_get_string(d)) != 0;
+}
+
+/*
+ * Is @rec a volume record of this class (save_record())?  A backend may keep
+ * records of its own in the same directory; they are none of the collector's.
+ * Records of versions before the "blkvol" mark have a "device" and no "key".
+ */
+static bool class_record(json_object *rec)
+{
+	json_object *x;
+
+	if (json_object_object_get_ex(rec, "blkvol", &x))
+		return json_object_get_boolean(x);
+	return !json_object_object_get_ex(rec, "key", &x) &&
+	       json_object_object_get_ex(rec, "device", &x);
+}
+
+/*
+ * One volume: released when its lock is free, its record (if any) is older
+ * than the grace, and nothing uses it (the kernel says so; the backend's
+ * release refuses a mounted device, node_teardown() a device mount with a
+ * pod on it).  Keys: a trusted name (controller mode), "?<hint>" (a
+ * waitforattach nobody followed up: locked as the name it hints), or a
+ * node-mode "<name>@<ident>".
+ */
+static int gc_key(struct fv_ctx *cx, const char *key, void *arg)
+{
+	struct gc_run *g = arg;
+	bool hinted = key[0] == '?';
+	const char *name = hinted ? key + 1 : key;
+	unsigned int age = UINT_MAX;
+	char lockname[PATH_MAX + 64];
+	json_object *rec = NULL;
+	int lock, r;
+
+	if (g->max_release && g->released >= g->max_release)
+		return 0;
+	if (!*name)
+		return 0;
+	snprintf(lockname, sizeof(lockname), "%s-vol-%s", cx->drv->name, name);
+	lock = fv_lock_try(cx, lockname);
+	if (lock == -EWOULDBLOCK) {
+		g->busy++; /* an op on it is running */
+		return 0;
+	}
+	if (lock < 0) {
+		gc_failed(cx, g, key, lock);
+		return 0;
+	}
+	if (fv_state_read(cx, key, &rec) != 0)
+		rec = NULL; /* no record (state wiped): the kernel alone decides */
+	if (rec && !class_record(rec))
+		goto out;
+	if (fv_state_age(cx, key, &age) == 0 && age < cx->cfg.gc_grace) {
+		g->young++;
+		goto out;
+	}
+	if (!hinted) {
+		/* a fresh waitforattach of this name: kubelet is on its way to mountdevice */
+		char hkey[PATH_MAX];
+
+		hinted_key(name, hkey, sizeof(hkey));
+		if (fv_state_age(cx, hkey, &age) == 0 && age < cx->cfg.gc_grace) {
+			g->young++;
+			goto out;
+		}
+	}
+	if (!hinted && fv_blkvol_node_mode(cx)) {
+		char path[PATH_MAX];
+
+		r = node_gmp(cx, key, path, sizeof(path));
+		if (r == 0)
+			r = node_teardown(cx, key, path, 0);
+	} else if (record_device_busy(rec)) {
+		r = fv_fail(cx, -EBUSY, "its device is in use");
+	} else {
+		r = hinted ? release_record(cx, name, key, 0) : release_volume(cx, name, 0);
+	}
+	if (r < 0)
+		gc_failed(cx, g, key, r);
+	else
+		g->released++;
+out:
+	json_object_put(rec);
+	fv_unlock(lock);
+	return 0;
+}
+
+/* A pass over the node-mode device mounts and the records; @max_look > 0 bounds the records looked at. */
+static void gc_pass(struct fv_ctx *cx, struct gc_run *g, unsigned int max_look)
+{
+	int r;
+
+	if (fv_blkvol_node_mode(cx)) {
+		r = node_each(cx, NULL, gc_key, g);
+		if (r < 0)
+			gc_failed(cx, g, "device mounts", r);
+	}
+	r = fv_state_each(cx, max_look, gc_key, g);
+	if (r < 0)
+		gc_failed(cx, g, "records", fv_fail(cx, r, "cannot read the state records: %s",
+						    strerror(-r)));
+}
+
+int fv_blkvol_op_gc(struct fv_ctx *cx)
+{
+	struct gc_run g = { 0 };
+	char lockname[64];
+	int lock;
+
+	snprintf(lockname, sizeof(lockname), "%s-gc", cx->drv->name);
+	lock = fv_lock(cx, lockname); /* one collector per driver at a time */
+	if (lock < 0)
+		return lock;
+	gc_pass(cx, &g, 0);
+	fv_unlock(lock);
+	if (g.released || g.err)
+		fv_log("gc: %u released, %u in use, %u younger than %u s", g.released, g.busy,
+		       g.young, cx->cfg.gc_grace);
+	return g.err ? fv_fail(cx, g.err, "%s", g.msg) : 0;
+}
+
+#define GC_MAYBE_LOOK 16 /* records an opportunistic pass looks at */
+
+void fv_blkvol_gc_maybe(struct fv_ctx *cx)
+{
+	struct gc_run g = { .max_release = 1 };
+	char dir[PATH_MAX], stamp[PATH_MAX + 16], lockname[64];
+	char msg[FV_MESSAGE_MAX], detail[FV_MESSAGE_MAX];
+	struct timespec now;
+	struct stat st;
+	int lock, fd;
+
+	if (!cx->config_ok || cx->cfg.gc_interval == 0)
+		return;
+	if (snprintf(dir, sizeof(dir), "%s/%s", cx->cfg.run_dir, cx->drv->name) >= (int)sizeof(dir))
+		return;
+	snprintf(stamp, sizeof(stamp), "%s/gc.stamp", dir);
+	/* the common case: one stat() */
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (stat(stamp, &st) == 0 && now.tv_sec >= st.st_mtim.tv_sec &&
+	    now.tv_sec - st.st_mtim.tv_sec < (time_t)cx->cfg.gc_interval)
+		return;
+	snprintf(msg, sizeof(msg), "%s", cx->message);
+	snprintf(detail, sizeof(detail), "%s", cx->detail);
+	fv_ctx_reset_message(cx); /* the pass's own failures are logged, never replied */
+	snprintf(lockname, sizeof(lockname), "%s-gc", cx->drv->name);
+	lock = fv_lock_try(cx, lockname);
+	if (lock < 0)
+		goto out; /* another collector runs */
+	if (fv_mkdir_p(dir, 0700) == 0 &&
+	    (fd = open(stamp, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) >= 0) {
+		(void)futimens(fd, NULL);
+		close(fd);
+		gc_pass(cx, &g, GC_MAYBE_LOOK);
+		if (g.released || g.err)
+			fv_log("gc (opportunistic): %u released", g.released);
+	}
+	fv_unlock(lock);
+out:
+	snprintf(cx->message, sizeof(cx->message), "%s", msg);
+	snprintf(cx->detail, sizeof(cx->detail), "%s", detail);
 }

@@ -15,7 +15,7 @@
 
 #define DEFAULT_CONFIG "/etc/flexvol/flexvol.conf"
 
-enum kind { K_PATH, K_STR, K_SECONDS, K_MODE, K_BOOL };
+enum kind { K_PATH, K_STR, K_SECONDS, K_SECONDS0, K_MODE, K_BOOL };
 
 struct key {
 	const char *name;
@@ -27,6 +27,7 @@ struct key {
 
 #define STR(field, k, e) { #field, e, k, offsetof(struct fv_config, field), sizeof(((struct fv_config *)0)->field) }
 #define SEC(field, e) { #field, e, K_SECONDS, offsetof(struct fv_config, field), 0 }
+#define SEC0(field, e) { #field, e, K_SECONDS0, offsetof(struct fv_config, field), 0 }
 #define BOOL(field, e) { #field, e, K_BOOL, offsetof(struct fv_config, field), 0 }
 
 static const struct key keys[] = {
@@ -41,6 +42,8 @@ static const struct key keys[] = {
 	SEC(mount_timeout, "FLEXVOL_MOUNT_TIMEOUT"),
 	SEC(device_timeout, "FLEXVOL_DEVICE_TIMEOUT"),
 	STR(attach_mode, K_MODE, "FLEXVOL_ATTACH_MODE"),
+	SEC0(gc_grace, "FLEXVOL_GC_GRACE"),
+	SEC0(gc_interval, "FLEXVOL_GC_INTERVAL"),
 	BOOL(debug, "FLEXVOL_DEBUG"),
 };
 
@@ -81,6 +84,12 @@ static int set_key(struct fv_config *cfg, const struct key *k, const char *v, co
 	case K_SECONDS:
 		if (fv_parse_u64(v, &n) < 0 || n == 0 || n > 86400)
 			return seterr(err, errlen, "%s: %s must be 1..86400 seconds: '%s'", where,
+				      k->name, v);
+		*(unsigned int *)(void *)dst = (unsigned int)n;
+		return 0;
+	case K_SECONDS0: /* 0 means "none" (no grace, no opportunistic pass) */
+		if (fv_parse_u64(v, &n) < 0 || n > 7 * 86400)
+			return seterr(err, errlen, "%s: %s must be 0..604800 seconds: '%s'", where,
 				      k->name, v);
 		*(unsigned int *)(void *)dst = (unsigned int)n;
 		return 0;
@@ -201,6 +210,8 @@ static void set_defaults(struct fv_config *cfg, const char *driver)
 	cfg->mount_timeout = 60;
 	cfg->device_timeout = 60;
 	strcpy(cfg->attach_mode, "controller");
+	cfg->gc_grace = 600;
+	cfg->gc_interval = 60;
 }
 
 int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t errlen)

@@ -78,7 +78,8 @@ out:
 	return r;
 }
 
-int fv_lock(struct fv_ctx *cx, const char *name)
+/* fv_lock() with a deadline of @timeout_ms (0: only try; a held lock is then -EWOULDBLOCK, quietly) */
+static int lock_named(struct fv_ctx *cx, const char *name, unsigned int timeout_ms)
 {
 	char dir[PATH_MAX], esc[NAME_MAX - 8], path[PATH_MAX + NAME_MAX];
 	int fd, r;
@@ -93,14 +94,26 @@ int fv_lock(struct fv_ctx *cx, const char *name)
 	fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return fv_fail(cx, NEG_ERRNO(), "cannot open lock '%s': %m", path);
-	r = fv_flock_deadline(fd, LOCK_EX, cx->cfg.lock_timeout * 1000U);
+	r = fv_flock_deadline(fd, LOCK_EX, timeout_ms);
 	if (r == 0)
 		return fd;
 	close(fd);
+	if (r == -FV_ERR_TIMEOUT && timeout_ms == 0)
+		return -EWOULDBLOCK;
 	if (r == -FV_ERR_TIMEOUT)
 		return fv_fail(cx, r, "another operation on '%s' still holds its lock after %u s",
 			       name, cx->cfg.lock_timeout);
 	return fv_fail(cx, r, "cannot lock '%s': %s", path, strerror(-r));
+}
+
+int fv_lock(struct fv_ctx *cx, const char *name)
+{
+	return lock_named(cx, name, cx->cfg.lock_timeout * 1000U);
+}
+
+int fv_lock_try(struct fv_ctx *cx, const char *name)
+{
+	return lock_named(cx, name, 0);
 }
 
 void fv_unlock(int fd)

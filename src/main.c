@@ -43,6 +43,7 @@ enum {
 	OP_NODE = 1 << 4,      /* args[1] names a node: another node's call touches nothing here */
 	OP_LOOK = 1 << 5,      /* never changes the node */
 	OP_LOCAL = 1 << 6,     /* for people and the installer: no config, no log, no lock */
+	OP_NODE_SIDE = 1 << 7, /* runs on the node: block drivers collect garbage afterwards */
 };
 
 struct op {
@@ -111,6 +112,11 @@ static int run_expandfs(struct call *c)
 	return c->cx->drv->expandfs(c->cx, &c->opts, c->args[1], c->args[2], new_size, old_size);
 }
 
+static int run_gc(struct call *c)
+{
+	return c->cx->drv->gc(c->cx);
+}
+
 static int run_version(struct call *c)
 {
 	return 0;
@@ -149,18 +155,24 @@ static const struct op ops[] = {
 	 * PV author's to set (contract §2): no lock keyed by it.  The block class
 	 * locks the backend object the options name (fv/blkvol.h).
 	 */
-	{ "waitforattach", 2, 1, -1, 0, SLOT(waitforattach), run_waitforattach },
-	{ "mountdevice", 3, 2, 0, OP_DIR | OP_DIR_MADE, SLOT(mountdevice), run_mountdevice },
-	{ "unmountdevice", 1, -1, 0, OP_DIR, SLOT(unmountdevice), run_unmountdevice },
+	{ "waitforattach", 2, 1, -1, OP_NODE_SIDE, SLOT(waitforattach), run_waitforattach },
+	{ "mountdevice", 3, 2, 0, OP_DIR | OP_DIR_MADE | OP_NODE_SIDE, SLOT(mountdevice), run_mountdevice },
+	{ "unmountdevice", 1, -1, 0, OP_DIR | OP_NODE_SIDE, SLOT(unmountdevice), run_unmountdevice },
 	/*
 	 * Pod mounts lock their own directory: kubelet runs mount and unmount
 	 * of one volume for different pods in parallel (contract §1.1), and
 	 * one slow pod must not hold up the others.
 	 */
-	{ "mount", 2, 1, 0, OP_DIR | OP_DIR_MADE | OP_LOCK_DIR, SLOT(mount), run_mount },
-	{ "unmount", 1, -1, 0, OP_DIR | OP_LOCK_DIR, SLOT(unmount), run_unmount },
+	{ "mount", 2, 1, 0, OP_DIR | OP_DIR_MADE | OP_LOCK_DIR | OP_NODE_SIDE, SLOT(mount), run_mount },
+	{ "unmount", 1, -1, 0, OP_DIR | OP_LOCK_DIR | OP_NODE_SIDE, SLOT(unmount), run_unmount },
 	{ "expandvolume", 4, -1, -1, 0, 0, NULL },
 	{ "expandfs", 5, 0, 2, 0, SLOT(expandfs), run_expandfs },
+	/*
+	 * Our own op, never called by kubelet: the DaemonSet runs it now and
+	 * then (docs/design.md, "Garbage collection").  A driver without the
+	 * slot answers Not supported, as for any op it does not have.
+	 */
+	{ "gc", 0, -1, -1, 0, SLOT(gc), run_gc },
 	/* never called by kubelet: answered before any config, log or lock */
 	{ "version", 0, -1, -1, OP_LOCAL, 0, run_version },
 	{ "--version", 0, -1, -1, OP_LOCAL, 0, run_version },
@@ -360,6 +372,9 @@ static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 	r = op->run(c);
 	if (lockfd >= 0)
 		fv_unlock(lockfd);
+	/* after the op's own work and locks; bounded, never changes the reply */
+	if ((op->flags & OP_NODE_SIDE) && cx->drv->blk)
+		fv_blkvol_gc_maybe(cx);
 	return r;
 }
 

@@ -4,7 +4,10 @@
 #include <limits.h>
 #include <json-c/json.h>
 #include <libgen.h>
+#include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #include "internal.h"
@@ -87,6 +90,22 @@ int fv_state_write(struct fv_ctx *cx, const char *key, struct json_object *obj)
 	return 0;
 }
 
+static int read_record_at(const char *dir, const char *file, struct json_object **ret)
+{
+	char path[PATH_MAX];
+	json_object *obj;
+
+	if (snprintf(path, sizeof(path), "%s/%s", dir, file) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	obj = json_object_from_file(path);
+	if (!obj || !json_object_is_type(obj, json_type_object)) {
+		json_object_put(obj);
+		return 1;
+	}
+	*ret = obj;
+	return 0;
+}
+
 int fv_state_read(struct fv_ctx *cx, const char *key, struct json_object **ret)
 {
 	char path[PATH_MAX];
@@ -117,4 +136,81 @@ int fv_state_remove(struct fv_ctx *cx, const char *key)
 	if (unlink(path) < 0 && errno != ENOENT)
 		return NEG_ERRNO();
 	return 0;
+}
+
+int fv_state_age(struct fv_ctx *cx, const char *key, unsigned int *ret)
+{
+	char path[PATH_MAX];
+	struct timespec now;
+	struct stat st;
+	int r = record_path(cx, key, path, sizeof(path), false);
+
+	if (r < 0)
+		return r;
+	if (stat(path, &st) < 0)
+		return errno == ENOENT ? 1 : NEG_ERRNO();
+	clock_gettime(CLOCK_REALTIME, &now);
+	*ret = now.tv_sec <= st.st_mtim.tv_sec ? 0 : (unsigned int)(now.tv_sec - st.st_mtim.tv_sec);
+	return 0;
+}
+
+/* "%XX" -> the byte (fv_name_escape() backwards); false for a hashed or malformed name */
+static bool unescape(const char *s, size_t n, char *out, size_t len)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned int c = (unsigned char)s[i];
+
+		if (s[i] == '~')
+			return false; /* a long name's hash: not reversible */
+		if (s[i] == '%') {
+			if (i + 2 >= n || sscanf(s + i + 1, "%2x", &c) != 1 || !c)
+				return false;
+			i += 2;
+		}
+		if (o + 1 >= len)
+			return false;
+		out[o++] = (char)c;
+	}
+	out[o] = '\0';
+	return o > 0;
+}
+
+int fv_state_each(struct fv_ctx *cx, unsigned int max,
+		  int (*fn)(struct fv_ctx *cx, const char *key, void *arg), void *arg)
+{
+	char dir[PATH_MAX], key[PATH_MAX];
+	struct dirent **names = NULL;
+	unsigned int start = 0, seen = 0;
+	int n, r = 0;
+
+	snprintf(dir, sizeof(dir), "%s/%s", cx->cfg.state_dir, cx->drv->name);
+	n = scandir(dir, &names, NULL, NULL);
+	if (n < 0)
+		return errno == ENOENT ? 0 : NEG_ERRNO();
+	if (max && (unsigned int)n > max) /* a bounded pass starts anywhere: all get their turn */
+		start = (unsigned int)(fv_now_ms() ^ (uint64_t)getpid()) % (unsigned int)n;
+	for (unsigned int i = 0; i < (unsigned int)n && r >= 0; i++) {
+		const char *e = names[(start + i) % (unsigned int)n]->d_name;
+		size_t len = strlen(e);
+		json_object *rec = NULL, *k;
+
+		if (len <= 5 || !streq(e + len - 5, ".json") || (max && seen >= max))
+			continue;
+		seen++;
+		/* the key as written (long keys are hashed in the file name), else the name decoded */
+		if (read_record_at(dir, e, &rec) == 0 && json_object_object_get_ex(rec, "key", &k) &&
+		    json_object_is_type(k, json_type_string))
+			snprintf(key, sizeof(key), "%s", json_object_get_string(k));
+		else if (!unescape(e, len - 5, key, sizeof(key)))
+			key[0] = '\0';
+		json_object_put(rec);
+		if (key[0])
+			r = fn(cx, key, arg);
+	}
+	for (int i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	return r;
 }

@@ -365,6 +365,36 @@ static int iscsi_release(struct fv_ctx *cx, const char *name, dev_t devno, json_
 	return r;
 }
 
+/* The identity of a LUN: its target (iSCSI names compare case-insensitively) and number. */
+static void lun_ident(const char *iqn, unsigned int lun, char *buf, size_t len)
+{
+	size_t i;
+
+	for (i = 0; iqn[i] && i + 1 < len; i++)
+		buf[i] = (char)tolower((unsigned char)iqn[i]);
+	buf[i] = '\0';
+	snprintf(buf + i, len - i, "-%u", lun);
+}
+
+static int iscsi_ident(struct fv_ctx *cx, const void *vol, char *buf, size_t len)
+{
+	const struct iscsivol *v = vol;
+
+	lun_ident(v->iqn, v->lun, buf, len);
+	return 0;
+}
+
+static int iscsi_ident_of(struct fv_ctx *cx, dev_t devno, char *buf, size_t len)
+{
+	char iqn[IQN_MAX + 32];
+	unsigned int lun;
+
+	if (iscsi_devt_target(devno, iqn, sizeof(iqn), &lun) != 0)
+		return 1;
+	lun_ident(iqn, lun, buf, len);
+	return 0;
+}
+
 static int iscsi_grow(struct fv_ctx *cx, const void *vol, const char *dev, uint64_t new_size)
 {
 	const struct iscsivol *v = vol;
@@ -392,6 +422,8 @@ static const struct fv_blkvol_ops iscsi_ops = {
 	.release = iscsi_release,
 	.record = iscsi_record,
 	.grow = iscsi_grow,
+	.ident = iscsi_ident,
+	.ident_of = iscsi_ident_of,
 };
 
 const struct fv_driver fv_driver_iscsi = {

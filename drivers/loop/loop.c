@@ -27,6 +27,8 @@
 #include <stdio.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
 
 #include "fv/blkutil.h"
 #include "fv/blkvol.h"
@@ -421,6 +423,55 @@ static int set_tag(struct fv_ctx *cx, struct binding *b, const char *tag)
 }
 
 /*
+ * The owner record of an image: the name of the first volume a trusted op
+ * (mountdevice, node-mode mount) claimed it for, in a "trusted." extended
+ * attribute of the file (only CAP_SYS_ADMIN reads or writes that namespace:
+ * no tenant of the loop root forges or clears it).  Images belong to
+ * nobody otherwise, and any options author could name another tenant's
+ * image while it is not in use.  An operator hands an image to another
+ * volume by removing it: setfattr -x trusted.flexvol.owner <image>
+ * (docs/design.md, "Image owners").  A node-mode claim "<name>@<ident>"
+ * records its name only.  Called with the image lock held.
+ */
+#define OWNER_XATTR "trusted.flexvol.owner"
+
+static int check_owner(struct fv_ctx *cx, const struct loopvol *v, int fd, const char *claim,
+		       bool record)
+{
+	char have[256], want[256];
+	size_t n = strcspn(claim, "@");
+	ssize_t len;
+
+	snprintf(want, sizeof(want), "%.*s", (int)n, claim);
+	len = fgetxattr(fd, OWNER_XATTR, have, sizeof(have) - 1);
+	if (len >= 0) {
+		have[len] = '\0';
+		if (streq(have, want))
+			return 0;
+		return fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' belongs to another volume ('%s', "
+			       "recorded in its " OWNER_XATTR " attribute); refusing it for '%s'",
+			       v->rel, have, want);
+	}
+	if (errno == ENOTSUP || errno == EOPNOTSUPP) {
+		fv_log("image '%s': its filesystem keeps no owner record (%m)", v->rel);
+		return 0;
+	}
+	if (errno != ENODATA)
+		return fv_fail(cx, NEG_ERRNO(), "cannot read the owner of image '%s': %m", v->rel);
+	if (!record)
+		return 0;
+	if (fsetxattr(fd, OWNER_XATTR, want, strlen(want), XATTR_CREATE) < 0) {
+		if (errno == ENOTSUP || errno == EOPNOTSUPP || errno == EROFS) {
+			fv_log("image '%s': cannot record its owner (%m)", v->rel);
+			return 0;
+		}
+		return fv_fail(cx, NEG_ERRNO(), "cannot record the owner of image '%s': %m", v->rel);
+	}
+	fv_log("image '%s' now belongs to '%s'", v->rel, want);
+	return 0;
+}
+
+/*
  * The node-local attach: the image bound to exactly one loop device,
  * read-only when asked.  Reuses an existing binding; never makes a second
  * one.  @name (trusted) claims the binding; without it @hint only labels
@@ -446,6 +497,12 @@ static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, con
 	lock = fv_lock(cx, lockname);
 	if (lock < 0)
 		return lock;
+	/* the owner first: a refused volume changes nothing (a hint is checked, never recorded) */
+	if (name || (hint && *hint)) {
+		r = check_owner(cx, v, fd, name ? name : hint, name != NULL);
+		if (r < 0)
+			goto fail;
+	}
 	make_tag(name ? ':' : '?', want, tag);
 	if (find_binding(&st, &b) == 0) {
 		char mine[LO_NAME_SIZE];
@@ -515,6 +572,52 @@ static int loop_find(struct fv_ctx *cx, const void *vol, char *dev, size_t len)
 	if (find_binding(&st, &b) != 0)
 		return 1;
 	snprintf(dev, len, "%s", b.dev);
+	return 0;
+}
+
+/* The identity of an image file: its device and inode, as the kernel reports a binding's. */
+static void image_ident(uint64_t dev, uint64_t ino, char *buf, size_t len)
+{
+	snprintf(buf, len, "%llx-%llx", (unsigned long long)dev, (unsigned long long)ino);
+}
+
+static int loop_ident(struct fv_ctx *cx, const void *vol, char *buf, size_t len)
+{
+	_cleanup_close_ int fd = -1;
+	struct stat st;
+	int r = open_image(cx, vol, true, &fd, &st); /* what attach would make, if missing */
+
+	if (r < 0)
+		return r;
+	image_ident(st.st_dev, st.st_ino, buf, len);
+	return 0;
+}
+
+static int loop_ident_of(struct fv_ctx *cx, dev_t devno, char *buf, size_t len)
+{
+	struct loop_info64 info;
+	char link[64], target[PATH_MAX];
+	const char *name;
+	ssize_t n;
+	long nr;
+	int r;
+
+	/* the kernel's name of the device (loop minors depend on max_part) */
+	snprintf(link, sizeof(link), "/sys/dev/block/%u:%u", major(devno), minor(devno));
+	n = readlink(link, target, sizeof(target) - 1);
+	if (n < 0)
+		return 1;
+	target[n] = '\0';
+	name = fv_path_last(target);
+	nr = loop_nr(name);
+	if (nr < 0)
+		return 1;
+	r = loop_status((int)nr, &info);
+	if (r == -ENXIO)
+		return 1;
+	if (r < 0)
+		return fv_fail(cx, r, "cannot read the status of /dev/%s: %s", name, strerror(-r));
+	image_ident(info.lo_device, info.lo_inode, buf, len);
 	return 0;
 }
 
@@ -609,6 +712,8 @@ static const struct fv_blkvol_ops loop_ops = {
 	.release = loop_release,
 	.record = loop_record,
 	.grow = loop_grow,
+	.ident = loop_ident,
+	.ident_of = loop_ident_of,
 };
 
 const struct fv_driver fv_driver_loop = {

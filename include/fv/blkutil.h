@@ -34,6 +34,14 @@ int fv_blk_lock(struct fv_ctx *cx, const char *dev);
  */
 int fv_blk_probe(struct fv_ctx *cx, const char *dev, char *type, size_t len);
 
+/*
+ * fv_blk_busy() - is block device @dev in use anywhere on the node: mounted
+ * in any mount namespace, held by device-mapper, md or swap, or opened
+ * exclusively?  An exclusive-open probe (stat first: only a block device is
+ * opened).  Returns 1 busy, 0 not (or gone), -errno.
+ */
+int fv_blk_busy(const char *dev);
+
 /* Is @fstype one we know how to make and grow?  (ext2, ext3, ext4, xfs) */
 bool fv_fs_supported(const char *fstype);
 

@@ -17,7 +17,10 @@
  *   detach                       its PV-name argument
  *
  * These "names" key the per-volume lock (<driver>-vol-<name>), the state
- * record and every claim a backend makes on a device (loop tags).
+ * record and every claim a backend makes on a device (loop tags).  In node
+ * mode the pod dir's name is a pod author's choice for inline volumes, so
+ * there the key is "<name>@<ident>", the backend object's identity added
+ * (ops->ident(); docs/design.md, "Node mode keys").
  *
  * waitforattach gets no directory, only the handle attach returned and the
  * options.  What identifies the volume there is the backend object the
@@ -102,6 +105,21 @@ struct fv_blkvol_ops {
 	 * filesystem afterwards.  NULL: expandfs is not supported.
 	 */
 	int (*grow)(struct fv_ctx *cx, const void *vol, const char *dev, uint64_t new_size);
+
+	/*
+	 * ident() - a stable identity of the backend object @vol names, the
+	 * same for every volume that names it (loop: the image's device and
+	 * inode; iscsi: the target and LUN).  Node mode keys a volume on it
+	 * together with the pod dir's name (docs/design.md, "Node mode keys").
+	 * May make what attach() would make (a sparse image).  0 or <0.
+	 */
+	int (*ident)(struct fv_ctx *cx, const void *vol, char *buf, size_t len);
+
+	/*
+	 * ident_of() - the ident() of the backend object behind block device
+	 * @devno: 0 (in @buf), 1 when @devno is none of this backend's, <0.
+	 */
+	int (*ident_of)(struct fv_ctx *cx, dev_t devno, char *buf, size_t len);
 };
 
 /* The generic ops, with the signatures of struct fv_driver's slots. */
@@ -119,6 +137,15 @@ int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts 
 int fv_blkvol_op_unmount(struct fv_ctx *cx, const char *dir);
 int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char *device,
 			  const char *dir, uint64_t new_size, uint64_t old_size);
+int fv_blkvol_op_gc(struct fv_ctx *cx);
+
+/*
+ * fv_blkvol_gc_maybe() - the opportunistic garbage collection of a node-side
+ * op, after its own work: at most one pass per gc_interval per driver (a
+ * stamp file, a try-lock: never waits), looking at a bounded number of
+ * records and releasing at most one.  Leaves the op's reply message alone.
+ */
+void fv_blkvol_gc_maybe(struct fv_ctx *cx);
 
 /*
  * The capabilities and op slots of a block driver (inside its struct
@@ -136,7 +163,7 @@ int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char
 	.mountdevice = fv_blkvol_op_mountdevice,                  \
 	.unmountdevice = fv_blkvol_op_unmountdevice,              \
 	.mount = fv_blkvol_op_mount, .unmount = fv_blkvol_op_unmount, \
-	.expandfs = fv_blkvol_op_expandfs
+	.expandfs = fv_blkvol_op_expandfs, .gc = fv_blkvol_op_gc
 
 /*
  * fv_blkvol_node_mode() - does this node run block drivers in node mode

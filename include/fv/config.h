@@ -20,6 +20,10 @@
  *	helper_path     FLEXVOL_HELPER_PATH      /usr/sbin:/usr/bin:/sbin:/bin
  *	attach_mode     FLEXVOL_ATTACH_MODE      controller  (or node: block drivers do the
  *	                                         node-side attach in mount, init says attach:false)
+ *	gc_grace        FLEXVOL_GC_GRACE         600   (seconds: the garbage collector leaves
+ *	                                         younger attachments alone; 0: none)
+ *	gc_interval     FLEXVOL_GC_INTERVAL      60    (seconds between the opportunistic passes
+ *	                                         of node-side ops; 0: none, only the op gc)
  *	debug           FLEXVOL_DEBUG            false (true: debug lines in the log)
  */
 #ifndef FV_CONFIG_H
@@ -40,6 +44,8 @@ struct fv_config {
 	unsigned int mount_timeout;  /* seconds */
 	unsigned int device_timeout; /* seconds */
 	char attach_mode[16];	     /* "controller" or "node" */
+	unsigned int gc_grace;	     /* seconds (docs/design.md, "Garbage collection") */
+	unsigned int gc_interval;    /* seconds; 0: no opportunistic pass */
 	bool debug;		     /* debug lines in the log */
 };
 

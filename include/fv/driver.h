@@ -114,6 +114,12 @@ struct fv_driver {
 	int (*unmount)(struct fv_ctx *cx, const char *dir);
 	int (*expandfs)(struct fv_ctx *cx, const struct fv_opts *o, const char *device,
 			const char *dir, uint64_t new_size, uint64_t old_size);
+
+	/*
+	 * Our own op, never called by kubelet: release what this node holds for
+	 * volumes nobody uses any more (docs/design.md, "Garbage collection").
+	 */
+	int (*gc)(struct fv_ctx *cx);
 };
 
 /* Set the reply message (printf-style) and return @err.  The first call wins. */

@@ -26,6 +26,8 @@ int fv_flock_deadline(int fd, int op, unsigned int timeout_ms);
  * Returns: a file descriptor >= 0, or -FV_ERR_TIMEOUT / -errno (message set).
  */
 int fv_lock(struct fv_ctx *cx, const char *name);
+/* fv_lock() without waiting: a lock someone holds is -EWOULDBLOCK (no message set). */
+int fv_lock_try(struct fv_ctx *cx, const char *name);
 void fv_unlock(int fd);
 
 #endif

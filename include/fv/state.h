@@ -19,6 +19,19 @@ int fv_state_read(struct fv_ctx *cx, const char *key, struct json_object **ret);
 /* Remove the record @key.  Absent is success. */
 int fv_state_remove(struct fv_ctx *cx, const char *key);
 
+/* Seconds since the record @key was last written: 0 and *ret, 1 if absent, or -errno. */
+int fv_state_age(struct fv_ctx *cx, const char *key, unsigned int *ret);
+
+/*
+ * fv_state_each() - call @fn with the key of each record of this driver
+ * (the record's "key" field, else its file name decoded; a long key hashed
+ * into its file name and not in the record is skipped).  @max > 0 looks at
+ * no more than @max records, starting at a random one.  Stops at the first
+ * @fn returning < 0 and returns that; 0 otherwise.
+ */
+int fv_state_each(struct fv_ctx *cx, unsigned int max,
+		  int (*fn)(struct fv_ctx *cx, const char *key, void *arg), void *arg);
+
 /* The atomic write primitive, for any path: temp + fsync + rename + dir fsync. */
 int fv_write_file_atomic(const char *path, const char *data, size_t len, unsigned int mode);
 

@@ -1371,3 +1371,36 @@ def dir_arguments_normalised_lexically(e):
 
 def make_env(build, name):
     return Env(build, name)
+
+
+OWNER = "trusted.flexvol.owner"
+
+
+@case
+def image_owner_refuses_another_volume(e):
+    """Issue 17 point 7: an image belongs to the first volume that mounted it (an xattr with its
+    name); another volume naming it is refused, nothing changes on the host, until an operator
+    clears the record."""
+    k = e.k
+    bring_up(e, "pv1")
+    check(os.getxattr(e.image(), OWNER) == b"pv1", "owner recorded: %r" % os.listxattr(e.image()))
+    tear_down(e, "pv1")
+    st = os.stat(e.image())
+    o2 = e.opts("pv2")
+    r = k.waitforattach("loop:vol1.img", o2, expect="Failure")
+    check("belongs to" in r["message"] and "pv1" in r["message"], r["message"])
+    os.makedirs(k.gmp("pv2"), exist_ok=True)
+    r = k.mountdevice("pv2", "/dev/loop0", o2, expect="Failure")
+    check("belongs to" in r["message"] and OWNER in r["message"], r["message"])
+    r = k.mount("pod-b", "pv2", o2, expect="Failure")
+    e.nothing_left("another volume refused")
+    st2 = os.stat(e.image())
+    check((st.st_mtime_ns, st.st_size) == (st2.st_mtime_ns, st2.st_size), "image untouched")
+    check(os.getxattr(e.image(), OWNER) == b"pv1", "owner kept")
+    k.detach("pv2", expect="Success")
+    # the operator's way out (docs/design.md): remove the record, then pv2 may have it
+    os.removexattr(e.image(), OWNER)
+    bring_up(e, "pv2", o2)
+    check(os.getxattr(e.image(), OWNER) == b"pv2", "new owner recorded")
+    tear_down(e, "pv2")
+    e.nothing_left("owner")

@@ -28,8 +28,10 @@ class Env(test_loop.Env):
         self.k.drv = self.drv
 
     def devmount(self, vol="pv1"):
-        """The driver's own device mount of @vol (under its run dir)."""
-        return os.path.join(self.run, "loop", "mounts", vol)
+        """The driver's own device mount of @vol (under its run dir: mounts/<name>/<image>)."""
+        d = os.path.join(self.run, "loop", "mounts", vol)
+        subs = os.listdir(d) if os.path.isdir(d) else []
+        return os.path.join(d, subs[0]) if len(subs) == 1 else os.path.join(d, "?")
 
     def pods(self, uids, vol="pv1"):
         return [self.k.poddir(u, vol) for u in uids]
@@ -227,9 +229,9 @@ def node_identity_from_the_pod_dir(e):
                    fstype="ext4")
     up(e, ["pod-b"], vol="pv2", opts=o2)
     check(len(e.loops()) == 2, "two bindings: %r" % e.loops())
-    # pv1's pod dir with options naming pv2's image: refused (the device mount is pv1's)
+    # pv1's pod dir with options naming pv2's image: refused (the image is pv2's)
     r = k.mount("pod-c", "pv1", e.opts("pv1", file="vol2.img"), expect="Failure")
-    check("not the device" in r["message"], r["message"])
+    check("another volume" in r["message"], r["message"])
     down(e, ["pod-b"], vol="pv2")
     check(list(e.loops()) == [dev], "pv2's teardown left pv1's binding: %r" % e.loops())
     check(len(mounted_at(k.poddir("pod-a", "pv1"))) == 1, "pv1 still mounted")
@@ -352,3 +354,47 @@ def node_sigkill_during_mkfs(e):
     check(len(mounted_at(pd)) == 1, "one pod mount")
     down(e, ["pod-a"])
     e.nothing_left("kill during mkfs")
+
+
+@case
+def node_inline_names_collide_not(e):
+    """Issue 17 point 7: two pods' inline volumes both named `data`, on different images, are two
+    volumes (node mode keys on the backend object, not on the pod-chosen name alone)."""
+    k = e.k
+    k.mount("pod-a", "data", e.opts("data", file="a.img"), expect="Success")
+    k.mount("pod-b", "data", e.opts("data", file="b.img"), expect="Success")
+    check(len(e.loops()) == 2, "two bindings: %r" % e.loops())
+    ma, mb = mounted_at(k.poddir("pod-a", "data")), mounted_at(k.poddir("pod-b", "data"))
+    check(len(ma) == 1 and len(mb) == 1 and ma[0][1] != mb[0][1], "two devices: %r %r" % (ma, mb))
+    k.unmount("pod-a", "data", expect="Success")
+    check(len(e.loops()) == 1 and len(mounted_at(k.poddir("pod-b", "data"))) == 1,
+          "pod-b's volume intact after pod-a's went: %r" % e.loops())
+    k.unmount("pod-b", "data", expect="Success")
+    e.nothing_left("inline names")
+
+
+@case
+def node_inline_named_like_a_pv(e):
+    """An inline volume named like a PV, on its own image, is another volume: it mounts, and
+    its teardown never reaches the PV's device."""
+    k = e.k
+    up(e, ["pod-a"], vol="pv1", opts=e.opts("pv1"))
+    dev = one_binding(e, "pv1")
+    k.mount("pod-b", "pv1", e.opts("pv1", file="inline.img"), expect="Success")
+    mb = mounted_at(k.poddir("pod-b", "pv1"))
+    check(len(mb) == 1 and mb[0][1] != dev, "the inline volume got its own device: %r" % mb)
+    k.unmount("pod-b", "pv1", expect="Success")
+    check(list(e.loops()) == [dev] and len(mounted_at(k.poddir("pod-a", "pv1"))) == 1,
+          "the PV is intact: %r" % e.loops())
+    down(e, ["pod-a"], vol="pv1")
+    e.nothing_left("inline named like a PV")
+
+
+@case
+def node_unmount_retry_after_pod_umount(e):
+    """The pod mount went, the teardown did not (killed): the retry still finds the volume."""
+    k = e.k
+    up(e, ["pod-a"])
+    subprocess.run(["umount", k.poddir("pod-a", "pv1")], check=True)
+    k.unmount("pod-a", "pv1", expect="Success")
+    e.nothing_left("unmount retry")

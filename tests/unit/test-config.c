@@ -14,6 +14,7 @@ static const char *const envs[] = {
 	"FLEXVOL_RUN_DIR",	  "FLEXVOL_LOG_FILE",	   "FLEXVOL_NODE_NAME",
 	"FLEXVOL_HELPER_PATH",	  "FLEXVOL_LOCK_TIMEOUT",  "FLEXVOL_HELPER_TIMEOUT",
 	"FLEXVOL_MOUNT_TIMEOUT",  "FLEXVOL_DEVICE_TIMEOUT", "FLEXVOL_DEBUG",
+	"FLEXVOL_GC_GRACE",	  "FLEXVOL_GC_INTERVAL",
 };
 
 static struct fv_config cfg;
@@ -344,6 +345,28 @@ TEST(attach_mode)
 	CHECK_CONTAINS(err, "FLEXVOL_ATTACH_MODE");
 	unsetenv("FLEXVOL_ATTACH_MODE");
 	done_config();
+}
+
+/* The collector's keys (docs/design.md, "Garbage collection"): 0 is a value there ("none"). */
+TEST(gc_keys)
+{
+	REQUIRE(use_config(""));
+	CHECK_INT(load(), 0);
+	CHECK_INT(cfg.gc_grace, 600);
+	CHECK_INT(cfg.gc_interval, 60);
+	done_config();
+	REQUIRE(use_config("gc_grace = 0\ngc_interval = 0\n"));
+	CHECK_INT(load(), 0);
+	CHECK_INT(cfg.gc_grace, 0);
+	CHECK_INT(cfg.gc_interval, 0);
+	setenv("FLEXVOL_GC_GRACE", "30", 1);
+	CHECK_INT(load(), 0);
+	CHECK_INT(cfg.gc_grace, 30);
+	unsetenv("FLEXVOL_GC_GRACE");
+	done_config();
+	refused("gc_grace = -1\n", __LINE__, "gc_grace", "'-1'", NULL);
+	refused("gc_interval = 604801\n", __LINE__, "gc_interval", NULL);
+	refused("gc_grace = 10m\n", __LINE__, "gc_grace", NULL);
 }
 
 /* A config that is not a regular file is an error, not an empty config; a FIFO does not block (issue 9 item 8). */

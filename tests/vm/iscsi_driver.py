@@ -657,7 +657,10 @@ def node_mode(c):
 
 
 def devmount(c, vol):
-    return os.path.join(c.dir, "run", "iscsi", "mounts", vol)
+    """The device mount of pod dir name @vol: mounts/<name>/<target-lun> (node mode keys)."""
+    d = os.path.join(c.dir, "run", "iscsi", "mounts", vol)
+    subs = os.listdir(d) if os.path.isdir(d) else []
+    return os.path.join(d, subs[0]) if len(subs) == 1 else os.path.join(d, "?")
 
 
 def node_lifecycle(c):
@@ -755,10 +758,49 @@ def node_chap_secret(c):
         c.no_secret_logged(base64.b64encode(s.encode()).decode())
 
 
+def gc(c):
+    """Issue 17 point 2: the collector releases iSCSI sessions kubelet never came back for (through
+    the class's backend release), never one in use.  Controller mode: unmountdevice killed after its
+    umount; node mode: a mount killed before the bind, the pod deleted."""
+    k, vol = c.k, "pv-gc"
+    grace0 = dict(c.env, FLEXVOL_GC_GRACE="0")
+    c.bring_up(vol, c.opts(vol))
+    c.ok(c.drv.call("gc", env=grace0))
+    check(len(sessions(c.iqn1)) == 1, "gc logged out a session in use")
+    c.ok(k.unmount("pod-a", vol))
+    run("umount", k.gmp(vol))  # unmountdevice killed right after its umount
+    c.ok(c.drv.call("gc"))
+    check(len(sessions(c.iqn1)) == 1, "a young record is left alone")
+    c.ok(c.drv.call("gc", env=grace0))
+    check(not sessions(c.iqn1), "session left after gc: %r" % sessions(c.iqn1))
+    # node mode
+    node_mode(c)
+    c.ok(k.mount("pod-b", vol, c.opts(vol)))
+    pd = k.poddir("pod-b", vol)
+    run("umount", pd)
+    os.rmdir(pd)
+    c.ok(c.drv.call("gc", env=dict(grace0, FLEXVOL_ATTACH_MODE="node")))
+    check(not sessions(c.iqn1), "session left after node-mode gc: %r" % sessions(c.iqn1))
+    check(not mounts_under(c.dir), "mounts left: %r" % mounts_under(c.dir))
+
+
+def node_inline_names(c):
+    """Issue 17 point 7: two pods' inline volumes named alike on different LUNs are two volumes."""
+    k = node_mode(c)
+    c.ok(k.mount("pod-a", "data", c.opts("data", lun=1)))
+    c.ok(k.mount("pod-b", "data", c.opts("data", lun=2)))
+    ma, mb = mounted_at(k.poddir("pod-a", "data")), mounted_at(k.poddir("pod-b", "data"))
+    check(len(ma) == 1 and len(mb) == 1 and ma[0][1] != mb[0][1], "two disks: %r %r" % (ma, mb))
+    c.ok(k.unmount("pod-a", "data"))
+    check(len(mounted_at(k.poddir("pod-b", "data"))) == 1, "pod-b intact")
+    c.ok(k.unmount("pod-b", "data"))
+    check(not sessions(c.iqn1), "session left: %r" % sessions(c.iqn1))
+
+
 CASES = {f.__name__: f for f in (lifecycle, two_luns, chap, chap_failure, records, wrong_portal, expand,
                                   sigkill_login, state_wiped, relogin, measure, detach_unmounted,
                                   node_lifecycle,
-                                  node_two_luns, node_chap_secret)}
+                                  node_two_luns, node_chap_secret, gc, node_inline_names)}
 
 
 def main():
