@@ -216,14 +216,14 @@ def case_loopprov_e2e(t):
     argv = [os.path.join(cache, "e2e.test"),
             "-ginkgo.focus=" + os.environ.get("FLEXVOL_E2E_FOCUS", E2E_FOCUS),
             "-ginkgo.skip=" + os.environ.get("FLEXVOL_E2E_SKIP", E2E_SKIP),
-            "-ginkgo.no-color", "-ginkgo.timeout=2h",
+            "-ginkgo.no-color", "-ginkgo.timeout=" + os.environ.get("FLEXVOL_E2E_TIMEOUT", "2h"),
             "-storage.testdriver=" + E2E_DRIVER, "-provider=local",
             "-kubeconfig=" + C.p("admin.kubeconfig"), "-report-dir=" + report,
             "-allowed-not-ready-nodes=0", "-node-os-distro=debian"]
     log = os.path.join(report, "e2e.log")
     with open(log, "w") as f:
         r = __import__("subprocess").run(argv, stdout=f, stderr=__import__("subprocess").STDOUT,
-                                         env=env, timeout=7200)
+                                         env=env, timeout=7500)
     text = open(log, errors="replace").read()
     summary = [l for l in text.splitlines() if l.startswith(("Ran ", "FAIL!", "SUCCESS!"))
                or "[FAIL]" in l]
