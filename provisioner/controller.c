@@ -616,6 +616,12 @@ static int claim_resize(struct prov *p, json_object *pvc)
 	    quantity(jstr(jget(jget(spec, "resources"), "requests"), "storage"), &req) < 0 ||
 	    quantity(jstr(jget(status, "capacity"), "storage"), &stcap) < 0)
 		return 0;
+	/*
+	 * Nothing asked beyond what the claim has (the API refuses a request below
+	 * status.capacity): no GET of the PV for every bound claim at every event.
+	 */
+	if (req <= stcap)
+		return 0;
 	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", volname);
 	st = kube_request(p->k, "GET", path, NULL, &pv, err, sizeof(err));
 	if (st != 200 || !pv) {
@@ -627,7 +633,8 @@ static int claim_resize(struct prov *p, json_object *pvc)
 					 &pvcap) < 0)
 		goto out;
 	req = (req + (1 << 20) - 1) >> 20 << 20;
-	if (req < pvcap && req < stcap) {
+	if (req < pvcap) {
+		/* lowered again while an expansion is pending (allowed after a failed one) */
 		event(&p->ev, pvc, true, "VolumeResizeFailed",
 		      "shrinking is not supported: the claim asks for %llu MiB, volume %s has "
 		      "%llu MiB (a filesystem does not shrink)",
