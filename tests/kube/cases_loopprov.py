@@ -32,7 +32,7 @@ def _setup(t):
         t.mode = "controller"
     objs = P._objs(t, os.path.join(LOOP_DIR, "rbac.yaml")) + \
         P._objs(t, os.path.join(LOOP_DIR, "storageclass.yaml"))
-    for o in objs:
+    for o in list(objs):  # a copy: the Retain class is appended to objs
         if o["kind"] == "StorageClass":
             r = json.loads(json.dumps(o))
             r["metadata"]["name"] = SC_RETAIN
