@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "fv/macro.h"
+#include "fv/util.h"
 #include "controller.h"
 #include "fsop.h"
 #include "jsonutil.h"
@@ -54,7 +55,7 @@ static double now_s(void)
 const struct fvp_backend *ctl_backend(const char *name)
 {
 	for (size_t i = 0; name && fvp_backends[i]; i++)
-		if (streq(fvp_backends[i]->name, name))
+		if (streq(fvp_backends[i]->name, name) && fvp_backend_enabled(fvp_backends[i]))
 			return fvp_backends[i];
 	return NULL;
 }
@@ -199,6 +200,65 @@ static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object 
 
 /* --- provisioning ------------------------------------------------------------------------- */
 
+/*
+ * PATCH @path with the merge patch @patch (taken).  Returns the HTTP status
+ * or <0; logs what failed as @what.
+ */
+static int patch(struct prov *p, const char *path, json_object *patch, const char *what)
+{
+	json_object *reply = NULL;
+	char err[512];
+	int st;
+
+	if (!patch)
+		return -ENOMEM;
+	st = kube_request(p->k, "PATCH", path, patch, &reply, err, sizeof(err));
+	json_object_put(patch);
+	if (st < 0)
+		log_info("%s: %s", what, err);
+	else if (st != 200)
+		log_info("%s: HTTP %d %s", what, st, kube_status_message(reply));
+	json_object_put(reply);
+	return st;
+}
+
+/* {"a":{"b":{"c":v}}} with v a string, or null when @v is NULL */
+static json_object *nest3(const char *a, const char *b, const char *c, const char *v)
+{
+	json_object *o = json_object_new_object(), *o1 = json_object_new_object(),
+		    *o2 = json_object_new_object();
+
+	if (!o || !o1 || !o2) {
+		json_object_put(o);
+		json_object_put(o1);
+		json_object_put(o2);
+		return NULL;
+	}
+	json_object_object_add(o2, c, v ? json_object_new_string(v) : NULL);
+	json_object_object_add(o1, b, o2);
+	json_object_object_add(o, a, o1);
+	return o;
+}
+
+/*
+ * Hand a WaitForFirstConsumer claim back to the scheduler: without the
+ * selected-node annotation it picks a node again (what the library's
+ * rescheduleProvisioning does when provisioning on the selected node failed
+ * in a way another node may not).
+ */
+static void reschedule(struct prov *p, json_object *pvc)
+{
+	const char *ns = jstr2(pvc, "metadata", "namespace"), *name = jstr2(pvc, "metadata", "name");
+	char path[600], what[600];
+
+	if (!safe_name(ns) || !safe_name(name))
+		return;
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
+	snprintf(what, sizeof(what), "claim %s/%s: removing %s", ns, name, ANN_SELECTED_NODE);
+	if (patch(p, path, nest3("metadata", "annotations", ANN_SELECTED_NODE, NULL), what) == 200)
+		log_info("claim %s/%s: handed back to the scheduler", ns, name);
+}
+
 /* The PV for @pvc; takes over @vol's flexVolume and nodeAffinity. */
 static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, json_object *pvc,
 			     json_object *sc, struct fvp_volume *vol)
@@ -224,6 +284,8 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 	jset(ann, ANN_PROVISIONED_BY, b->name);
 	jset(ann, ANN_ON_DELETE, vol->on_delete);
 	json_object_object_add(m, "annotations", ann);
+	if (vol->labels)
+		json_object_object_add(m, "labels", TAKE_PTR(vol->labels));
 	if (!policy || streq(policy, "Delete")) {
 		json_object *fin = json_object_new_array();
 
@@ -234,7 +296,8 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 	}
 	json_object_object_add(pv, "metadata", m);
 
-	jset(cap, "storage", jstr(jget(jget(spec, "resources"), "requests"), "storage"));
+	jset(cap, "storage", vol->capacity[0] ? vol->capacity :
+			     jstr(jget(jget(spec, "resources"), "requests"), "storage"));
 	json_object_object_add(s, "capacity", cap);
 	json_object_object_add(s, "accessModes", json_object_get(jget(spec, "accessModes")));
 	jset(s, "persistentVolumeReclaimPolicy", policy ? policy : "Delete");
@@ -358,6 +421,12 @@ static int provision(struct prov *p, const struct fvp_backend *b, json_object *p
 		return -EINVAL;
 	}
 	r = b->prepare(&p->site, sc, pvc, pv_name, &vol, err, sizeof(err));
+	if (r == -ENOSPC && jstr(jget(meta, "annotations"), ANN_SELECTED_NODE)) {
+		event(&p->ev, pvc, true, "ProvisioningFailed", "%s; handing the claim back to the "
+		      "scheduler", err);
+		reschedule(p, pvc);
+		return 0;
+	}
 	if (r < 0) {
 		event(&p->ev, pvc, true, "ProvisioningFailed", "%s", err);
 		return r;
@@ -512,6 +581,121 @@ static int claim_finish_deleted(struct prov *p, json_object *pvc)
 	return r == 1 || r == -EAGAIN ? 0 : r;
 }
 
+/* --- expansion ---------------------------------------------------------------------------- */
+
+static int quantity(const char *s, uint64_t *ret)
+{
+	return s && *s ? fv_parse_quantity(s, ret) : -EINVAL;
+}
+
+/*
+ * A bound claim of one of our backends that grows online (b->can_expand) asks
+ * for more than its PV has.  Kubernetes' expand controller never loads
+ * FlexVolume plugins (kubernetes/kubernetes#126881), so this plays the
+ * external resizer's part: the PV's capacity is raised (in whole MiB, as
+ * provisioned), then the claim's status says the node has to finish
+ * (allocatedResources, allocatedResourceStatuses NodeResizePending); kubelet
+ * then calls the driver's expandfs on the node, with the pod running, and
+ * records the new capacity in the claim's status.  Each step is idempotent
+ * and checked against the objects as they are: a crash between the two
+ * patches is finished at the next event or re-list.  A smaller request is
+ * refused with an event (a filesystem does not shrink).
+ */
+static int claim_resize(struct prov *p, json_object *pvc)
+{
+	json_object *meta = jget(pvc, "metadata"), *spec = jget(pvc, "spec"),
+		    *status = jget(pvc, "status"), *pv = NULL, *sc = NULL, *reply = NULL;
+	const char *ns = jstr(meta, "namespace"), *name = jstr(meta, "name"),
+		   *volname = jstr(spec, "volumeName"), *cls;
+	const struct fvp_backend *b;
+	uint64_t req, pvcap, stcap;
+	char path[600], what[700], want[32], err[512];
+	int st, r = 0;
+
+	if (!safe_name(ns) || !safe_name(name) || !safe_name(volname) ||
+	    quantity(jstr(jget(jget(spec, "resources"), "requests"), "storage"), &req) < 0 ||
+	    quantity(jstr(jget(status, "capacity"), "storage"), &stcap) < 0)
+		return 0;
+	/*
+	 * Nothing asked beyond what the claim has (the API refuses a request below
+	 * status.capacity): no GET of the PV for every bound claim at every event.
+	 */
+	if (req <= stcap)
+		return 0;
+	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", volname);
+	st = kube_request(p->k, "GET", path, NULL, &pv, err, sizeof(err));
+	if (st != 200 || !pv) {
+		r = st == 404 ? 0 : -EIO;
+		goto out;
+	}
+	b = ctl_backend(jstr(jget(jget(pv, "metadata"), "annotations"), ANN_PROVISIONED_BY));
+	if (!b || !b->can_expand || quantity(jstr(jget(jget(pv, "spec"), "capacity"), "storage"),
+					 &pvcap) < 0)
+		goto out;
+	req = (req + (1 << 20) - 1) >> 20 << 20;
+	if (req < pvcap) {
+		/* lowered again while an expansion is pending (allowed after a failed one) */
+		event(&p->ev, pvc, true, "VolumeResizeFailed",
+		      "shrinking is not supported: the claim asks for %llu MiB, volume %s has "
+		      "%llu MiB (a filesystem does not shrink)",
+		      (unsigned long long)(req >> 20), volname, (unsigned long long)(pvcap >> 20));
+		goto out;
+	}
+	if (req > pvcap) {
+		cls = jstr(jget(pv, "spec"), "storageClassName");
+		r = cls ? get_class(p, cls, &sc, NULL) : 0;
+		if (r != 1) {
+			if (r == 0)
+				event(&p->ev, pvc, true, "VolumeResizeFailed",
+				      "StorageClass '%s' is gone: cannot check allowVolumeExpansion",
+				      cls ? cls : "");
+			goto out;
+		}
+		r = 0;
+		if (!json_object_get_boolean(jget(sc, "allowVolumeExpansion"))) {
+			event(&p->ev, pvc, true, "VolumeResizeFailed",
+			      "StorageClass '%s' does not allow volume expansion", cls);
+			goto out;
+		}
+		snprintf(want, sizeof(want), "%lluMi", (unsigned long long)(req >> 20));
+		snprintf(what, sizeof(what), "claim %s/%s: raising the capacity of PV %s to %s", ns,
+			 name, volname, want);
+		if (patch(p, path, nest3("spec", "capacity", "storage", want), what) != 200) {
+			r = -EIO;
+			goto out;
+		}
+		log_info("%s: done", what);
+		pvcap = req;
+	}
+	if (pvcap > stcap && !jstr(jget(status, "allocatedResourceStatuses"), "storage")) {
+		json_object *body, *ars = json_object_new_object();
+
+		snprintf(want, sizeof(want), "%lluMi", (unsigned long long)(pvcap >> 20));
+		body = nest3("status", "allocatedResources", "storage", want);
+		if (!body || !ars) {
+			json_object_put(body);
+			json_object_put(ars);
+			goto out;
+		}
+		jset(ars, "storage", "NodeResizePending");
+		json_object_object_add(jget(body, "status"), "allocatedResourceStatuses", ars);
+		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s/status",
+			 ns, name);
+		snprintf(what, sizeof(what), "claim %s/%s: setting its resize status", ns, name);
+		if (patch(p, path, body, what) != 200)
+			r = -EIO;
+		else
+			event(&p->ev, pvc, false, "FileSystemResizeRequired",
+			      "volume %s is now %s; kubelet grows its filesystem on the node",
+			      volname, want);
+	}
+out:
+	json_object_put(reply);
+	json_object_put(sc);
+	json_object_put(pv);
+	return r;
+}
+
 int ctl_claim_changed(struct prov *p, json_object *pvc)
 {
 	json_object *meta = jget(pvc, "metadata"), *sc = NULL;
@@ -529,6 +713,8 @@ int ctl_claim_changed(struct prov *p, json_object *pvc)
 		if (has_finalizer(pvc) && set_finalizer(p, pvc, false, NULL) == 0)
 			log_info("claim %s/%s is bound: finalizer removed", jstr(meta, "namespace"),
 				 jstr(meta, "name"));
+		if (phase && streq(phase, "Bound") && vol && *vol)
+			return claim_resize(p, pvc);
 		return 0;
 	}
 	r = claim_is_ours(p, pvc, &sc, &b);
@@ -645,6 +831,64 @@ static int delete_pv(struct prov *p, const char *name, const char *uid, json_obj
 	return st < 0 ? st : -EIO;
 }
 
+/*
+ * The hostname a PV is pinned to (nodeAffinity
+ * required.nodeSelectorTerms[0].matchExpressions[0] on kubernetes.io/hostname,
+ * as a node-local backend writes it), or NULL.
+ */
+static const char *pv_hostname(json_object *pv)
+{
+	json_object *t = jget(jget(jget(jget(pv, "spec"), "nodeAffinity"), "required"),
+			      "nodeSelectorTerms"), *e, *v;
+
+	t = t && json_object_is_type(t, json_type_array) ? json_object_array_get_idx(t, 0) : NULL;
+	e = jget(t, "matchExpressions");
+	e = e && json_object_is_type(e, json_type_array) ? json_object_array_get_idx(e, 0) : NULL;
+	if (!jstr(e, "key") || !streq(jstr(e, "key"), "kubernetes.io/hostname"))
+		return NULL;
+	v = jget(e, "values");
+	v = v && json_object_is_type(v, json_type_array) ? json_object_array_get_idx(v, 0) : NULL;
+	return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+}
+
+/*
+ * A released PV of a node-local backend: the agent on its node removes the
+ * asset and the PV (agent.c); nothing for the controller to do, unless that
+ * node is gone, when nobody can: a warning on the PV says so.  Returns 1
+ * (nothing more for the controller to do) or -EIO.
+ */
+static int reclaim_on_node(struct prov *p, json_object *pv)
+{
+	const char *host = pv_hostname(pv), *name = jstr2(pv, "metadata", "name");
+	json_object *list = NULL;
+	char path[400], err[512];
+	int st;
+
+	if (!host || !safe_name(host)) {
+		event(&p->ev, pv, true, "VolumeFailedDelete",
+		      "the PV names no node (nodeAffinity on kubernetes.io/hostname): its asset is "
+		      "not touched; delete the PV by hand");
+		return 1;
+	}
+	snprintf(path, sizeof(path), "/api/v1/nodes?labelSelector=kubernetes.io%%2Fhostname%%3D%s",
+		 host);
+	st = kube_request(p->k, "GET", path, NULL, &list, err, sizeof(err));
+	if (st != 200 || !list) {
+		log_info("PV %s: cannot list nodes: %s", name, st < 0 ? err : kube_status_message(list));
+		json_object_put(list);
+		return -EIO;
+	}
+	if (jget(list, "items") && json_object_is_type(jget(list, "items"), json_type_array) &&
+	    json_object_array_length(jget(list, "items")) == 0)
+		event(&p->ev, pv, true, "VolumeFailedDelete",
+		      "node %s is gone: the node agent that removes this volume's data cannot run; "
+		      "delete the PV by hand (and its image, should the node come back)", host);
+	else
+		log_info("PV %s released: the node agent on %s removes it", name, host);
+	json_object_put(list);
+	return 1;
+}
+
 /* Apply the PV's onDelete to its asset.  0 done, >0 not ours to touch, <0 failed (event). */
 static int reclaim_asset(struct prov *p, const struct fvp_backend *b, json_object *pv)
 {
@@ -652,6 +896,8 @@ static int reclaim_asset(struct prov *p, const struct fvp_backend *b, json_objec
 	char err[FVP_ERR_MAX], done[FVP_PATH_MAX + 200] = "", odbuf[32];
 	int r;
 
+	if (b->node_local)
+		return reclaim_on_node(p, pv);
 	r = pv_on_delete(p, pv, odbuf, sizeof(odbuf), &od);
 	if (r < 0)
 		return r; /* the class could not be read: retried */

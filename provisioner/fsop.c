@@ -56,15 +56,17 @@ static int child(void *arg)
 	const struct job *j = arg;
 	struct fvp_site s = *j->site;
 
-	s.rootfd = fvp_root_open(s.root);
-	if (s.rootfd < 0) {
+	/* no --root: this instance serves node-local backends only, which use none */
+	s.rootfd = s.root ? fvp_root_open(s.root) : -1;
+	if (s.root && s.rootfd < 0) {
 		j->out->r = s.rootfd;
 		snprintf(j->out->err, sizeof(j->out->err), "cannot open the root '%s': %s", s.root,
 			 strerror(-s.rootfd));
 		return 0;
 	}
 	j->out->r = call(j, &s);
-	close(s.rootfd);
+	if (s.rootfd >= 0)
+		close(s.rootfd);
 	return 0;
 }
 

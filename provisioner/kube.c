@@ -230,7 +230,7 @@ unsigned long kube_token_reads(struct kube *k)
  * The request headers, with the current token (re-read first when stale);
  * the token used is copied to @used (TOKEN_MAX bytes) to recognise a 401 for it.
  */
-static int headers(struct kube *k, bool json_body, char *used, struct curl_slist **ret, char *err,
+static int headers(struct kube *k, const char *ctype, char *used, struct curl_slist **ret, char *err,
 		   size_t errlen)
 {
 	struct curl_slist *h = NULL, *t;
@@ -245,8 +245,13 @@ static int headers(struct kube *k, bool json_body, char *used, struct curl_slist
 	if (r < 0)
 		return r;
 	h = curl_slist_append(h, "Accept: application/json");
-	if (h && json_body && (t = curl_slist_append(h, "Content-Type: application/json")))
-		h = t;
+	if (h && ctype) {
+		char ct[64];
+
+		snprintf(ct, sizeof(ct), "Content-Type: %s", ctype);
+		if ((t = curl_slist_append(h, ct)))
+			h = t;
+	}
 	if (h && used[0]) {
 		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", used);
 		if ((t = curl_slist_append(h, auth)))
@@ -372,7 +377,10 @@ static int request_once(struct kube *k, CURL *h, const char *method, const char 
 	int r;
 
 	*retry_after = -1;
-	r = headers(k, data != NULL, used, &hdrs, err, errlen);
+	/* a PATCH is a JSON merge patch (RFC 7386): what Kubernetes answers for a map of fields */
+	r = headers(k, !data ? NULL : strcmp(method, "PATCH") ? "application/json" :
+				       "application/merge-patch+json",
+		    used, &hdrs, err, errlen);
 	if (r < 0)
 		return r;
 	curl_easy_reset(h);
@@ -554,7 +562,7 @@ int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *use
 		return -ENOMEM;
 	w->h = curl_easy_init();
 	w->tok = json_tokener_new_ex(JSON_DEPTH);
-	r = headers(k, false, w->token, &w->hdrs, err, sizeof(err));
+	r = headers(k, NULL, w->token, &w->hdrs, err, sizeof(err));
 	if (r < 0 || !w->h || !w->tok) {
 		watch_free(w);
 		return r < 0 ? r : -ENOMEM;

@@ -24,6 +24,8 @@
 #include "lease.h"
 #include "jsonutil.h"
 #include "metrics.h"
+#include "agent.h"
+#include "loop.h"
 
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -137,6 +139,9 @@ static void usage(FILE *f)
 		"                           [--leader-election-renew-deadline S]\n"
 		"                           [--leader-election-retry-period S]\n"
 		"                           [--record-owners]\n"
+		"                           [--provisioners LIST] [--capacity-namespace NS]\n"
+		"       flexvol-provisioner --node-agent [--node NAME] [--loop-root DIR] [--interval SECONDS]\n"
+		"                           [--capacity-namespace NS] [--server URL ...]\n"
 		"\n"
 		"Provisions a volume and a PV for each claim of a StorageClass whose\n"
 		"provisioner is one of:");
@@ -167,7 +172,17 @@ static void usage(FILE *f)
 		"  --leader-election-lease-duration/-renew-deadline/-retry-period S\n"
 		"                  (default 15, 10, 2 s: client-go's)\n"
 		"  --record-owners write the owner record of every PV of ours whose directory\n"
-		"                  has none (PVs made before owner records; once, on upgrade)\n");
+		"                  has none (PVs made before owner records; once, on upgrade)\n"
+		"  --provisioners L  serve only these (comma-separated; default all); --root is\n"
+		"                  opened only when one of them keeps its volumes on it\n"
+		"  --capacity-namespace NS  where node agents publish their nodes' space\n"
+		"                  (default " LOOP_CAPACITY_NS ")\n"
+		"Node agent (flexvol/loop, one per node, docs/loop-provisioning.md):\n"
+		"  --node-agent    make, preallocate and reclaim the images of this node's PVs,\n"
+		"                  and publish the loop root's space\n"
+		"  --node NAME     this node (default $NODE_NAME)\n"
+		"  --loop-root DIR the loop driver's root on this node (default /var/lib/flexvol/loop)\n"
+		"  --interval N    seconds between two passes (default 10)\n");
 }
 
 int main(int argc, char **argv)
@@ -193,6 +208,12 @@ int main(int argc, char **argv)
 		{ "leader-election-renew-deadline", required_argument, NULL, 5 },
 		{ "leader-election-retry-period", required_argument, NULL, 6 },
 		{ "record-owners", no_argument, NULL, 'O' },
+		{ "provisioners", required_argument, NULL, 'P' },
+		{ "capacity-namespace", required_argument, NULL, 'C' },
+		{ "node-agent", no_argument, NULL, 'A' },
+		{ "node", required_argument, NULL, 'N' },
+		{ "loop-root", required_argument, NULL, 11 },
+		{ "interval", required_argument, NULL, 'I' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -207,6 +228,8 @@ int main(int argc, char **argv)
 	_cleanup_free_ char *incluster = NULL;
 	int exit_code = 0;
 	struct sigaction sa = { .sa_handler = on_signal };
+	struct fvp_agent ag = { .loop_root = "/var/lib/flexvol/loop", .interval_s = 10 };
+	bool agent = false, need_root = false;
 	char err[512];
 	int opt, r;
 
@@ -282,6 +305,20 @@ int main(int argc, char **argv)
 				return 2;
 			break;
 		case 'O': p.record_owners = true; break;
+		case 'P':
+			if (fvp_backends_select(optarg, err, sizeof(err)) < 0) {
+				fprintf(stderr, "flexvol-provisioner: --provisioners: %s\n", err);
+				return 2;
+			}
+			break;
+		case 'C': p.site.capacity_ns = optarg; break;
+		case 'A': agent = true; break;
+		case 'N': ag.node = optarg; break;
+		case 11: ag.loop_root = optarg; break;
+		case 'I':
+			if (number(optarg, 1, 3600, "--interval", &ag.interval_s) < 0)
+				return 2;
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -291,6 +328,19 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	setvbuf(stderr, NULL, _IOLBF, 0);
+	if (!p.site.capacity_ns)
+		p.site.capacity_ns = LOOP_CAPACITY_NS;
+	if (!safe_name(p.site.capacity_ns)) {
+		fprintf(stderr, "flexvol-provisioner: --capacity-namespace is not a namespace name\n");
+		return 2;
+	}
+	if (agent && !ag.node)
+		ag.node = getenv("NODE_NAME");
+	if (agent && (!ag.node || !safe_name(ag.node))) {
+		fprintf(stderr, "flexvol-provisioner: --node-agent needs --node or $NODE_NAME (a node "
+				"name)\n");
+		return 2;
+	}
 	if (!kc.server) {
 		const char *host = getenv("KUBERNETES_SERVICE_HOST"),
 			   *port = getenv("KUBERNETES_SERVICE_PORT");
@@ -323,19 +373,31 @@ int main(int argc, char **argv)
 				"lease-duration\n");
 		return 2;
 	}
-	p.site.root = root;
-	p.site.rootfd = fvp_root_open(root);
-	if (p.site.rootfd < 0) {
-		fprintf(stderr, "flexvol-provisioner: cannot open --root '%s': %s\n", root,
-			strerror(-p.site.rootfd));
-		kube_free(p.k);
-		return 2;
-	}
 	if (gethostname(p.ev.identity, sizeof(p.ev.identity) - 1) < 0)
 		snprintf(p.ev.identity, sizeof(p.ev.identity), "flexvol-provisioner");
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	if (agent) {
+		ag.capacity_ns = p.site.capacity_ns;
+		ag.ev.k = p.k;
+		snprintf(ag.ev.identity, sizeof(ag.ev.identity), "%s", ag.node);
+		r = fvp_agent_run(&ag, p.k, &stopping);
+		kube_free(p.k);
+		return r < 0 ? 1 : 0;
+	}
+	p.site.k = p.k;
+	for (size_t i = 0; fvp_backends[i]; i++)
+		if (fvp_backend_enabled(fvp_backends[i]) && !fvp_backends[i]->node_local)
+			need_root = true;
+	p.site.root = need_root ? root : NULL;
+	p.site.rootfd = need_root ? fvp_root_open(root) : -1;
+	if (need_root && p.site.rootfd < 0) {
+		fprintf(stderr, "flexvol-provisioner: cannot open --root '%s': %s\n", root,
+			strerror(-p.site.rootfd));
+		kube_free(p.k);
+		return 2;
+	}
 	flag_set(&p.healthy_at, mono_s());
 	fvp_metrics_set_gauges(ctl_gauges, &p);
 	if (http && *http) {
@@ -343,7 +405,8 @@ int main(int argc, char **argv)
 		r = fvp_httpd_start(&hc, &httpd, err, sizeof(err));
 		if (r < 0) {
 			fprintf(stderr, "flexvol-provisioner: %s\n", err);
-			close(p.site.rootfd);
+			if (p.site.rootfd >= 0)
+				close(p.site.rootfd);
 			kube_free(p.k);
 			return 2;
 		}
@@ -392,7 +455,7 @@ int main(int argc, char **argv)
 	}
 	flag_set(&standing_by, 0);
 	log_info("starting: server %s, root %s%s%s, resync %u s, %u workers, fs deadline %u s, "
-		 "backoff %u..%u ms", kc.server, root, p.site.share ? ", share " : "",
+		 "backoff %u..%u ms", kc.server, need_root ? root : "(none)", p.site.share ? ", share " : "",
 		 p.site.share ? p.site.share : "", p.resync, p.workers, p.site.fs_timeout_s,
 		 p.retry_base_ms, p.retry_max_ms);
 	if (!flag_get(&stopping))
@@ -402,7 +465,8 @@ int main(int argc, char **argv)
 	fvp_httpd_stop(httpd);
 	fvp_metrics_set_gauges(NULL, NULL);
 	kube_free(lk);
-	close(p.site.rootfd);
+	if (p.site.rootfd >= 0)
+		close(p.site.rootfd);
 	kube_free(p.k);
 	return exit_code;
 }

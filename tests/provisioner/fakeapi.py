@@ -55,6 +55,8 @@ KINDS = {
     "persistentvolumes": ("PersistentVolume", False),
     "storageclasses": ("StorageClass", False),
     "events": ("Event", True),
+    "nodes": ("Node", False),
+    "configmaps": ("ConfigMap", True),
     "leases": ("Lease", True),  # coordination.k8s.io/v1
 }
 
@@ -94,6 +96,7 @@ class Store:
         self.stalled = threading.Event()    # set when a PV POST is hanging
         self.release = threading.Event()
         self.token = None
+        self.patches = []                   # (resource, name, subresource, patch) of every PATCH
         self.cm_paused = False              # the controller-manager has not seen new claims yet
         self.bad_list_rv = None             # a resource whose lists carry a malformed resourceVersion
 
@@ -167,7 +170,9 @@ class Store:
         obj["metadata"]["resourceVersion"] = self._next_rv()
         self._record(res, "MODIFIED", obj)
         pvc["spec"]["volumeName"] = obj["metadata"]["name"]
-        pvc["status"] = {"phase": "Bound"}
+        # the binder copies the PV's capacity and access modes into the claim's status
+        pvc["status"] = {"phase": "Bound", "capacity": dict(obj["spec"].get("capacity") or {}),
+                         "accessModes": list(obj["spec"].get("accessModes") or [])}
         pvc["metadata"]["resourceVersion"] = self._next_rv()
         self._record("persistentvolumeclaims", "MODIFIED", pvc)
 
@@ -322,6 +327,9 @@ class Handler(BaseHTTPRequestHandler):
             ns, rest = rest[1], rest[2:]
         if not rest or rest[0] not in KINDS:
             return None
+        if len(rest) > 2 and rest[2] != "status":
+            return None
+        q["_subresource"] = rest[2] if len(rest) > 2 else ""
         return rest[0], ns, (rest[1] if len(rest) > 1 else None), q
 
     def throttled(self):
@@ -371,7 +379,9 @@ class Handler(BaseHTTPRequestHandler):
     def list(self, res, ns, q):
         st = self.store
         with st.lock:
-            items = sorted((o for (n, _), o in st.objs[res].items() if not ns or n == ns),
+            sel = [kv.split("=", 1) for kv in (q.get("labelSelector") or "").split(",") if kv]
+            items = sorted((o for (n, _), o in st.objs[res].items() if (not ns or n == ns) and
+                            all((o["metadata"].get("labels") or {}).get(k) == v for k, v in sel)),
                            key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
             rv = st.rv
             start = 0
@@ -560,6 +570,58 @@ class Handler(BaseHTTPRequestHandler):
                 out = json.loads(json.dumps(body))
             else:
                 out = json.loads(json.dumps(st.put(res, body)))
+        self.send_json(200, out)
+
+    def do_PATCH(self):
+        """A JSON merge patch (RFC 7386), of the object or of its status subresource
+        (/status: only "status" changes; otherwise "status" is ignored, as the API does for
+        objects with a status subresource).  A metadata.resourceVersion in the patch is a
+        precondition (409 when stale)."""
+        if not self.authorized():
+            return
+        r = self.route()
+        body = self.read_body()
+        if not r or not r[2] or not isinstance(body, dict):
+            return self.send_json(400, status(400, "BadRequest", "bad request"))
+        if self.headers.get("Content-Type") != "application/merge-patch+json":
+            return self.send_json(415, status(415, "UnsupportedMediaType", "unsupported patch type"))
+        res, ns, name, q = r
+        st = self.store
+
+        def merge(target, patch):
+            if not isinstance(patch, dict):
+                return patch
+            if not isinstance(target, dict):
+                target = {}
+            for k, v in patch.items():
+                if v is None:
+                    target.pop(k, None)
+                else:
+                    target[k] = merge(target.get(k), v)
+            return target
+
+        with st.lock:
+            o = st.objs[res].get((ns, name))
+            if o is None:
+                return self.send_json(404, status(404, "NotFound", '%s "%s" not found' % (res, name)))
+            rv = (body.get("metadata") or {}).get("resourceVersion")
+            if rv is not None and rv != o["metadata"]["resourceVersion"]:
+                return self.send_json(409, status(409, "Conflict", "the object has been modified"))
+            new = json.loads(json.dumps(o))
+            if q["_subresource"] == "status":
+                new["status"] = merge(new.get("status") or {}, body.get("status") or {})
+            else:
+                body.pop("status", None)
+                (body.get("metadata") or {}).pop("resourceVersion", None)
+                new = merge(new, body)
+            st.patches.append((res, name, q["_subresource"], body))
+            m = new["metadata"]
+            if m.get("deletionTimestamp") and not m.get("finalizers"):
+                st.objs[res][(ns, name)] = new
+                st.remove(res, ns, name)
+                out = json.loads(json.dumps(new))
+            else:
+                out = json.loads(json.dumps(st.put(res, new)))
         self.send_json(200, out)
 
     def do_DELETE(self):

@@ -1250,6 +1250,12 @@ def half_started_watches(e):
     check("Argument list too long" not in e.log(), "no watch leaked")
 
 
+# the flexvol/loop cases (controller and node agent) live in their own file
+import loop_cases  # noqa: E402
+
+loop_cases.register(sys.modules[__name__])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")

@@ -1,0 +1,532 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The flexvol/loop node agent: see agent.h.
+ *
+ * Confinement: the agent only ever touches names directly in the loop root
+ * that fvp_loop_image_name() accepts ("pvc-<uid>.img": no '/', no dot
+ * files), through the root's descriptor; it creates with O_EXCL|O_NOFOLLOW
+ * and opens existing files with fv_open_regular_beneath() (never a FIFO,
+ * device node or symlink).  It removes an image only when the image's owner
+ * record (LOOP_OWNER_XATTR, in the trusted namespace: only CAP_SYS_ADMIN
+ * writes it) names the PV being reclaimed, the same record the loop driver
+ * keeps, and only while no loop device is bound to it (a mounted image is
+ * always bound).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fv/macro.h"
+#include "fv/util.h"
+#include "agent.h"
+#include "controller.h"
+#include "jsonutil.h"
+#include "kube.h"
+#include "loop.h"
+
+#define PV_FINALIZER "external-provisioner.volume.kubernetes.io/finalizer"
+
+static int quantity(const char *s, uint64_t *ret)
+{
+	return s && *s ? fv_parse_quantity(s, ret) : -EINVAL;
+}
+
+/*
+ * The loop device bound to the file @st, if any: its number, or -1.  The
+ * kernel is asked (LOOP_GET_STATUS64 on every loop device that has a
+ * capacity: /proc/partitions lists exactly those), as the loop driver does.
+ */
+static int bound_to(const struct stat *st)
+{
+	FILE *f = fopen("/proc/partitions", "re");
+	char line[256];
+	int found = -1;
+
+	if (!f)
+		return -1;
+	while (found < 0 && fgets(line, sizeof(line), f)) {
+		struct loop_info64 info;
+		unsigned int maj, min;
+		unsigned long long blocks;
+		char name[64], dev[80], *end;
+		long nr;
+		int fd;
+
+		if (sscanf(line, "%u %u %llu %63s", &maj, &min, &blocks, name) != 4 ||
+		    strncmp(name, "loop", 4))
+			continue;
+		nr = strtol(name + 4, &end, 10);
+		if (end == name + 4 || *end)
+			continue;
+		snprintf(dev, sizeof(dev), "/dev/%s", name);
+		fd = open(dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+		if (fd < 0)
+			continue;
+		if (ioctl(fd, LOOP_GET_STATUS64, &info) == 0 && info.lo_device == st->st_dev &&
+		    info.lo_inode == st->st_ino)
+			found = (int)nr;
+		close(fd);
+	}
+	fclose(f);
+	return found;
+}
+
+/* The owner record of @fd into @buf: 0, -ENODATA (none), or -errno. */
+static int owner_of(int fd, char *buf, size_t len)
+{
+	ssize_t n = fgetxattr(fd, LOOP_OWNER_XATTR, buf, len - 1);
+
+	if (n < 0)
+		return NEG_ERRNO();
+	buf[n] = '\0';
+	return 0;
+}
+
+/* Record @pv as the owner of @fd unless it has one (XATTR_CREATE: never replaced). */
+static void set_owner(int fd, const char *img, const char *pv)
+{
+	if (fsetxattr(fd, LOOP_OWNER_XATTR, pv, strlen(pv), XATTR_CREATE) == 0)
+		log_info("image %s: owner record %s", img, pv);
+	else if (errno != EEXIST)
+		log_info("image %s: cannot record its owner %s: %s", img, pv, strerror(errno));
+}
+
+/* Allocate every block of @fd up to its size (a no-op on a fully allocated file). */
+static int allocate(int fd, const char *img, const struct stat *st)
+{
+	if ((uint64_t)st->st_blocks * 512 >= (uint64_t)st->st_size)
+		return 0;
+	/* mode 0 allocates the holes only: data already written stays as it is */
+	if (fallocate(fd, 0, 0, st->st_size) < 0) {
+		log_info("image %s: cannot preallocate %lld bytes: %s", img, (long long)st->st_size,
+			 strerror(errno));
+		return NEG_ERRNO();
+	}
+	log_info("image %s: %lld bytes preallocated", img, (long long)st->st_size);
+	return 0;
+}
+
+/*
+ * The image of a live PV: made when missing, sized, owned, and allocated
+ * when @prealloc.  The loop driver makes a missing image too (sparse, at the
+ * first attach): whoever comes first makes it, the other finds it.
+ */
+static int ensure_image(int rootfd, const char *img, const char *pv, uint64_t size, bool prealloc)
+{
+	_cleanup_close_ int fd = -1;
+	struct stat st;
+	char have[256];
+
+	fd = openat(rootfd, img, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		set_owner(fd, img, pv);
+		if ((prealloc ? fallocate(fd, 0, 0, (off_t)size) : ftruncate(fd, (off_t)size)) < 0) {
+			int r = NEG_ERRNO();
+
+			/* no room: nothing half-made stays behind (an empty file holds no data) */
+			(void)unlinkat(rootfd, img, 0);
+			log_info("image %s for %s: cannot make %llu bytes: %s", img, pv,
+				 (unsigned long long)size, strerror(-r));
+			return r;
+		}
+		log_info("image %s for %s: made, %llu bytes, %s", img, pv, (unsigned long long)size,
+			 prealloc ? "preallocated" : "sparse");
+		return 0;
+	}
+	if (errno != EEXIST)
+		return NEG_ERRNO();
+	close(TAKE_FD(fd));
+	fd = fv_open_regular_beneath(rootfd, img, O_RDWR, &st);
+	if (fd < 0) {
+		log_info("image %s for %s: %s", img, pv,
+			 fd == -EMEDIUMTYPE ? "not a regular file, left alone" : strerror(-fd));
+		return fd;
+	}
+	/* made by the driver before us (or by us, killed before the owner record) */
+	if (owner_of(fd, have, sizeof(have)) == -ENODATA)
+		set_owner(fd, img, pv);
+	if (st.st_size == 0) {
+		/* made and not sized yet (a kill in between): it holds no data */
+		if (ftruncate(fd, (off_t)size) < 0 || fstat(fd, &st) < 0)
+			return NEG_ERRNO();
+	}
+	return prealloc ? allocate(fd, img, &st) : 0;
+}
+
+/* Delete PV @pv, by uid (never a PV re-created under the same name). */
+static int delete_pv(struct kube *k, json_object *pv)
+{
+	json_object *body = json_object_new_object(), *pre = json_object_new_object(), *reply = NULL;
+	const char *name = jstr2(pv, "metadata", "name");
+	char path[400], err[512];
+	int st;
+
+	if (!body || !pre) {
+		json_object_put(body);
+		json_object_put(pre);
+		return -ENOMEM;
+	}
+	jset(body, "apiVersion", "v1");
+	jset(body, "kind", "DeleteOptions");
+	jset(pre, "uid", jstr2(pv, "metadata", "uid"));
+	json_object_object_add(body, "preconditions", pre);
+	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
+	st = kube_request(k, "DELETE", path, body, &reply, err, sizeof(err));
+	json_object_put(body);
+	if (st == 200 || st == 202 || st == 404)
+		log_info("PV %s deleted", name);
+	else
+		log_info("PV %s: delete failed: %s", name, st < 0 ? err : kube_status_message(reply));
+	json_object_put(reply);
+	return st == 200 || st == 202 || st == 404 ? 0 : -EIO;
+}
+
+/* Remove the deletion-protection finalizer from @pv (if it has it): its asset is gone. */
+static int drop_finalizer(struct kube *k, json_object *pv)
+{
+	json_object *f = jget(jget(pv, "metadata"), "finalizers"), *nf, *m, *body, *reply = NULL;
+	const char *name = jstr2(pv, "metadata", "name");
+	char path[400], err[512];
+	int st;
+
+	if (!jarray_has(f, PV_FINALIZER))
+		return 0;
+	body = json_object_new_object();
+	m = json_object_new_object();
+	nf = json_object_new_array();
+	if (!body || !m || !nf) {
+		json_object_put(body);
+		json_object_put(m);
+		json_object_put(nf);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < json_object_array_length(f); i++) {
+		json_object *v = json_object_array_get_idx(f, i);
+
+		if (!json_object_is_type(v, json_type_string) ||
+		    !streq(json_object_get_string(v), PV_FINALIZER))
+			json_object_array_add(nf, json_object_get(v));
+	}
+	/* the resourceVersion makes a concurrent change a 409: the next pass tries again */
+	jset(m, "resourceVersion", jstr2(pv, "metadata", "resourceVersion"));
+	json_object_object_add(m, "finalizers", nf);
+	json_object_object_add(body, "metadata", m);
+	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
+	st = kube_request(k, "PATCH", path, body, &reply, err, sizeof(err));
+	json_object_put(body);
+	if (st != 200 && st != 404)
+		log_info("PV %s: removing its finalizer: %s", name,
+			 st < 0 ? err : kube_status_message(reply));
+	json_object_put(reply);
+	return st == 200 || st == 404 ? 0 : -EIO;
+}
+
+/*
+ * Released PV @pv, policy Delete: its image goes when its owner record
+ * names the PV and nothing holds it, then the PV.  A refusal leaves both,
+ * with a warning event on the PV; an image held by a loop device is tried
+ * again at the next pass (kubelet is still tearing down).
+ */
+static int reclaim(struct fvp_agent *a, struct kube *k, int rootfd, json_object *pv,
+		   const char *img)
+{
+	const char *name = jstr2(pv, "metadata", "name");
+	_cleanup_close_ int fd = -1;
+	struct stat st, now;
+	char have[256];
+	int r, nr;
+
+	fd = fv_open_regular_beneath(rootfd, img, O_RDONLY, &st);
+	if (fd == -ENOENT) {
+		log_info("PV %s released: image %s is not on node %s (never made, or removed)", name,
+			 img, a->node);
+		goto pv;
+	}
+	if (fd < 0) {
+		event(&a->ev, pv, true, "VolumeFailedDelete",
+		      "image %s on node %s is %s: not removed", img, a->node,
+		      fd == -EMEDIUMTYPE ? "not a regular file" : strerror(-fd));
+		return fd;
+	}
+	r = owner_of(fd, have, sizeof(have));
+	if (r < 0 || !streq(have, name)) {
+		event(&a->ev, pv, true, "VolumeFailedDelete",
+		      "image %s on node %s is not removed: its owner record (%s) %s%s%s", img,
+		      a->node, LOOP_OWNER_XATTR,
+		      r == -ENODATA ? "is missing" : r < 0 ? "cannot be read: " : "names ",
+		      r == -ENODATA ? "" : r < 0 ? strerror(-r) : have,
+		      r < 0 ? "" : ", not this PV");
+		return -EPERM;
+	}
+	nr = bound_to(&st);
+	if (nr >= 0) {
+		log_info("PV %s released: image %s is still bound to /dev/loop%d; next pass", name,
+			 img, nr);
+		return -EBUSY;
+	}
+	/* the name still the same file (nothing swapped in between), then gone */
+	if (fstatat(rootfd, img, &now, AT_SYMLINK_NOFOLLOW) < 0 || now.st_ino != st.st_ino ||
+	    now.st_dev != st.st_dev)
+		return -EAGAIN;
+	if (unlinkat(rootfd, img, 0) < 0 && errno != ENOENT) {
+		r = NEG_ERRNO();
+		event(&a->ev, pv, true, "VolumeFailedDelete", "image %s on node %s: %s", img,
+		      a->node, strerror(-r));
+		return r;
+	}
+	log_info("PV %s released: image %s removed from node %s", name, img, a->node);
+pv:
+	r = drop_finalizer(k, pv);
+	return r < 0 ? r : delete_pv(k, pv);
+}
+
+static bool pv_reclaimable(json_object *pv)
+{
+	const char *phase = jstr2(pv, "status", "phase"),
+		   *policy = jstr2(pv, "spec", "persistentVolumeReclaimPolicy");
+
+	if (!policy || !streq(policy, "Delete"))
+		return false;
+	if (phase && (streq(phase, "Released") || streq(phase, "Failed")))
+		return true;
+	/* deleted while not bound (the finalizer keeps it for us) */
+	return jget(jget(pv, "metadata"), "deletionTimestamp") && (!phase || !streq(phase, "Bound"));
+}
+
+/* Every PV of this node's label: images made, preallocated, reclaimed. */
+static int pvs_pass(struct fvp_agent *a, struct kube *k, int rootfd)
+{
+	json_object *list = NULL, *items;
+	char path[400], label[80], err[512];
+	int st, ret = 0;
+
+	fvp_node_label(a->node, label, sizeof(label));
+	snprintf(path, sizeof(path), "/api/v1/persistentvolumes?labelSelector=flexvol%%2Fnode%%3D%s",
+		 label);
+	st = kube_request(k, "GET", path, NULL, &list, err, sizeof(err));
+	if (st != 200 || !list) {
+		log_info("listing this node's PVs: %s", st < 0 ? err : kube_status_message(list));
+		json_object_put(list);
+		return -EIO;
+	}
+	items = jget(list, "items");
+	for (size_t i = 0; items && json_object_is_type(items, json_type_array) &&
+			   i < json_object_array_length(items);
+	     i++) {
+		json_object *pv = json_object_array_get_idx(items, i), *spec = jget(pv, "spec");
+		json_object *fx = jget(spec, "flexVolume"), *opts = jget(fx, "options");
+		const char *name = jstr2(pv, "metadata", "name"), *img = jstr(opts, "file"),
+			   *by = jstr(jget(jget(pv, "metadata"), "annotations"), ANN_PROVISIONED_BY),
+			   *phase = jstr2(pv, "status", "phase"), *pre = jstr(opts, "preallocate");
+		uint64_t size = 0, cap = 0;
+		int r;
+
+		if (!by || !streq(by, LOOP_PROVISIONER) || !jstr(fx, "driver") ||
+		    !streq(jstr(fx, "driver"), LOOP_DRIVER) || !safe_name(name) ||
+		    !fvp_loop_image_name(img))
+			continue;
+		if (pv_reclaimable(pv)) {
+			r = reclaim(a, k, rootfd, pv, img);
+		} else if (jget(jget(pv, "metadata"), "deletionTimestamp") ||
+			   (phase && (streq(phase, "Released") || streq(phase, "Failed")))) {
+			continue; /* Retain: the image stays as it is */
+		} else {
+			(void)quantity(jstr(opts, "size"), &size);
+			(void)quantity(jstr(jget(spec, "capacity"), "storage"), &cap);
+			size = size > cap ? size : cap;
+			size = (size + 511) / 512 * 512;
+			if (size < 1024 * 1024)
+				continue;
+			r = ensure_image(rootfd, img, name, size, pre && streq(pre, "true"));
+		}
+		if (r < 0 && r != -EBUSY && !ret)
+			ret = r;
+	}
+	json_object_put(list);
+	return ret;
+}
+
+/* The report: free space and every image's size and allocated bytes, as ConfigMap data. */
+static json_object *report(struct fvp_agent *a, int rootfd)
+{
+	json_object *data = json_object_new_object();
+	struct statvfs vfs;
+	char num[64];
+	DIR *d;
+	struct dirent *e;
+	int dfd;
+
+	if (!data)
+		return NULL;
+	if (fstatvfs(rootfd, &vfs) < 0) {
+		log_info("loop root %s: statvfs: %s", a->loop_root, strerror(errno));
+		json_object_put(data);
+		return NULL;
+	}
+	dfd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		json_object_put(data);
+		return NULL;
+	}
+	while ((e = readdir(d))) {
+		struct stat st;
+
+		if (!fvp_loop_image_name(e->d_name) ||
+		    fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+			continue;
+		snprintf(num, sizeof(num), "%lld %llu", (long long)st.st_size,
+			 (unsigned long long)st.st_blocks * 512);
+		jset(data, e->d_name, num);
+	}
+	closedir(d);
+	snprintf(num, sizeof(num), "%llu", (unsigned long long)vfs.f_bavail * vfs.f_frsize);
+	jset(data, "free", num);
+	snprintf(num, sizeof(num), "%llu", (unsigned long long)vfs.f_blocks * vfs.f_frsize);
+	jset(data, "size", num);
+	snprintf(num, sizeof(num), "%lld", (long long)time(NULL));
+	jset(data, "time", num);
+	jset(data, "root", a->loop_root);
+	return data;
+}
+
+/* Create or replace the ConfigMap named after the node with @data (taken). */
+static int publish(struct fvp_agent *a, struct kube *k, json_object *data)
+{
+	json_object *cm = NULL, *reply = NULL, *m, *labels;
+	char path[600], err[512];
+	int st;
+
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/%s", a->capacity_ns, a->node);
+	st = kube_request(k, "GET", path, NULL, &cm, err, sizeof(err));
+	if (st != 200 && st != 404) {
+		log_info("reading ConfigMap %s/%s: %s", a->capacity_ns, a->node,
+			 st < 0 ? err : kube_status_message(cm));
+		json_object_put(cm);
+		json_object_put(data);
+		return -EIO;
+	}
+	if (st == 404) {
+		json_object_put(cm);
+		cm = json_object_new_object();
+		m = json_object_new_object();
+		labels = json_object_new_object();
+		if (!cm || !m || !labels) {
+			json_object_put(cm);
+			json_object_put(m);
+			json_object_put(labels);
+			json_object_put(data);
+			return -ENOMEM;
+		}
+		jset(cm, "apiVersion", "v1");
+		jset(cm, "kind", "ConfigMap");
+		jset(m, "name", a->node);
+		jset(m, "namespace", a->capacity_ns);
+		jset(labels, "app.kubernetes.io/part-of", "flexvol");
+		jset(labels, "app.kubernetes.io/component", "loop-capacity");
+		json_object_object_add(m, "labels", labels);
+		json_object_object_add(cm, "metadata", m);
+	}
+	json_object_object_add(cm, "data", data);
+	if (st == 404) {
+		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps", a->capacity_ns);
+		st = kube_request(k, "POST", path, cm, &reply, err, sizeof(err));
+	} else {
+		/* a whole replacement: images gone since the last report drop out */
+		st = kube_request(k, "PUT", path, cm, &reply, err, sizeof(err));
+	}
+	if (st != 200 && st != 201)
+		log_info("publishing ConfigMap %s/%s: %s", a->capacity_ns, a->node,
+			 st < 0 ? err : kube_status_message(reply));
+	json_object_put(reply);
+	json_object_put(cm);
+	return st == 200 || st == 201 ? 0 : -EIO;
+}
+
+/*
+ * Is @data what was published last, give or take "time" and "free" moving
+ * by less than 1%, and is that younger than REPUBLISH_S?  Then the write is
+ * skipped: one ConfigMap update per node every few seconds would be a steady
+ * load on etcd for nothing.  The reader does not believe a report older than
+ * LOOP_REPORT_MAX_AGE, so it is refreshed well before that.
+ */
+#define REPUBLISH_S 60
+
+static uint64_t last_sig;
+static unsigned long long last_free;
+static time_t last_t;
+
+static bool unchanged(json_object *data)
+{
+	unsigned long long f = strtoull(jstr(data, "free") ?: "0", NULL, 10);
+	uint64_t sig = 0;
+	bool same;
+
+	/* an order-independent signature of every entry but time and free */
+	json_object_object_foreach(data, key, val)
+	{
+		char kv[600];
+
+		if (streq(key, "time") || streq(key, "free"))
+			continue;
+		snprintf(kv, sizeof(kv), "%s=%s", key, json_object_get_string(val));
+		sig += fv_hash64(kv);
+	}
+	same = last_t && sig == last_sig && time(NULL) - last_t < REPUBLISH_S &&
+	       (f > last_free ? f - last_free : last_free - f) <= last_free / 100;
+	if (!same) {
+		last_sig = sig;
+		last_free = f;
+		last_t = time(NULL);
+	}
+	return same;
+}
+
+int fvp_agent_pass(struct fvp_agent *a, struct kube *k)
+{
+	_cleanup_close_ int rootfd = open(a->loop_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	json_object *data;
+	int r, w;
+
+	if (rootfd < 0) {
+		log_info("loop root %s: %s", a->loop_root, strerror(errno));
+		return NEG_ERRNO();
+	}
+	r = pvs_pass(a, k, rootfd);
+	data = report(a, rootfd);
+	if (!data)
+		return -EIO;
+	if (unchanged(data)) {
+		json_object_put(data);
+		return r;
+	}
+	w = publish(a, k, data);
+	if (w < 0)
+		last_t = 0; /* not published: the next pass tries again */
+	return w ?: r;
+}
+
+int fvp_agent_run(struct fvp_agent *a, struct kube *k, volatile int *stopping)
+{
+	log_info("node agent on %s: loop root %s, report in ConfigMap %s/%s every %u s", a->node,
+		 a->loop_root, a->capacity_ns, a->node, a->interval_s);
+	while (!*stopping) {
+		(void)fvp_agent_pass(a, k);
+		for (unsigned int i = 0; i < a->interval_s * 10 && !*stopping; i++)
+			usleep(100000);
+	}
+	log_info("node agent stopping");
+	return 0;
+}

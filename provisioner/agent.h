@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The flexvol/loop node agent: flexvol-provisioner --node-agent, one per
+ * node (a container of the installer DaemonSet).  Every pass it
+ *
+ * - lists the PVs labelled for this node (loop.h) and, for each of
+ *   flexvol/loop: makes its image when missing (owner record = the PV's
+ *   name, sized as the PV, every block allocated when the class asked for
+ *   preallocate), keeps a preallocated image allocated after it grew, and
+ *   reclaims a released PV whose policy is Delete: the image is removed only
+ *   when its owner record names that PV and no loop device holds it, then the
+ *   PV is deleted;
+ * - publishes the loop root's free space and each image's size and allocated
+ *   bytes in the ConfigMap named after the node (loop.h), which the
+ *   controller's loop backend reads before it provisions on this node.
+ *
+ * Polling, not watching: a pass is one list of a handful of PVs and one
+ * directory read; the report must be refreshed anyway (the controller does
+ * not believe one older than LOOP_REPORT_MAX_AGE).
+ */
+#ifndef FVP_AGENT_H
+#define FVP_AGENT_H
+
+#include "events.h"
+
+struct kube;
+
+struct fvp_agent {
+	const char *node;	 /* this node's name */
+	const char *loop_root;	 /* the loop driver's root on this node */
+	const char *capacity_ns; /* the namespace of the report */
+	unsigned int interval_s; /* between two passes */
+	struct fvp_events ev;
+};
+
+/* One pass.  Returns 0, or <0 when the API or the loop root failed (logged). */
+int fvp_agent_pass(struct fvp_agent *a, struct kube *k);
+
+/* Passes every interval_s until *stopping. */
+int fvp_agent_run(struct fvp_agent *a, struct kube *k, volatile int *stopping);
+
+#endif
