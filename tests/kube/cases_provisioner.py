@@ -38,6 +38,13 @@ def deploy(t, replicas=1):
             ct.setdefault("env", []).extend([{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
                                              {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}])
             spec["hostNetwork"] = True
+            if replicas > 1:
+                # on the host network the replicas of one node share one port: each takes a port
+                # of its own (0: the kernel's pick) and goes without probes, which need a fixed one
+                ct["args"] = [a if not a.startswith("--http-endpoint=") else "--http-endpoint=127.0.0.1:0"
+                              for a in ct["args"]]
+                ct.pop("livenessProbe", None)
+                ct.pop("readinessProbe", None)
             for v in spec["volumes"]:
                 if v["name"] == "share":
                     v.pop("nfs", None)
