@@ -39,8 +39,10 @@ def deploy(t, replicas=1):
                                              {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}])
             spec["hostNetwork"] = True
             if replicas > 1:
-                # on the host network the replicas of one node share one port: each takes a port
-                # of its own (0: the kernel's pick) and goes without probes, which need a fixed one
+                # on the host network the replicas of one node share one port (and the scheduler
+                # places no two pods declaring the same port on a node): each takes a port of its
+                # own (0: the kernel's pick) and goes without the declared port and the probes
+                ct.pop("ports", None)
                 ct["args"] = [a if not a.startswith("--http-endpoint=") else "--http-endpoint=127.0.0.1:0"
                               for a in ct["args"]]
                 ct.pop("livenessProbe", None)
