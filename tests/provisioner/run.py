@@ -1272,6 +1272,11 @@ def main():
     for fn in CASES:
         if a.k and not any(k in fn.__name__ for k in a.k):
             continue
+        if CHROOT and fn.__name__.startswith("loop_"):
+            # the node agent asks the node's /proc and /dev/loop* whether an image is bound:
+            # an empty chroot has neither (the agent runs on the node, never in the
+            # controller-manager's distroless container)
+            continue
         e = Env(build)
         t0 = time.time()
         try:
