@@ -47,6 +47,12 @@ class Env:
         self.drv = Driver(self.bin, self.env)
         self.k = Kubelet(self.drv, self.kubelet, self.node)
 
+    def devmount(self, vol="pv1"):
+        """The driver's own device mount of @vol (under its run dir: mounts/<name>/<image>)."""
+        d = os.path.join(self.run, "loop", "mounts", vol)
+        subs = os.listdir(d) if os.path.isdir(d) else []
+        return os.path.join(d, subs[0]) if len(subs) == 1 else os.path.join(d, "?")
+
     def opts(self, vol="pv1", file="vol1.img", size="64Mi", fstype="ext4", ro=False, extra=None, **kw):
         user = {"file": file}
         if size is not None:

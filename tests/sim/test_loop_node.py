@@ -27,12 +27,6 @@ class Env(test_loop.Env):
         self.drv = Driver(self.bin, self.env)
         self.k.drv = self.drv
 
-    def devmount(self, vol="pv1"):
-        """The driver's own device mount of @vol (under its run dir: mounts/<name>/<image>)."""
-        d = os.path.join(self.run, "loop", "mounts", vol)
-        subs = os.listdir(d) if os.path.isdir(d) else []
-        return os.path.join(d, subs[0]) if len(subs) == 1 else os.path.join(d, "?")
-
     def pods(self, uids, vol="pv1"):
         return [self.k.poddir(u, vol) for u in uids]
 
