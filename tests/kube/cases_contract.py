@@ -72,7 +72,7 @@ def case_kubelet_contract(t):
     os.rename(tmp, drv)  # the kubelet re-probes (init through the wrapper)
     pv = "loop-contract"
     try:
-        t.wait_op("kubelet", "init", pos, timeout=60)
+        t.wait_op("kubelet", "init", pos, timeout=150)
         t.loop_pv(pv, "contract.img")
         t.pod("contract-pod", "echo x > /data/x && echo CONTRACT-OK", claim=pv, fs_group=3456)
         t.wait_pod("contract-pod", ("Succeeded",))
