@@ -685,10 +685,14 @@ def watch_resumed_from_bookmarks(e):
     b = e.pvc("second")
     wait_for(lambda: e.bound(b), "bound through a resumed watch")
     check(e.st.bookmarks >= 2, "bookmarks sent")
-    check(e.st.count("GET", "/api/v1/persistentvolumeclaims?limit") == 1 and
-          e.st.count("GET", "/api/v1/persistentvolumes?limit") == 1,
-          "listed once: %d" % e.st.count("GET", "/api/v1/persistentvolumeclaims?limit"))
-    check("410" not in e.log() and "xpired" not in e.log(), "no 410: %s" % e.log())
+    # a compaction that lands between a watch's end and its restart, before any bookmark
+    # reached it, is a legitimate 410 (a real API server does the same): one such re-list
+    # is allowed; a periodic re-list or one per watch end is not (seen once in ~10 runs)
+    lists = e.st.count("GET", "/api/v1/persistentvolumeclaims?limit")
+    raced = "410" in e.log() or "xpired" in e.log()
+    check(lists == 1 or (raced and lists == 2), "listed once (twice after a 410): %d" % lists)
+    check(e.st.count("GET", "/api/v1/persistentvolumes?limit") <= lists,
+          "PVs listed %d times" % e.st.count("GET", "/api/v1/persistentvolumes?limit"))
 
 
 def children(pid):
