@@ -1,15 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Backend calls in a child with a deadline: see fsop.h. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../src/internal.h"
 #include "fv/exec.h"
 #include "dir.h"
 #include "fsop.h"
+#include "jsonutil.h"
 #include "metrics.h"
 
 enum call { CREATE, CLEANUP, RECLAIM, RECORD_OWNER };
@@ -24,7 +28,7 @@ struct job {
 	struct shared *out;
 };
 
-/* In a MAP_SHARED page: what the child found. */
+/* What the call found: the child writes it over the job in the memfd. */
 struct shared {
 	int r;
 	enum fvp_made made;
@@ -50,23 +54,117 @@ static int call(const struct job *j, const struct fvp_site *s)
 	return -EINVAL;
 }
 
-/* The child's side: --root again (every inherited descriptor is closed), then the call. */
-static int child(void *arg)
-{
-	const struct job *j = arg;
-	struct fvp_site s = *j->site;
+/*
+ * Why exec and not fork alone: the provisioner has threads (workers, the
+ * watch, the lease, the HTTP endpoint), and a child forked from a
+ * threaded process inherits every lock another thread held at that
+ * instant, never to be released.  json-c's parser takes glibc's locale
+ * lock (duplocale() per parse), gmtime_r() the time zone lock, a log line
+ * the stderr lock: a child forked while the watch thread parsed an event
+ * hung on its first parse until the deadline killed it (5 minutes of a
+ * claim doing nothing).  An exec'd child starts clean; fork-to-exec is
+ * only src/exec.c's async-signal-safe set-up.
+ */
+static char self_exe[PATH_MAX];
 
-	/* no --root: this instance serves node-local backends only, which use none */
-	s.rootfd = s.root ? fvp_root_open(s.root) : -1;
-	if (s.root && s.rootfd < 0) {
-		j->out->r = s.rootfd;
-		snprintf(j->out->err, sizeof(j->out->err), "cannot open the root '%s': %s", s.root,
-			 strerror(-s.rootfd));
+int fvp_fsop_init(const char *argv0)
+{
+	ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
+
+	/* no /proc (an empty chroot): the path we were started by, if absolute */
+	if (n <= 0 || (size_t)n >= sizeof(self_exe) - 1 || strstr(self_exe, " (deleted)")) {
+		if (!argv0 || argv0[0] != '/' || strlen(argv0) >= sizeof(self_exe))
+			return -ENOENT;
+		snprintf(self_exe, sizeof(self_exe), "%s", argv0);
 		return 0;
 	}
-	j->out->r = call(j, &s);
-	if (s.rootfd >= 0)
-		close(s.rootfd);
+	self_exe[n] = '\0';
+	return 0;
+}
+
+static const char *const names[] = { [CREATE] = "create", [CLEANUP] = "cleanup",
+				     [RECLAIM] = "reclaim", [RECORD_OWNER] = "owner record" };
+
+/* The job, as the exec'd child reads it from the memfd. */
+static json_object *job_json(const struct job *j)
+{
+	json_object *o = json_object_new_object();
+
+	if (!o)
+		return NULL;
+	if (json_object_object_add(o, "call", json_object_new_int(j->call)) < 0 ||
+	    json_object_object_add(o, "backend", json_object_new_string(j->b->name)) < 0 ||
+	    (j->site->root &&
+	     json_object_object_add(o, "root", json_object_new_string(j->site->root)) < 0) ||
+	    (j->site->share &&
+	     json_object_object_add(o, "share", json_object_new_string(j->site->share)) < 0) ||
+	    (j->sc && json_object_object_add(o, "sc", json_object_get(j->sc)) < 0) ||
+	    (j->obj && json_object_object_add(o, "obj", json_object_get(j->obj)) < 0) ||
+	    (j->vol && json_object_object_add(o, "asset", json_object_new_string(j->vol->asset)) < 0) ||
+	    (j->pv_name &&
+	     json_object_object_add(o, "pv_name", json_object_new_string(j->pv_name)) < 0) ||
+	    (j->on_delete &&
+	     json_object_object_add(o, "on_delete", json_object_new_string(j->on_delete)) < 0)) {
+		json_object_put(o);
+		return NULL;
+	}
+	return o;
+}
+
+/*
+ * `flexvol-provisioner --fs-call FD`: the job from memfd @FD, the call, and
+ * its result written over the job.  Exit 0 when the result is written.
+ */
+int fvp_fsop_child(const char *fdstr)
+{
+	struct fvp_site s = { .rootfd = -1 };
+	struct fvp_volume vol = { 0 };
+	struct shared o = { .r = -EINVAL };
+	struct job j = { .site = &s, .out = &o };
+	json_object *job;
+	char *end, *text;
+	struct stat st;
+	long fd = strtol(fdstr, &end, 10);
+	int which;
+
+	if (*end || fd < 3 || fd > 1024 || fstat((int)fd, &st) < 0 || st.st_size <= 0 ||
+	    st.st_size > 64 << 20)
+		return 127;
+	text = calloc(1, (size_t)st.st_size + 1);
+	if (!text || pread((int)fd, text, (size_t)st.st_size, 0) != st.st_size)
+		return 127;
+	job = json_tokener_parse(text);
+	free(text);
+	which = json_object_get_int(jget(job, "call"));
+	for (size_t i = 0; fvp_backends[i]; i++)
+		if (streq(fvp_backends[i]->name, jstr(job, "backend") ?: ""))
+			j.b = fvp_backends[i];
+	if (!job || !j.b || which < CREATE || which > RECORD_OWNER)
+		return 127;
+	j.call = (enum call)which;
+	s.root = jstr(job, "root");
+	s.share = jstr(job, "share");
+	j.sc = jget(job, "sc");
+	j.obj = jget(job, "obj");
+	j.pv_name = jstr(job, "pv_name");
+	j.on_delete = jstr(job, "on_delete");
+	if (jstr(job, "asset")) {
+		snprintf(vol.asset, sizeof(vol.asset), "%s", jstr(job, "asset"));
+		j.vol = &vol;
+	}
+	if (s.root) {
+		s.rootfd = fvp_root_open(s.root);
+		if (s.rootfd < 0) {
+			o.r = s.rootfd;
+			snprintf(o.err, sizeof(o.err), "cannot open the root '%s': %s", s.root,
+				 strerror(-s.rootfd));
+		}
+	}
+	if (!s.root || s.rootfd >= 0)
+		o.r = call(&j, &s);
+	json_object_put(job);
+	if (ftruncate((int)fd, 0) < 0 || pwrite((int)fd, &o, sizeof(o), 0) != (ssize_t)sizeof(o))
+		return 127;
 	return 0;
 }
 
@@ -74,67 +172,74 @@ static int child(void *arg)
 static int run(struct job *j, enum fvp_made *made, char *done, size_t donelen, char *err,
 	       size_t errlen)
 {
-	static const char *const names[] = { [CREATE] = "create", [CLEANUP] = "cleanup",
-					     [RECLAIM] = "reclaim", [RECORD_OWNER] = "owner record" };
 	struct fv_ctx cx = { 0 };
 	struct fv_run fr = { 0 };
-	struct shared *o;
-	int r;
+	struct shared o = { 0 };
+	json_object *job;
+	const char *text;
+	char fdstr[16];
+	bool answered;
+	size_t len;
+	int r, fd, status;
 
 	if (!j->site->fs_timeout_s) {
-		struct shared local = { 0 };
-
-		j->out = &local;
+		j->out = &o;
 		r = call(j, j->site);
-		snprintf(err, errlen, "%s", local.err);
-		if (done)
-			snprintf(done, donelen, "%s", local.done);
-		if (made)
-			*made = local.made;
+		goto answer;
+	}
+	if (!self_exe[0])
+		return prov_fail(err, errlen, -ENOENT, "%s: no path to this program to run it by "
+				 "(start it by an absolute path, or with /proc mounted)",
+				 names[j->call]);
+	job = job_json(j);
+	if (!job)
+		return prov_fail(err, errlen, -ENOMEM, "%s: out of memory", names[j->call]);
+	text = json_object_to_json_string_ext(job, JSON_C_TO_STRING_PLAIN);
+	len = strlen(text);
+	fd = memfd_create("flexvol-fsop", MFD_CLOEXEC);
+	if (fd < 0 || write(fd, text, len) != (ssize_t)len) {
+		r = prov_fail(err, errlen, NEG_ERRNO(), "%s: cannot hand it to its child: %m",
+			      names[j->call]);
+		json_object_put(job);
+		if (fd >= 0)
+			close(fd);
 		return r;
 	}
-	o = mmap(NULL, sizeof(*o), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (o == MAP_FAILED)
-		return prov_fail(err, errlen, NEG_ERRNO(), "%s: no memory for its result: %m",
-				 names[j->call]);
-	memset(o, 0, sizeof(*o));
-	o->r = -ECHILD; /* a child that dies before it answers */
-	snprintf(o->err, sizeof(o->err), "the %s ended without an answer", names[j->call]);
-	j->out = o;
+	json_object_put(job);
+	snprintf(fdstr, sizeof(fdstr), "%d", fd);
 	/* what a function the child calls may exec gets this PATH (none does today) */
 	snprintf(cx.cfg.helper_path, sizeof(cx.cfg.helper_path), "/usr/sbin:/usr/bin:/sbin:/bin");
-	/*
-	 * PR_SET_PDEATHSIG fires when the forking *thread* ends: the worker
-	 * that forks waits for the child (or its deadline) and lives on, so the
-	 * signal still means "the provisioner died".
-	 */
-	r = fv_fork_call_named(&cx, names[j->call], child, j, j->site->fs_timeout_s, &fr);
+	r = fv_exec_fd(&cx, (const char *const[]){ self_exe, FVP_FSOP_ARG, fdstr, NULL }, 0,
+		       j->site->fs_timeout_s, fd, &fr);
+	status = fr.status;
 	/* the child's log lines (its stderr went to the capture pipe) into ours */
 	if (fr.output && fr.output[0])
 		fprintf(stderr, "%s%s", fr.output,
 			fr.output[strlen(fr.output) - 1] == '\n' ? "" : "\n");
 	fv_run_done(&fr);
+	answered = r == 0 && pread(fd, &o, sizeof(o), 0) == (ssize_t)sizeof(o);
+	close(fd);
 	if (r == -FV_ERR_TIMEOUT) {
 		fvp_metrics_inc(FVP_M_FS_TIMEOUTS);
-		r = prov_fail(err, errlen, -ETIMEDOUT,
-			      "the %s did not finish within %u s (killed; retried later, it "
-			      "continues where it stopped)", names[j->call], j->site->fs_timeout_s);
-	} else if (r < 0) {
-		r = prov_fail(err, errlen, r, "cannot start the %s: %s", names[j->call],
-			      strerror(-r));
-	} else if (r != 0) {
-		/* the child ran no call: its setup failed (status 127) or it was killed */
-		r = prov_fail(err, errlen, -ECHILD, "the %s's child ended with status %d before it "
-			      "answered (its setup failed: no /dev/null?)", names[j->call], r);
-	} else {
-		r = o->r;
-		snprintf(err, errlen, "%s", o->err);
-		if (done)
-			snprintf(done, donelen, "%s", o->done);
-		if (made)
-			*made = o->made;
+		return prov_fail(err, errlen, -ETIMEDOUT,
+				 "the %s did not finish within %u s (killed; retried later, it "
+				 "continues where it stopped)", names[j->call], j->site->fs_timeout_s);
 	}
-	munmap(o, sizeof(*o));
+	if (r < 0 && r != -FV_ERR_HELPER)
+		return prov_fail(err, errlen, r, "cannot start the %s: %s", names[j->call],
+				 strerror(-r));
+	if (!answered)
+		/* the child ran no call: its setup failed (status 127) or it was killed */
+		return prov_fail(err, errlen, -ECHILD, "the %s's child ended with status %d before "
+				 "it answered", names[j->call], status);
+	r = o.r;
+answer:
+	o.err[sizeof(o.err) - 1] = o.done[sizeof(o.done) - 1] = '\0';
+	snprintf(err, errlen, "%s", o.err);
+	if (done)
+		snprintf(done, donelen, "%s", o.done);
+	if (made)
+		*made = o.made;
 	return r;
 }
 

@@ -5,12 +5,16 @@
  * A tree delete of millions of files, or any call on a share whose NFS
  * server stopped answering, can take unbounded time; in a worker thread it
  * would hold that worker (and, with a hard mount, the thread in D state)
- * for as long.  So each call runs in a forked child with the op layer's
- * deadline machinery (src/exec.c, fv_fork_call_named(): own process group,
- * every inherited descriptor closed, SIGKILL when the parent dies, the
- * group SIGKILLed at the deadline, a child stuck in the kernel left behind
- * rather than waited for).  The child opens --root again (its inherited
- * descriptors are closed) and reports through a shared anonymous mapping.
+ * for as long.  So each call runs in a child, this program exec'd again as
+ * `flexvol-provisioner --fs-call FD`, with the op layer's deadline
+ * machinery (src/exec.c, fv_exec_fd(): own process group, every other
+ * inherited descriptor closed, SIGKILL when the parent dies, the group
+ * SIGKILLed at the deadline, a child stuck in the kernel left behind rather
+ * than waited for).  The job (the call, the backend's name, --root,
+ * --share, the objects) goes to the child in a memfd, and the child writes
+ * its answer over it; the child opens --root again.  Exec'd, not only
+ * forked: a child forked from a threaded process inherits the locks other
+ * threads held (fsop.c says which ones hung it).
  *
  * Every backend call is idempotent, so a call killed at its deadline is
  * simply retried after the object's backoff; a tree delete continues where
@@ -21,6 +25,14 @@
 #define FVP_FSOP_H
 
 #include "backend.h"
+
+#define FVP_FSOP_ARG "--fs-call"
+
+/* Where to exec ourselves from: /proc/self/exe, else an absolute @argv0.  0 or -ENOENT. */
+int fvp_fsop_init(const char *argv0);
+
+/* main() of `flexvol-provisioner --fs-call FD`: the exit status */
+int fvp_fsop_child(const char *fd);
 
 int fvp_backend_create(const struct fvp_site *s, const struct fvp_backend *b, json_object *sc,
 		       json_object *pvc, const struct fvp_volume *vol, enum fvp_made *made,

@@ -19,6 +19,7 @@
 #include "fv/macro.h"
 #include "controller.h"
 #include "dir.h"
+#include "fsop.h"
 #include "httpd.h"
 #include "kube.h"
 #include "lease.h"
@@ -233,6 +234,10 @@ int main(int argc, char **argv)
 	char err[512];
 	int opt, r;
 
+	/* a backend call under its deadline: this program exec'd again (fsop.h) */
+	if (argc == 3 && streq(argv[1], FVP_FSOP_ARG))
+		return fvp_fsop_child(argv[2]);
+	(void)fvp_fsop_init(argv[0]);
 	p.leader_elect = true;
 	p.resync = 300;
 	p.watch_s = 300;

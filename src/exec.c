@@ -346,7 +346,8 @@ static int spawn_helper(struct fv_ctx *cx, const char *const *argv, unsigned int
 	snprintf(envpath, sizeof(envpath), "PATH=%s", cx->cfg.helper_path);
 	if (pipe2(pipefd, O_CLOEXEC) < 0)
 		return NEG_ERRNO();
-	if (pipe2(errpipe, O_CLOEXEC) < 0) {
+	/* non-blocking: a child stuck in execve (a helper on a dead NFS mount) holds it open */
+	if (pipe2(errpipe, O_CLOEXEC | O_NONBLOCK) < 0) {
 		rc = NEG_ERRNO();
 		close(pipefd[0]);
 		close(pipefd[1]);
@@ -376,24 +377,29 @@ static int spawn_helper(struct fv_ctx *cx, const char *const *argv, unsigned int
 		rc = NEG_ERRNO();
 	close(pipefd[1]);
 	close(errpipe[1]);
-	if (pid > 0) {
-		while ((k = read(errpipe[0], &err, sizeof(err))) < 0 && errno == EINTR)
-			;
-		if (k == (ssize_t)sizeof(err)) {
-			rc = -err;
-			while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-				;
-		}
-	}
-	close(errpipe[0]);
 	if (rc < 0) {
 		close(pipefd[0]);
+		close(errpipe[0]);
 		return quiet ? rc : fv_fail(cx, rc, "cannot run '%s': %s", path, strerror(-rc));
 	}
+	/*
+	 * The deadline covers the way to exec too: a child stopped or stuck
+	 * before its execve is killed like a helper that hangs, where a wait
+	 * for the error pipe would have no end.  Once it has exited, the pipe
+	 * holds the exec's errno, or nothing (it exec'd).
+	 */
 	current_pgid = pid;
 	rc = collect(pid, pipefd[0], timeout_s, &r);
 	current_pgid = 0;
 	close(pipefd[0]);
+	while ((k = read(errpipe[0], &err, sizeof(err))) < 0 && errno == EINTR)
+		;
+	close(errpipe[0]);
+	if (k == (ssize_t)sizeof(err) && !r.timed_out) {
+		fv_run_done(&r);
+		rc = -err;
+		return quiet ? rc : fv_fail(cx, rc, "cannot run '%s': %s", path, strerror(-rc));
+	}
 	return finish(cx, argv[0], t0, rc, timeout_s, &r, ret, quiet);
 }
 

@@ -41,6 +41,7 @@ inject_watch_error(), drop_watches(), race_next_pv_create, stall_pv_create.
 
 import base64
 import json
+import random
 import ssl
 import sys
 import threading
@@ -426,7 +427,17 @@ class Handler(BaseHTTPRequestHandler):
         if self.store.coalesce_events and len(events) > 1:
             # several events in one chunk (and one write), as a busy server flushes them
             data = b"".join((json.dumps(e) + "\n").encode() for e in events)
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            # in TCP writes of random sizes: the client reads the chunk in pieces that end
+            # anywhere (the end of one event, whole ones and the start of the next in one read)
+            self.wfile.write(b"%x\r\n" % len(data))
+            i = 0
+            while i < len(data):
+                n = random.randint(1, 3000)
+                self.wfile.write(data[i:i + n])
+                self.wfile.flush()
+                time.sleep(0.002)
+                i += n
+            self.wfile.write(b"\r\n")
             self.wfile.flush()
             return
         for e in events:

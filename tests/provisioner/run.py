@@ -58,7 +58,7 @@ def wait_for(fn, what, timeout=15.0):
         if v:
             return v
         time.sleep(0.05)
-    raise Fail("timed out waiting for: " + what)
+    raise Fail("timed out waiting for: " + (what() if callable(what) else what))
 
 
 class Env:
@@ -397,7 +397,12 @@ def watch_stream_framing(e):
     with e.st.lock:  # make all ten at once, so the watch sends them together
         many = [e.pvc("many%d" % i) for i in range(10)]
     for c in many:
-        wait_for(lambda c=c: e.bound(c), "claim seen in a coalesced chunk")
+        # on a timeout: which claim, as the API has it, and its PV, as the provisioner's log
+        # is cut to its last lines
+        wait_for(lambda c=c: e.bound(c), lambda c=c: "claim %s seen in a coalesced chunk "
+                 "(claim now: %s; its PV: %s; log lines: %s)" % (
+                     c["metadata"]["name"], e.claim(c["metadata"]["name"]), e.pv_of(c),
+                     [l for l in e.log().splitlines() if c["metadata"]["name"] in l]))
     check(e.st.count("WATCH", "/api/v1/persistentvolumeclaims") == 1, "one watch, never re-listed")
 
 
@@ -725,11 +730,19 @@ def delete_deadline_off_the_loop(e):
     t0 = time.time()
     kid = None
     while kid is None and time.time() - t0 < 10:
-        k = children(p.pid)
-        if k:
-            kid = k[0]
-            os.kill(kid, signal.SIGSTOP)
-    check(kid is not None, "the delete runs in a child process")
+        for k in children(p.pid):
+            try:
+                with open("/proc/%d/cmdline" % k, "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            # the child is this program exec'd again: only forked from the threaded
+            # provisioner, it inherits the locks other threads held (one hung in json-c's
+            # locale lock until its deadline)
+            if b"--fs-call" in argv:
+                kid = k
+                os.kill(kid, signal.SIGSTOP)
+    check(kid is not None, "the delete runs in an exec'd child process (--fs-call)")
     t1 = time.time()
     other = e.pvc("meanwhile")
     wait_for(lambda: e.bound(other), "another claim provisioned while the delete hangs", 3.5)
