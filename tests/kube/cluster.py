@@ -44,6 +44,7 @@ FIXED_PATHS = ["/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run
 
 
 LOCK = "/run/lock/flexvol-kube.lock"
+CNI_BRIDGE = "flexvolkube0"  # the pod network's bridge (connects nothing but the pods)
 
 
 def take_lock():
@@ -381,6 +382,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.traci
 [plugins."io.containerd.cri.v1.runtime"]
   # the host lacks CAP_SYS_RESOURCE: runc cannot lower a sandbox's oom_score_adj to -998
   restrict_oom_score_adj = true
+  # pod network namespaces under RUN (not /run/netns): teardown unmounts what is under RUN
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = "{p('cni', 'net.d')}"
@@ -397,10 +400,16 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.traci
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
 """)
-        # a loopback-only network: the node is Ready, pods get a network namespace with lo
+        # a pod network on a bridge that connects nothing: no gateway, no route, no NAT on the
+        # host.  Pods that are not hostNetwork (the e2e suites') get eth0 with an address, which
+        # containerd needs ("failed to find network info for sandbox" with loopback alone); the
+        # bridge goes at teardown, the address records live under BASE.
         write(p("cni", "net.d", "10-flexvol-kube.conflist"), json.dumps({
             "cniVersion": "1.0.0", "name": "flexvol-kube",
-            "plugins": [{"type": "loopback"}]}) + "\n")
+            "plugins": [{"type": "bridge", "bridge": CNI_BRIDGE, "isGateway": False,
+                         "ipMasq": False,
+                         "ipam": {"type": "host-local", "dataDir": p("cni", "ipam"),
+                                  "ranges": [[{"subnet": "10.244.0.0/24"}]]}}]}) + "\n")
         env = {"PATH": f"{self.bin}:/usr/sbin:/usr/bin:/sbin:/bin"}
         self.start("containerd", [self.b("containerd"), "--config", p("containerd", "config.toml")], env)
         wait_for("containerd", lambda: self.check_alive("containerd") or
@@ -644,6 +653,10 @@ def teardown(bindir, cl=None):
         if back.startswith(BASE + "/"):
             subprocess.run(["losetup", "-d", f"/dev/{dev}"], capture_output=True)
             log(f"released /dev/{dev} ({back})")
+
+    if os.path.exists(f"/sys/class/net/{CNI_BRIDGE}"):
+        subprocess.run(["ip", "link", "delete", CNI_BRIDGE], capture_output=True)
+        log(f"removed the pod network bridge {CNI_BRIDGE}")
 
     # 4. cgroups runc made for our containers (cgroupfs driver, cgroupsPerQOS off: one
     # directory per container id, under each v1 hierarchy and the unified one).
