@@ -166,23 +166,13 @@ static int ensure_image(int rootfd, const char *img, const char *pv, uint64_t si
 /* Delete PV @pv, by uid (never a PV re-created under the same name). */
 static int delete_pv(struct kube *k, json_object *pv)
 {
-	json_object *body = json_object_new_object(), *pre = json_object_new_object(), *reply = NULL;
 	const char *name = jstr2(pv, "metadata", "name");
+	json_object *reply = NULL;
 	char path[400], err[512];
 	int st;
 
-	if (!body || !pre) {
-		json_object_put(body);
-		json_object_put(pre);
-		return -ENOMEM;
-	}
-	jset(body, "apiVersion", "v1");
-	jset(body, "kind", "DeleteOptions");
-	jset(pre, "uid", jstr2(pv, "metadata", "uid"));
-	json_object_object_add(body, "preconditions", pre);
 	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
-	st = kube_request(k, "DELETE", path, body, &reply, err, sizeof(err));
-	json_object_put(body);
+	st = kube_delete_uid(k, path, jstr2(pv, "metadata", "uid"), &reply, err, sizeof(err));
 	if (st == 200 || st == 202 || st == 404)
 		log_info("PV %s deleted", name);
 	else

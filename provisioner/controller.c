@@ -789,24 +789,13 @@ static int pv_on_delete(struct prov *p, json_object *pv, char *buf, size_t len, 
 /* DELETE PV @name, only while it is the one with @uid (never one re-created meanwhile). */
 static int delete_pv(struct prov *p, const char *name, const char *uid, json_object **ret)
 {
-	json_object *body = json_object_new_object(), *pre = json_object_new_object(),
-		    *reply = NULL;
+	json_object *reply = NULL;
 	char err[512], path[400];
 	int st;
 
 	*ret = NULL;
-	if (!body || !pre) {
-		json_object_put(body);
-		json_object_put(pre);
-		return -ENOMEM;
-	}
-	jset(body, "apiVersion", "v1");
-	jset(body, "kind", "DeleteOptions");
-	jset(pre, "uid", uid);
-	json_object_object_add(body, "preconditions", pre);
 	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
-	st = kube_request(p->k, "DELETE", path, body, &reply, err, sizeof(err));
-	json_object_put(body);
+	st = kube_delete_uid(p->k, path, uid, &reply, err, sizeof(err));
 	if (st == 200 || st == 202) {
 		log_info("PV %s deleted", name);
 		*ret = reply;

@@ -471,6 +471,27 @@ int kube_request(struct kube *k, const char *method, const char *path, json_obje
 	return st;
 }
 
+int kube_delete_uid(struct kube *k, const char *path, const char *uid, json_object **ret,
+		    char *err, size_t errlen)
+{
+	json_object *body = json_object_new_object(), *pre = json_object_new_object();
+	int st;
+
+	if (!body || !pre || !uid) {
+		json_object_put(body);
+		json_object_put(pre);
+		snprintf(err, errlen, "%s", uid ? "out of memory" : "no uid to delete by");
+		return uid ? -ENOMEM : -EINVAL;
+	}
+	json_object_object_add(body, "apiVersion", json_object_new_string("v1"));
+	json_object_object_add(body, "kind", json_object_new_string("DeleteOptions"));
+	json_object_object_add(pre, "uid", json_object_new_string(uid));
+	json_object_object_add(body, "preconditions", pre);
+	st = kube_request(k, "DELETE", path, body, ret, err, errlen);
+	json_object_put(body);
+	return st;
+}
+
 const char *kube_status_message(json_object *status)
 {
 	json_object *m;

@@ -40,6 +40,14 @@ void kube_free(struct kube *k);
 int kube_request(struct kube *k, const char *method, const char *path, struct json_object *body,
 		 struct json_object **ret, char *err, size_t errlen);
 
+/*
+ * kube_delete_uid() - DELETE @path, only if the object there still has
+ * @uid (a DeleteOptions precondition: a 409 rather than the deletion of an
+ * object re-created under the same name).  Returns as kube_request().
+ */
+int kube_delete_uid(struct kube *k, const char *path, const char *uid, struct json_object **ret,
+		    char *err, size_t errlen);
+
 /* How often the token file was read (tests, metrics). */
 unsigned long kube_token_reads(struct kube *k);
 
