@@ -219,7 +219,7 @@ def case_loopprov_e2e(t):
     failed spec are printed, the JUnit report kept in build/kube-e2e/."""
     _setup(t)
     cache = os.environ["FLEXVOL_E2E_DIR"]
-    for tar in ("busybox.tar", "agnhost.tar"):
+    for tar in ("busybox.tar", "nginx.tar", "agnhost.tar"):
         t.cl.ctr("images", "import", "--local", os.path.join(cache, "images", tar), timeout=300)
     report = os.path.join(C.ROOT, "build", "kube-e2e")
     os.makedirs(report, exist_ok=True)
