@@ -16,7 +16,7 @@ they make), component logs (BASE/logs) and pid files (BASE/pids).
 
 Facts this relies on are in the shared kube-lane notes and tests/kube/README.md: cgroupfs, the
 kubelet's failCgroupV1: false (this host's cgroup layout is v1/hybrid), containerd's
-restrict_oom_score_adj (no CAP_SYS_RESOURCE here), a loopback-only CNI config, locally imported
+restrict_oom_score_adj (no CAP_SYS_RESOURCE here), a CNI bridge that connects nothing, locally imported
 images and imagePullPolicy: Never.
 """
 import fcntl
