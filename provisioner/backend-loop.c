@@ -8,7 +8,8 @@
  * first; reclaim is the node agent's too.  This file checks the class, the
  * node (allowedTopologies, the room its agent reports) and plans the PV.
  *
- * Class parameters: fsType (ext4, xfs; default ext4), preallocate (false:
+ * Class parameters: fsType (ext4, xfs; default ext4; csi.storage.k8s.io/fstype, the
+ * CSI classes' key that Kubernetes' e2e suites set, is read as the same), preallocate (false:
  * sparse images; true: the agent allocates every block), overcommit (false:
  * a claim fits when it fits beside everything promised on the node; true:
  * when it fits in today's free space alone).  See docs/loop-provisioning.md.
@@ -72,14 +73,15 @@ static int parse_bool(const char *s, bool *ret)
 	return 0;
 }
 
+#define CSI_FSTYPE "csi.storage.k8s.io/fstype"
+
 static int loop_class_parse(json_object *sc, struct loop_class *c, char *err, size_t errlen)
 {
 	json_object *params = jget(sc, "parameters"), *mo = jget(sc, "mountOptions");
-	const char *mode = jstr(sc, "volumeBindingMode");
+	const char *mode = jstr(sc, "volumeBindingMode"), *fstype = NULL;
 
 	memset(c, 0, sizeof(*c));
 	c->name = jstr2(sc, "metadata", "name");
-	c->fstype = "ext4";
 	if (!mode || !streq(mode, "WaitForFirstConsumer"))
 		return prov_fail(err, errlen, -EINVAL,
 				 "volumeBindingMode must be WaitForFirstConsumer: a loop volume lives "
@@ -93,11 +95,15 @@ static int loop_class_parse(json_object *sc, struct loop_class *c, char *err, si
 		const char *v = json_object_is_type(val, json_type_string) ?
 					json_object_get_string(val) : "";
 
-		if (streq(key, "fsType")) {
+		if (streq(key, "fsType") || streq(key, CSI_FSTYPE)) {
 			if (!streq(v, "ext4") && !streq(v, "xfs"))
 				return prov_fail(err, errlen, -EINVAL,
-						 "parameter fsType must be ext4 or xfs: '%s'", v);
-			c->fstype = v;
+						 "parameter %s must be ext4 or xfs: '%s'", key, v);
+			if (fstype && !streq(fstype, v))
+				return prov_fail(err, errlen, -EINVAL,
+						 "parameters fsType and %s disagree ('%s', '%s')",
+						 CSI_FSTYPE, fstype, v);
+			fstype = v;
 		} else if (streq(key, "preallocate")) {
 			if (parse_bool(v, &c->preallocate) < 0)
 				return prov_fail(err, errlen, -EINVAL,
@@ -112,6 +118,7 @@ static int loop_class_parse(json_object *sc, struct loop_class *c, char *err, si
 					 "preallocate, overcommit)", key);
 		}
 	}
+	c->fstype = fstype ? fstype : "ext4";
 	return 0;
 }
 
