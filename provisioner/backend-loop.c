@@ -8,8 +8,8 @@
  * first; reclaim is the node agent's too.  This file checks the class, the
  * node (allowedTopologies, the room its agent reports) and plans the PV.
  *
- * Class parameters: fsType (ext4, xfs; default ext4; csi.storage.k8s.io/fstype, the
- * CSI classes' key that Kubernetes' e2e suites set, is read as the same), preallocate (false:
+ * Class parameters: fsType (ext4, xfs; default ext4; or csi.storage.k8s.io/fstype, the
+ * CSI classes' key that Kubernetes' e2e suites set, not both), preallocate (false:
  * sparse images; true: the agent allocates every block), overcommit (false:
  * a claim fits when it fits beside everything promised on the node; true:
  * when it fits in today's free space alone).  See docs/loop-provisioning.md.
@@ -99,10 +99,11 @@ static int loop_class_parse(json_object *sc, struct loop_class *c, char *err, si
 			if (!streq(v, "ext4") && !streq(v, "xfs"))
 				return prov_fail(err, errlen, -EINVAL,
 						 "parameter %s must be ext4 or xfs: '%s'", key, v);
-			if (fstype && !streq(fstype, v))
+			/* as the CSI external-provisioner: one key or the other */
+			if (fstype)
 				return prov_fail(err, errlen, -EINVAL,
-						 "parameters fsType and %s disagree ('%s', '%s')",
-						 CSI_FSTYPE, fstype, v);
+						 "parameters fsType and %s both given: use one",
+						 CSI_FSTYPE);
 			fstype = v;
 		} else if (streq(key, "preallocate")) {
 			if (parse_bool(v, &c->preallocate) < 0)

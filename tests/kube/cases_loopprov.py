@@ -24,8 +24,8 @@ SC_RETAIN = "flexvol-loop-retain"
 # Online growth of ext4 (EXT4_IOC_RESIZE_FS) needs CAP_SYS_RESOURCE, which this build host's
 # root lacks (kube-lane facts: runc cannot set oom_score_adj for the same reason), so kubelet's
 # expandfs through the driver fails there with "Permission denied to resize filesystem" while it
-# works on a real node.  xfs_growfs needs CAP_SYS_ADMIN only: the expansion case uses an xfs
-# class, the same class as deploy/loop's but for its fsType.
+# works on a real node.  xfs_growfs needs CAP_SYS_ADMIN only: the expansion case and the e2e
+# suites use an xfs class, the same class as deploy/loop's but for its fsType.
 SC_XFS = "flexvol-loop-xfs"
 MiB = 1024 * 1024
 
@@ -46,7 +46,10 @@ def _setup(t):
             objs.append(r)
             x = json.loads(json.dumps(o))
             x["metadata"]["name"] = SC_XFS
-            x["parameters"]["fsType"] = "xfs"
+            # by the CSI key: the e2e suites' (ext4) patterns set that key on a copy of this
+            # class, and a class with both keys is refused (as the CSI external-provisioner does)
+            del x["parameters"]["fsType"]
+            x["parameters"]["csi.storage.k8s.io/fstype"] = "xfs"
             objs.append(x)
     t.k("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
     # the DaemonSet patch of deploy/loop, with the lane's changes
