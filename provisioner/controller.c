@@ -601,6 +601,41 @@ static int quantity(const char *s, uint64_t *ret)
  * patches is finished at the next event or re-list.  A smaller request is
  * refused with an event (a filesystem does not shrink).
  */
+/*
+ * The claim's conditions with FileSystemResizePending, as Kubernetes'
+ * MarkForFSResize sets them for the node's part of a resize: other
+ * resize conditions replaced, the rest kept (a merge patch replaces the
+ * whole list).  kubelet drops it when it has grown the filesystem.
+ */
+static json_object *resize_pending_conditions(json_object *old)
+{
+	static const char *const resize_types[] = { "Resizing", "FileSystemResizePending",
+						    "ControllerResizeError", "NodeResizeError" };
+	json_object *list = json_object_new_array(), *c = json_object_new_object();
+	char now[32];
+
+	for (size_t i = 0; old && json_object_is_type(old, json_type_array) &&
+			   i < json_object_array_length(old);
+	     i++) {
+		json_object *o = json_object_array_get_idx(old, i);
+		const char *type = jstr(o, "type");
+		bool resize = false;
+
+		for (size_t t = 0; type && t < ARRAY_SIZE(resize_types); t++)
+			resize = resize || streq(type, resize_types[t]);
+		if (!resize)
+			json_object_array_add(list, json_object_get(o));
+	}
+	rfc3339(now, sizeof(now));
+	jset(c, "type", "FileSystemResizePending");
+	jset(c, "status", "True");
+	jset(c, "lastTransitionTime", now);
+	jset(c, "message", "Waiting for the node to grow the filesystem: kubelet does it while a pod "
+			   "uses the volume, or when one next starts.");
+	json_object_array_add(list, c);
+	return list;
+}
+
 static int claim_resize(struct prov *p, json_object *pvc)
 {
 	json_object *meta = jget(pvc, "metadata"), *spec = jget(pvc, "spec"),
@@ -679,6 +714,8 @@ static int claim_resize(struct prov *p, json_object *pvc)
 		}
 		jset(ars, "storage", "NodeResizePending");
 		json_object_object_add(jget(body, "status"), "allocatedResourceStatuses", ars);
+		json_object_object_add(jget(body, "status"), "conditions",
+				       resize_pending_conditions(jget(status, "conditions")));
 		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s/status",
 			 ns, name);
 		snprintf(what, sizeof(what), "claim %s/%s: setting its resize status", ns, name);

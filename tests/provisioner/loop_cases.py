@@ -347,6 +347,11 @@ def register(R):
         st = claim_now(e, c)["status"]
         check(st["allocatedResources"] == {"storage": "100Mi"}, "allocatedResources %r" % st)
         check(st["capacity"] == {"storage": "64Mi"}, "the claim's capacity is kubelet's to set")
+        # the condition the resizer sets with it (Kubernetes' MarkForFSResize): the e2e suites'
+        # offline expansion waits for it, and kubelet removes it when it has grown the filesystem
+        conds = [x for x in st.get("conditions", []) if x["type"] == "FileSystemResizePending"]
+        check(len(conds) == 1 and conds[0]["status"] == "True" and
+              conds[0].get("lastTransitionTime"), "FileSystemResizePending condition: %r" % st)
         check(e.events(c, "FileSystemResizeRequired"), "no FileSystemResizeRequired event")
         # lowered while the node expansion is pending (the API allows it above status.capacity):
         # refused with an event, the PV keeps its size
