@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <sys/mman.h> /* memfd_create */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -131,8 +131,10 @@ int fvp_fsop_child(const char *fdstr)
 	    st.st_size > 64 << 20)
 		return 127;
 	text = calloc(1, (size_t)st.st_size + 1);
-	if (!text || pread((int)fd, text, (size_t)st.st_size, 0) != st.st_size)
+	if (!text || pread((int)fd, text, (size_t)st.st_size, 0) != st.st_size) {
+		free(text);
 		return 127;
+	}
 	job = json_tokener_parse(text);
 	free(text);
 	which = json_object_get_int(jget(job, "call"));
