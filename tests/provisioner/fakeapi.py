@@ -123,6 +123,17 @@ class Store:
             self._controller(res, obj)
             return obj
 
+    def update(self, res, ns, name, obj):
+        """An update (PUT or PATCH) as the API applies it: an object marked for deletion that
+        has no finalizer left is removed; else stored.  Returns a copy of what was answered."""
+        with self.lock:
+            m = obj["metadata"]
+            if m.get("deletionTimestamp") and not m.get("finalizers"):
+                self.objs[res][(ns, name)] = obj
+                self.remove(res, ns, name)
+                return json.loads(json.dumps(obj))
+            return json.loads(json.dumps(self.put(res, obj)))
+
     def remove(self, res, ns, name):
         with self.lock:
             obj = self.objs[res].pop((ns, name), None)
@@ -575,12 +586,7 @@ class Handler(BaseHTTPRequestHandler):
                     m.pop(k, None)
             body["metadata"] = m
             body["status"] = o.get("status", {})
-            if m.get("deletionTimestamp") and not m.get("finalizers"):
-                st.objs[res][(ns, name)] = body
-                st.remove(res, ns, name)
-                out = json.loads(json.dumps(body))
-            else:
-                out = json.loads(json.dumps(st.put(res, body)))
+            out = st.update(res, ns, name, body)
         self.send_json(200, out)
 
     def do_PATCH(self):
@@ -626,13 +632,7 @@ class Handler(BaseHTTPRequestHandler):
                 (body.get("metadata") or {}).pop("resourceVersion", None)
                 new = merge(new, body)
             st.patches.append((res, name, q["_subresource"], body))
-            m = new["metadata"]
-            if m.get("deletionTimestamp") and not m.get("finalizers"):
-                st.objs[res][(ns, name)] = new
-                st.remove(res, ns, name)
-                out = json.loads(json.dumps(new))
-            else:
-                out = json.loads(json.dumps(st.put(res, new)))
+            out = st.update(res, ns, name, new)
         self.send_json(200, out)
 
     def do_DELETE(self):

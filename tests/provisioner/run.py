@@ -604,15 +604,21 @@ def confined_no_symlinks(e):
     check(not e.st.items("persistentvolumes"), "no PV")
 
 
-@case
-def https_token_and_ca(e):
-    """HTTPS with --certificate-authority and --token-file; a wrong CA never talks"""
+def https_with_token(e, tok):
+    """@e again, its fake API on HTTPS wanting bearer token @tok; the token file's path"""
     e.close()
-    tok = "s3cr3t-token-" + uuid.uuid4().hex
     e.__init__(e.build, https=True, token=tok)
     tf = os.path.join(e.tmp, "token")
     with open(tf, "w") as f:
         f.write(tok + "\n")
+    return tf
+
+
+@case
+def https_token_and_ca(e):
+    """HTTPS with --certificate-authority and --token-file; a wrong CA never talks"""
+    tok = "s3cr3t-token-" + uuid.uuid4().hex
+    tf = https_with_token(e, tok)
     e.sc()
     other_ca = os.path.join(e.tmp, "other.pem")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
@@ -872,12 +878,8 @@ def static_smoke(e):
     the token (and its re-read on a 401), the Lease, the watch stream, the HTTP endpoint, the
     storage child.  Under qemu-user (--emulator) bookworm's qemu has no openat2(): the claim
     then gets a ProvisioningFailed event saying so instead of a directory"""
-    e.close()
     tok = "tok-" + uuid.uuid4().hex
-    e.__init__(e.build, https=True, token=tok)
-    tf = os.path.join(e.tmp, "token")
-    with open(tf, "w") as f:
-        f.write(tok + "\n")
+    tf = https_with_token(e, tok)
     e.sc()
     e.start("--token-file", tf, "--certificate-authority", e.ca, "--leader-election-identity", "smoke")
     lease = lambda: e.st.get("leases", "flexvol-provisioner", "default")
