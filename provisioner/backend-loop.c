@@ -77,7 +77,7 @@ static int parse_bool(const char *s, bool *ret)
 
 static int loop_class_parse(json_object *sc, struct loop_class *c, char *err, size_t errlen)
 {
-	json_object *params = jget(sc, "parameters"), *mo = jget(sc, "mountOptions");
+	json_object *params = jobj(sc, "parameters"), *mo = jget(sc, "mountOptions");
 	const char *mode = jstr(sc, "volumeBindingMode"), *fstype = NULL;
 
 	memset(c, 0, sizeof(*c));
@@ -90,33 +90,36 @@ static int loop_class_parse(json_object *sc, struct loop_class *c, char *err, si
 		return prov_fail(err, errlen, -EINVAL,
 				 "mountOptions are not supported: kubelet refuses mount options on "
 				 "FlexVolume PVs");
-	json_object_object_foreach(params, key, val)
-	{
-		const char *v = json_object_is_type(val, json_type_string) ?
-					json_object_get_string(val) : "";
+	/* no map at all: every default (the API server drops an empty one) */
+	if (params) {
+		json_object_object_foreach(params, key, val)
+		{
+			const char *v = json_object_is_type(val, json_type_string) ?
+						json_object_get_string(val) : "";
 
-		if (streq(key, "fsType") || streq(key, CSI_FSTYPE)) {
-			if (!streq(v, "ext4") && !streq(v, "xfs"))
+			if (streq(key, "fsType") || streq(key, CSI_FSTYPE)) {
+				if (!streq(v, "ext4") && !streq(v, "xfs"))
+					return prov_fail(err, errlen, -EINVAL,
+							 "parameter %s must be ext4 or xfs: '%s'", key, v);
+				/* as the CSI external-provisioner: one key or the other */
+				if (fstype)
+					return prov_fail(err, errlen, -EINVAL,
+							 "parameters fsType and %s both given: use one",
+							 CSI_FSTYPE);
+				fstype = v;
+			} else if (streq(key, "preallocate")) {
+				if (parse_bool(v, &c->preallocate) < 0)
+					return prov_fail(err, errlen, -EINVAL,
+							 "parameter preallocate must be true or false: '%s'", v);
+			} else if (streq(key, "overcommit")) {
+				if (parse_bool(v, &c->overcommit) < 0)
+					return prov_fail(err, errlen, -EINVAL,
+							 "parameter overcommit must be true or false: '%s'", v);
+			} else {
 				return prov_fail(err, errlen, -EINVAL,
-						 "parameter %s must be ext4 or xfs: '%s'", key, v);
-			/* as the CSI external-provisioner: one key or the other */
-			if (fstype)
-				return prov_fail(err, errlen, -EINVAL,
-						 "parameters fsType and %s both given: use one",
-						 CSI_FSTYPE);
-			fstype = v;
-		} else if (streq(key, "preallocate")) {
-			if (parse_bool(v, &c->preallocate) < 0)
-				return prov_fail(err, errlen, -EINVAL,
-						 "parameter preallocate must be true or false: '%s'", v);
-		} else if (streq(key, "overcommit")) {
-			if (parse_bool(v, &c->overcommit) < 0)
-				return prov_fail(err, errlen, -EINVAL,
-						 "parameter overcommit must be true or false: '%s'", v);
-		} else {
-			return prov_fail(err, errlen, -EINVAL,
-					 "unknown parameter '%s' (flexvol/loop knows fsType, "
-					 "preallocate, overcommit)", key);
+						 "unknown parameter '%s' (flexvol/loop knows fsType, "
+						 "preallocate, overcommit)", key);
+			}
 		}
 	}
 	c->fstype = fstype ? fstype : "ext4";

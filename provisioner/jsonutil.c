@@ -15,6 +15,13 @@ json_object *jget(json_object *o, const char *key)
 		       NULL;
 }
 
+json_object *jobj(json_object *o, const char *key)
+{
+	json_object *v = jget(o, key);
+
+	return json_object_is_type(v, json_type_object) ? v : NULL;
+}
+
 const char *jstr(json_object *o, const char *key)
 {
 	json_object *v = jget(o, key);

@@ -14,6 +14,12 @@
 
 /* Member @key of object @o, or NULL. */
 json_object *jget(json_object *o, const char *key);
+/*
+ * Object member @key of @o, or NULL: what json_object_object_foreach() may be
+ * given (it dereferences NULL).  The API server stores no empty map at all, so
+ * an absent "parameters" or "data" is an ordinary object, not an error.
+ */
+json_object *jobj(json_object *o, const char *key);
 /* String member @key of @o, or NULL. */
 const char *jstr(json_object *o, const char *key);
 /* String member @b of object member @a of @o, or NULL. */

@@ -170,6 +170,29 @@ def register(R):
             check(e.pv_of(c) is None, "a PV for class %s" % sc)
 
     @case
+    def loop_class_without_parameters(e):
+        """a class with every default: the API server stores no parameters map at all (it drops
+        an empty one), and no mountOptions; its claims are provisioned (ext4, sparse), and an
+        nfs class without parameters is refused with an event, not a crash (the process once
+        died on it with SIGSEGV, re-listed after its restart and died again: no class served)"""
+        node(e)
+        fake_report(e)
+        o = loop_sc(e, "bare")
+        del o["parameters"]
+        e.st.put("storageclasses", o)
+        e.st.put("storageclasses", {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                                    "metadata": {"name": "nfs-bare"}, "provisioner": "flexvol/nfs"})
+        p = e.start("--provisioners", LOOP + ",flexvol/nfs")
+        c = claim(e, "c-bare", sc="bare")
+        wait_for(lambda: e.bound(c), "claim of the all-defaults class bound")
+        fx = e.pv_of(c)["spec"]["flexVolume"]
+        check(fx["fsType"] == "ext4" and "preallocate" not in fx["options"], "defaults: %r" % fx)
+        n = e.pvc("c-nfs-bare", sc="nfs-bare", provisioner="flexvol/nfs")
+        wait_for(lambda: any("'server' is required" in ev["message"]
+                             for ev in e.events(n, "ProvisioningFailed")), "an event for nfs-bare")
+        check(p.poll() is None, "the provisioner died: %r" % p.returncode)
+
+    @case
     def loop_csi_fstype_key(e):
         """csi.storage.k8s.io/fstype (the key Kubernetes' own e2e suites and CSI classes use) is
         read as fsType; both keys in one class are refused (as the CSI external-provisioner)"""
