@@ -29,12 +29,10 @@ reply other than Success fails the run (exit 1).
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
@@ -52,26 +50,8 @@ def med(xs):
 
 def spawn(argv, env):
     """Run argv once: (wall ms, CPU ms of the child: user + system), exit status, stdout, stderr."""
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    fa = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2),
-          (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)]
-    t0 = time.perf_counter()
-    try:
-        pid = os.posix_spawn(argv[0], argv, env, file_actions=fa)
-    finally:
-        os.close(out_w)
-        os.close(err_w)
-    _, status, ru = os.wait4(pid, 0)
-    t = (time.perf_counter() - t0) * 1000
-    out, err = b"", b""
-    while chunk := os.read(out_r, 65536):
-        out += chunk
-    while chunk := os.read(err_r, 65536):
-        err += chunk
-    os.close(out_r)
-    os.close(err_r)
-    return t, (ru.ru_utime + ru.ru_stime) * 1000, os.waitstatus_to_exitcode(status), out, err
+    t, ru, rc, out, err = bench.spawn_ru(argv, env)
+    return t * 1000, (ru.ru_utime + ru.ru_stime) * 1000, rc, out, err
 
 
 class Subject:
@@ -311,14 +291,7 @@ def main():
                     json.dump({"rounds": rounds, "per_round": per_round}, f, indent=1)
         print(f"load at the end: {os.getloadavg()[0]:.2f}")
     finally:
-        left = bench.detach_loops(scratch)
-        if left:
-            print(f"bench: could not detach {left}", file=sys.stderr)
-            rc = 1
-        if rc:
-            print(f"scratch kept: {scratch}", file=sys.stderr)
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
+        rc = bench.release_scratch(scratch, rc)
     return rc
 
 
