@@ -101,6 +101,25 @@ def bring_up(e, vol="pv1", opts=None, uids=("pod-a",)):
     return dev
 
 
+LOOP_SET_STATUS64, LOOP_GET_STATUS64 = 0x4C04, 0x4C05
+LO_FLAGS_AUTOCLEAR = 4
+LOOP_INFO64_SIZE, LO_FLAGS_OFFSET = 232, 52  # struct loop_info64, its lo_flags
+
+
+def as_older_version(dev):
+    """Make the binding of @dev one an older version made: no LO_FLAGS_AUTOCLEAR from its bind
+    (it set the flag in unmountdevice, right before the umount)."""
+    buf = bytearray(LOOP_INFO64_SIZE)
+    fd = os.open(dev, os.O_RDONLY)
+    try:
+        fcntl.ioctl(fd, LOOP_GET_STATUS64, buf)
+        flags = struct.unpack_from("<I", buf, LO_FLAGS_OFFSET)[0]
+        struct.pack_into("<I", buf, LO_FLAGS_OFFSET, flags & ~LO_FLAGS_AUTOCLEAR)
+        fcntl.ioctl(fd, LOOP_SET_STATUS64, buf)
+    finally:
+        os.close(fd)
+
+
 def tear_down(e, vol="pv1", uids=("pod-a",)):
     k = e.k
     for uid in uids:

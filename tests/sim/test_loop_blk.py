@@ -7,14 +7,13 @@ mkfs and mounts, in the runner's private mount namespace.
 """
 import os
 import re
-import struct
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from flexsim import Driver, case_registry, check, mounted_at, mounts_under  # noqa: E402
 import test_loop  # noqa: E402
-from test_loop import bring_up  # noqa: E402
+from test_loop import as_older_version, bring_up  # noqa: E402
 
 DRIVER = "loop"
 CASES, case = case_registry()
@@ -245,26 +244,6 @@ def unmountdevice_killed_after_the_umount_leaks_nothing(e):
         e.nothing_left(what)
 
 
-LOOP_SET_STATUS64, LOOP_GET_STATUS64 = 0x4C04, 0x4C05
-LO_FLAGS_AUTOCLEAR = 4
-LOOP_INFO64_SIZE, LO_FLAGS_OFFSET = 232, 52  # struct loop_info64, its lo_flags
-
-
-def as_older_version(dev):
-    """Make the binding of @dev one an older version made: no LO_FLAGS_AUTOCLEAR from its bind
-    (it set the flag in unmountdevice, right before the umount)."""
-    import fcntl
-    buf = bytearray(LOOP_INFO64_SIZE)
-    fd = os.open(dev, os.O_RDONLY)
-    try:
-        fcntl.ioctl(fd, LOOP_GET_STATUS64, buf)
-        flags = struct.unpack_from("<I", buf, LO_FLAGS_OFFSET)[0]
-        struct.pack_into("<I", buf, LO_FLAGS_OFFSET, flags & ~LO_FLAGS_AUTOCLEAR)
-        fcntl.ioctl(fd, LOOP_SET_STATUS64, buf)
-    finally:
-        os.close(fd)
-
-
 @case
 def unmountdevice_failing_release_puts_the_mount_back(e):
     """Issue 17 point 2(a): a release that fails after the umount (a fake: every ioctl from the
@@ -324,6 +303,7 @@ def claim_and_release_freeze_no_queue(e):
     k = e.k
     o = e.opts()
     dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+    os.makedirs(k.gmp("pv1"), exist_ok=True)  # kubelet makes it before mountdevice
     calls = ioctls_of(e, ("mountdevice", k.gmp("pv1"), dev, o))
     check(gmp_mounted(e), "mounted")
     check(not [c for c in calls if "LOOP_SET_STATUS64" in c], "mountdevice: %r" % calls)
@@ -340,7 +320,8 @@ def claim_and_release_freeze_no_queue(e):
 def mountdevice_killed_at_every_syscall_leaks_nothing(e):
     """Issue 29: mountdevice releases waitforattach's binding and binds the image again,
     claimed and released by the kernel at its last close, its device held open until the mount
-    holds it.  SIGKILL at each of its syscalls from its first ioctl on: the device mount is
+    holds it.  SIGKILL at its syscalls from its first ioctl on (each ioctl, mount and close,
+    every 4th of the others): the device mount is
     there, and its umount alone releases the binding; or it is not, and kubelet's retry mounts.
     Nothing is left after unmountdevice and detach."""
     k = e.k
@@ -349,12 +330,16 @@ def mountdevice_killed_at_every_syscall_leaks_nothing(e):
     k.unmountdevice("pv1", expect="Success")
     k.detach("pv1", expect="Success")
     dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+    os.makedirs(k.gmp("pv1"), exist_ok=True)  # kubelet makes it before mountdevice
     seq = syscalls_of(e, ("mountdevice", k.gmp("pv1"), dev, o))
     k.unmountdevice("pv1", expect="Success")
     k.detach("pv1", expect="Success")
     first = [i for i, (name, _) in enumerate(seq) if name == "ioctl"]
     check(first, "mountdevice made no ioctl: %r" % seq)
-    for name, n in seq[first[0]:]:
+    # every ioctl, mount and close (the claim's steps, the hold's end), every 4th other syscall
+    points = [(name, n) for i, (name, n) in enumerate(seq[first[0]:])
+              if name in ("ioctl", "mount", "move_mount", "close") or i % 4 == 0]
+    for name, n in points:
         what = "mountdevice killed at %s #%d" % (name, n)
         dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
         killed_at(e, ("mountdevice", k.gmp("pv1"), dev, o), name, n)
