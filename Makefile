@@ -3,6 +3,7 @@
 #   make                     build/<driver> for every drivers/<name>/ directory
 #   make check               unit tests + kubelet simulator (root, real loop devices)
 #   make bench               per-call cost against the exec floor, attach cost vs node size
+#   make bench-cycle         the attach cycle per op, its floors, against the previous release
 #   make SANITIZE=address,undefined check
 #   make V=1                 show commands
 #
@@ -51,7 +52,7 @@ Q := @
 endif
 
 .DELETE_ON_ERROR:
-.PHONY: all check check-unit check-sim bench demo clean print-version
+.PHONY: all check check-unit check-sim bench bench-cycle demo clean print-version
 
 all: $(addprefix $(O)/,$(DRIVERS))
 
@@ -122,9 +123,27 @@ $(O)/floor: tests/bench/floor.c
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) -O2 -static -o $@ $<
 
+$(O)/kfloor: tests/bench/kfloor.c
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -O2 -static -o $@ $<
+
+# The previous release, built from git for the A/B columns of the cycle bench
+# (tests/bench/cycle.py --old): BENCH_OLD_REV archived into $(BENCH_OLD).src.
+BENCH_OLD_REV ?= 01d4831
+BENCH_OLD     ?= $(O)/old-$(BENCH_OLD_REV)
+$(BENCH_OLD)/loop:
+	$(Q)rm -rf $(BENCH_OLD).src && mkdir -p $(BENCH_OLD).src
+	$(Q)git archive $(BENCH_OLD_REV) | tar -x -C $(BENCH_OLD).src
+	$(Q)$(MAKE) -C $(BENCH_OLD).src O=$(abspath $(BENCH_OLD)) all
+
+# the attach cycle per op against the exec and kernel floors and the previous release
+bench-cycle: all $(O)/floor $(O)/kfloor $(BENCH_OLD)/loop
+	$(Q)python3 tests/bench/cycle.py --build $(O) --old $(BENCH_OLD)
+
 # the static binary is what ships: it is measured next to the dynamic one
-bench: all static $(O)/floor
+bench: all static $(O)/floor $(O)/kfloor $(BENCH_OLD)/loop
 	$(Q)python3 tests/bench/bench.py --build $(O) --static $(O)/static
+	$(Q)python3 tests/bench/cycle.py --build $(O) --old $(BENCH_OLD)
 
 clean:
 	rm -rf $(O)

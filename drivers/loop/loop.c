@@ -7,7 +7,9 @@
  *   parse    options -> image path (confined), size, read-only
  *   handle   "loop:<file>"
  *   attach   bind the image to exactly one loop device (reusing a binding of
- *            the same file, matched by device and inode), wait for its node
+ *            the same file, matched by device and inode); waitforattach
+ *            waits for its node, a claim binds it released by the kernel
+ *            with its last mount (bind.c)
  *   find     the binding of the image
  *   release  unbind every binding claimed for (or hinted with) a volume name
  *   grow     grow the file, LOOP_SET_CAPACITY
@@ -18,12 +20,10 @@
  * named by kubelet's directory argument, "flexvol?<hint>" while only
  * waitforattach has bound it (the hint is the options' volume name, which a
  * PV author can set to anything: it never makes a claim, see fv/blkvol.h).
+ * The kernel side (status, walk, bind, claim, release) is in bind.c.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <json-c/json.h>
-#include <libudev.h>
-#include <linux/loop.h>
 #include <stdio.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -39,24 +39,11 @@
 #include "fv/mountutil.h"
 #include "fv/state.h"
 #include "fv/util.h"
+#include "loop.h"
 
 #define TAG_PREFIX "flexvol" /* then ':' (claimed) or '?' (hinted), then the name */
 #define DEFAULT_FSTYPE "ext4"
 #define MAX_LOOP_SIZE (1ULL << 50) /* 1 PiB: anything larger is a typo */
-
-struct loopvol {
-	char rel[PATH_MAX]; /* the image, relative to the loop root */
-	uint64_t size;	    /* bytes, 0 when not given */
-	const char *fstype; /* requested, or NULL: keep what is there / ext4 */
-	bool ro;
-};
-
-struct binding {
-	int nr; /* loop minor, -1 when none */
-	bool ro;
-	char tag[LO_NAME_SIZE];
-	char dev[32];
-};
 
 /* Options -> struct loopvol.  Lexical checks only: no node access (attach runs in the KCM). */
 static int loop_parse(struct fv_ctx *cx, const struct fv_opts *o, void *vol)
@@ -181,273 +168,6 @@ static int open_image(struct fv_ctx *cx, const struct loopvol *v, bool create, i
 	return 0;
 }
 
-static int loop_status(int nr, struct loop_info64 *info)
-{
-	char dev[32];
-	_cleanup_close_ int fd = -1;
-
-	snprintf(dev, sizeof(dev), "/dev/loop%d", nr);
-	fd = open(dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0)
-		return NEG_ERRNO();
-	if (ioctl(fd, LOOP_GET_STATUS64, info) < 0)
-		return NEG_ERRNO(); /* ENXIO: not bound */
-	return 0;
-}
-
-/* "loopN" (not a partition "loopNpM"): N, else -1 */
-static long loop_nr(const char *name)
-{
-	char *end;
-	long nr;
-
-	if (strncmp(name, "loop", 4) != 0)
-		return -1;
-	nr = strtol(name + 4, &end, 10);
-	if (end == name + 4 || *end || nr < 0 || nr > INT32_MAX)
-		return -1;
-	return nr;
-}
-
-/*
- * Ask loop device @nr for its status and call @fn when it is bound: 1 (stop)
- * or 0 from @fn, 0 when unbound (ENXIO) or gone, -errno when the status
- * cannot be read - never "not bound" for a device we could not ask.
- */
-static int each_one(int nr, bool (*fn)(int nr, const struct loop_info64 *info, void *arg),
-		    void *arg)
-{
-	struct loop_info64 info;
-	int r = loop_status(nr, &info);
-
-	if (r == -ENXIO || r == -ENOENT || r == -ENODEV)
-		return 0;
-	if (r < 0)
-		return r;
-	return fn(nr, &info, arg) ? 1 : 0;
-}
-
-/* Without /proc: every loop device in sysfs, each asked (ENXIO: not bound). */
-static int each_binding_sysfs(bool (*fn)(int nr, const struct loop_info64 *info, void *arg),
-			      void *arg)
-{
-	DIR *d = opendir("/sys/block");
-	struct dirent *e;
-	int stop = 0;
-
-	if (!d)
-		return NEG_ERRNO();
-	while (!stop && (e = readdir(d))) {
-		long nr = loop_nr(e->d_name);
-
-		if (nr >= 0)
-			stop = each_one((int)nr, fn, arg);
-	}
-	closedir(d);
-	return stop;
-}
-
-/*
- * Walk the bound loop devices and call @fn for each with its status; @fn
- * returns true to stop.  No kernel interface maps a file or a tag to its
- * loop device, so this is a walk, but only over bound devices:
- * /proc/partitions lists block devices with a non-zero capacity, which
- * leaves out every free loop device (a node may keep thousands).  One
- * read of a kernel file, like mountinfo, instead of a sysfs lookup and
- * an open() per device (25 ms for 1,000 free devices, issue 11).  We never
- * bind an image under one sector (bind_image), so none of ours is left out.
- * The kernel still decides: LOOP_GET_STATUS64 answers each listed device.
- * Returns 1 when @fn stopped the walk, 0 when it ran through, -errno when a
- * device's status could not be read (the walk stops there).
- */
-static int each_binding(bool (*fn)(int nr, const struct loop_info64 *info, void *arg), void *arg)
-{
-	FILE *f = fopen("/proc/partitions", "re");
-	char line[256];
-	int stop = 0;
-
-	if (!f)
-		return each_binding_sysfs(fn, arg);
-	while (!stop && fgets(line, sizeof(line), f)) {
-		unsigned int maj, min;
-		unsigned long long blocks;
-		char name[64];
-		long nr;
-
-		if (sscanf(line, "%u %u %llu %63s", &maj, &min, &blocks, name) != 4)
-			continue; /* the header, the blank line */
-		nr = loop_nr(name);
-		if (nr >= 0)
-			stop = each_one((int)nr, fn, arg);
-	}
-	fclose(f);
-	return stop;
-}
-
-struct find_file {
-	const struct stat *st;
-	struct binding *b;
-};
-
-static void fill_binding(struct binding *b, int nr, const struct loop_info64 *info)
-{
-	b->nr = nr;
-	b->ro = info->lo_flags & LO_FLAGS_READ_ONLY;
-	snprintf(b->tag, sizeof(b->tag), "%.*s", LO_NAME_SIZE - 1, (const char *)info->lo_file_name);
-	snprintf(b->dev, sizeof(b->dev), "/dev/loop%d", nr);
-}
-
-static bool match_file(int nr, const struct loop_info64 *info, void *arg)
-{
-	struct find_file *f = arg;
-
-	if (info->lo_device != f->st->st_dev || info->lo_inode != f->st->st_ino)
-		return false;
-	fill_binding(f->b, nr, info);
-	return true;
-}
-
-/* The binding of the file @st, if any: 0 found, 1 none, -errno (message set) when unknowable. */
-static int find_binding(struct fv_ctx *cx, const struct stat *st, struct binding *b)
-{
-	struct find_file f = { st, b };
-	int r;
-
-	b->nr = -1;
-	r = each_binding(match_file, &f);
-	if (r < 0)
-		return fv_fail(cx, r, "cannot read the loop devices' status: %s", strerror(-r));
-	return r ? 0 : 1;
-}
-
-static int release(struct fv_ctx *cx, const struct binding *b)
-{
-	_cleanup_close_ int fd = open(b->dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	struct stat st;
-	int n;
-
-	if (fd < 0)
-		return fv_fail(cx, NEG_ERRNO(), "cannot open %s: %m", b->dev);
-	/* by device number: bind mounts of the filesystem count too */
-	n = fstat(fd, &st) < 0 ? NEG_ERRNO() : fv_mnt_count_devno(st.st_rdev);
-	if (n < 0)
-		return fv_fail(cx, n, "cannot read the mount table: %s", strerror(-n));
-	if (n > 0)
-		return fv_fail(cx, -EBUSY, "%s is still mounted (%d mount%s); not releasing it",
-			       b->dev, n, n == 1 ? "" : "s");
-	if (ioctl(fd, LOOP_CLR_FD, 0) < 0 && errno != ENXIO)
-		return fv_fail(cx, NEG_ERRNO(), "cannot release %s: %m", b->dev);
-	fv_log("released %s (%s)", b->dev, b->tag);
-	return 0;
-}
-
-struct diskseq_match {
-	int nr;
-	char seq[32];
-};
-
-static bool match_loop(struct udev_device *d, void *arg)
-{
-	const struct diskseq_match *m = arg;
-	const char *seq = udev_device_get_property_value(d, "DISKSEQ");
-	char name[32];
-
-	snprintf(name, sizeof(name), "loop%d", m->nr);
-	if (!streq(udev_device_get_sysname(d), name))
-		return false;
-	/* correlate on DISKSEQ: a stale event of the previous binding must not count */
-	return !m->seq[0] || (seq && streq(seq, m->seq));
-}
-
-/* Bind the open image @fd to a free loop device and wait for its node. */
-static int bind_image(struct fv_ctx *cx, const struct loopvol *v, int fd, const char *tag,
-		      struct binding *b)
-{
-	const struct fv_config *cfg = fv_ctx_config(cx);
-	struct fv_devwait *w = NULL;
-	struct loop_config lc = { .fd = (uint32_t)fd };
-	struct diskseq_match m;
-	char path[64];
-	struct stat st;
-	_cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-	int r, nr = -1;
-
-	if (ctl < 0)
-		return fv_fail(cx, NEG_ERRNO(), "cannot open /dev/loop-control: %m");
-	/*
-	 * A device of no capacity holds no filesystem, and each_binding()
-	 * could not find it again (/proc/partitions leaves it out).
-	 */
-	if (fstat(fd, &st) < 0 || st.st_size < 512)
-		return fv_fail(cx, -EINVAL, "image '%s' is smaller than one 512-byte sector; "
-			       "nothing to attach", v->rel);
-	r = fv_devwait_open(cx, &w);
-	if (r < 0)
-		return r;
-	snprintf((char *)lc.info.lo_file_name, LO_NAME_SIZE, "%s", tag);
-	lc.info.lo_flags = LO_FLAGS_DIRECT_IO | (v->ro ? LO_FLAGS_READ_ONLY : 0);
-	/* Another process may grab the free device first (EBUSY): take the next one. */
-	for (int tries = 0; tries < 32; tries++) {
-		_cleanup_close_ int lfd = -1;
-
-		nr = ioctl(ctl, LOOP_CTL_GET_FREE);
-		if (nr < 0) {
-			r = fv_fail(cx, NEG_ERRNO(), "no free loop device: %m");
-			goto out;
-		}
-		snprintf(b->dev, sizeof(b->dev), "/dev/loop%d", nr);
-		lfd = open(b->dev, O_RDWR | O_CLOEXEC);
-		if (lfd < 0) {
-			r = fv_fail(cx, NEG_ERRNO(), "cannot open %s: %m", b->dev);
-			goto out;
-		}
-		r = ioctl(lfd, LOOP_CONFIGURE, &lc) < 0 ? NEG_ERRNO() : 0;
-		if (r == -EINVAL && (lc.info.lo_flags & LO_FLAGS_DIRECT_IO)) {
-			/* the backing filesystem cannot do direct I/O: buffered it is */
-			lc.info.lo_flags &= ~(uint32_t)LO_FLAGS_DIRECT_IO;
-			r = ioctl(lfd, LOOP_CONFIGURE, &lc) < 0 ? NEG_ERRNO() : 0;
-		}
-		if (r != -EBUSY)
-			break;
-	}
-	if (r < 0) {
-		r = fv_fail(cx, r, "cannot bind '%s' to %s: %s", v->rel, b->dev, strerror(-r));
-		goto out;
-	}
-	fv_log("bound %s/%s to %s (%s%s)", cfg->loop_root, v->rel, b->dev,
-	       (const char *)lc.info.lo_file_name, v->ro ? ", read-only" : "");
-	b->nr = nr;
-	b->ro = v->ro;
-	memset(&m, 0, sizeof(m));
-	m.nr = nr;
-	snprintf(path, sizeof(path), "/sys/block/loop%d/diskseq", nr);
-	if (fv_read_line(path, m.seq, sizeof(m.seq)) < 0)
-		m.seq[0] = '\0';
-	snprintf(path, sizeof(path), "loop%d", nr);
-	r = fv_devwait_run(cx, w, path, match_loop, &m, cfg->device_timeout * 1000, b->dev,
-			   sizeof(b->dev));
-out:
-	fv_devwait_free(w);
-	return r;
-}
-
-/* Rewrite the tag of a bound device (the claim of mountdevice); everything else stays. */
-static int set_tag(struct fv_ctx *cx, struct binding *b, const char *tag)
-{
-	_cleanup_close_ int fd = open(b->dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	struct loop_info64 info;
-
-	if (fd < 0 || ioctl(fd, LOOP_GET_STATUS64, &info) < 0)
-		return fv_fail(cx, NEG_ERRNO(), "cannot read the status of %s: %m", b->dev);
-	memset(info.lo_file_name, 0, sizeof(info.lo_file_name));
-	snprintf((char *)info.lo_file_name, LO_NAME_SIZE, "%s", tag);
-	if (ioctl(fd, LOOP_SET_STATUS64, &info) < 0)
-		return fv_fail(cx, NEG_ERRNO(), "cannot tag %s: %m", b->dev);
-	fv_log("%s: %s is now %s", b->dev, b->tag, tag);
-	snprintf(b->tag, sizeof(b->tag), "%s", tag);
-	return 0;
-}
-
 /*
  * The owner record of an image: the name of the first volume a trusted op
  * (mountdevice, node-mode mount) claimed it for, in a "trusted." extended
@@ -531,10 +251,70 @@ static void writable_if_possible(const struct loopvol *v, int *fd, struct loopvo
 }
 
 /*
+ * The claim of a trusted op (mountdevice, node-mode mount) on the binding
+ * @b of the image: 1 to bind the image anew (@b released), 0 to use @b as
+ * it is, <0 refused.  A binding no mount uses is released and bound again,
+ * claimed and released by the kernel with its last user (loop_claim_unused():
+ * no queue freeze, and a kill before the mount leaves nothing bound); a
+ * mounted one is re-tagged in place if it must be (a freeze: rare, a
+ * binding someone mounted under another tag).
+ */
+static int claim(struct fv_ctx *cx, const struct loopvol *v, const struct loopvol *dv,
+		 struct binding *b, const char *tag)
+{
+	struct stat st;
+	int n = stat(b->dev, &st) < 0 ? NEG_ERRNO() : fv_mnt_count_devno(st.st_rdev);
+
+	if (n < 0)
+		return fv_fail(cx, n, "cannot tell whether %s is mounted: %s", b->dev, strerror(-n));
+	if (n == 0) {
+		int r = loop_claim_unused(cx, b, tag);
+
+		if (r != 0)
+			return r;
+	} else if (!streq(b->tag, tag)) {
+		int r = loop_set_tag(cx, b, tag);
+
+		if (r < 0)
+			return r;
+	}
+	/* bound read-only and in use: it still serves read-only pods */
+	if (b->ro && !dv->ro && !v->ro)
+		return fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' is bound read-only to %s and in "
+			       "use by read-only pods; a pod asking for read-write can use it once "
+			       "they are gone", v->rel, b->dev);
+	fv_log("reusing %s for %s", b->dev, v->rel);
+	return 0;
+}
+
+/*
+ * waitforattach on an existing binding @b: 1 to bind anew (@b released), 0
+ * to reuse it, <0 refused.  Bound read-only (by an older version, or while
+ * the image could not be written) and writable now: rebound if idle.  In
+ * use, it still serves a read-only pod; a read-write one is told why not.
+ */
+static int reuse(struct fv_ctx *cx, const struct loopvol *v, const struct loopvol *dv,
+		 struct binding *b)
+{
+	if (b->ro && !dv->ro) {
+		if (loop_unbind(cx, b) == 0)
+			return 1;
+		fv_ctx_reset_message(cx);
+		if (!v->ro)
+			return fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' is bound read-only to %s "
+				       "and in use by read-only pods; a pod asking for read-write "
+				       "can use it once they are gone", v->rel, b->dev);
+	}
+	fv_log("reusing %s for %s", b->dev, v->rel);
+	return 0;
+}
+
+/*
  * The node-local attach: the image bound to exactly one loop device,
  * read-write whenever the image can be written (writable_if_possible()).
- * Reuses an existing binding; never makes a second one.  @name (trusted)
- * claims the binding; without it @hint only labels a new one.  Returns with
+ * Never makes a second binding.  @name (trusted) claims the binding, made
+ * to be released by the kernel with its last mount (claim()); without it
+ * @hint only labels a new one, or an existing one is reused.  Returns with
  * the image lock held in *ret_lock.
  */
 static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, const char *hint,
@@ -566,12 +346,11 @@ static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, con
 			goto fail;
 	}
 	make_tag(name ? ':' : '?', want, tag);
-	r = find_binding(cx, &st, &b);
+	r = loop_find_binding(cx, &st, &b);
 	if (r < 0)
 		goto fail;
 	if (r == 0) {
 		char mine[LO_NAME_SIZE];
-		bool rebind;
 
 		/* the same name, claimed or hinted, is this volume's binding */
 		make_tag(b.tag[strlen(TAG_PREFIX)] == ':' ? ':' : '?', want, mine);
@@ -582,33 +361,13 @@ static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, con
 				    v->rel, b.dev, b.tag);
 			goto fail;
 		}
-		/*
-		 * Bound read-only (by an older version, or while the image could
-		 * not be written) and writable now: rebound if idle.  In use, it
-		 * still serves a read-only pod; a read-write one is told why not.
-		 */
-		rebind = b.ro && !dv.ro;
-		if (rebind && release(cx, &b) < 0) {
-			fv_ctx_reset_message(cx);
-			if (!v->ro) {
-				r = fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' is bound read-only to %s "
-					    "and in use by read-only pods; a pod asking for read-write "
-					    "can use it once they are gone", v->rel, b.dev);
-				goto fail;
-			}
-			rebind = false; /* reused read-only, as this pod asks */
-		}
-		if (!rebind) {
-			fv_log("reusing %s for %s", b.dev, v->rel);
-			if (name && !streq(b.tag, tag)) {
-				r = set_tag(cx, &b, tag);
-				if (r < 0)
-					goto fail;
-			}
+		r = name ? claim(cx, v, &dv, &b, tag) : reuse(cx, v, &dv, &b);
+		if (r < 0)
+			goto fail;
+		if (r == 0)
 			goto done;
-		}
 	}
-	r = bind_image(cx, &dv, fd, tag, &b);
+	r = loop_bind(cx, v->rel, dv.ro, fd, tag, name != NULL, &b);
 	if (r < 0)
 		goto fail;
 done:
@@ -643,7 +402,7 @@ static int loop_find(struct fv_ctx *cx, const void *vol, char *dev, size_t len)
 	}
 	if (r < 0)
 		return r;
-	r = find_binding(cx, &st, &b);
+	r = loop_find_binding(cx, &st, &b);
 	if (r != 0)
 		return r;
 	snprintf(dev, len, "%s", b.dev);
@@ -719,7 +478,7 @@ static bool release_one(int nr, const struct loop_info64 *info, void *arg)
 	char kind;
 	int k;
 
-	fill_binding(&b, nr, info);
+	loop_fill_binding(&b, nr, info);
 	if (!our_tag(b.tag, &kind))
 		return false; /* never anybody else's device */
 	if (!streq(b.tag, x->claimed) && !streq(b.tag, x->hinted) &&
@@ -731,7 +490,7 @@ static bool release_one(int nr, const struct loop_info64 *info, void *arg)
 		fv_log("leaving %s (%s): it is mounted", b.dev, b.tag);
 		return false;
 	}
-	k = release(x->cx, &b);
+	k = loop_unbind(x->cx, &b);
 	if (k < 0 && x->r == 0)
 		x->r = k;
 	return false;
@@ -745,12 +504,12 @@ static bool release_one(int nr, const struct loop_info64 *info, void *arg)
 static int loop_release(struct fv_ctx *cx, const char *name, dev_t devno, json_object *rec)
 {
 	struct release_ctx x = { .cx = cx, .devno = devno };
-
 	int r;
 
+	loop_hold_drop(); /* a device this process bound: released here, not at our exit */
 	make_tag(':', name, x.claimed);
 	make_tag('?', name, x.hinted);
-	r = each_binding(release_one, &x);
+	r = loop_each_binding(release_one, &x);
 	if (r < 0 && x.r == 0)
 		x.r = fv_fail(cx, r, "cannot read the loop devices' status: %s", strerror(-r));
 	return x.r;
@@ -766,35 +525,32 @@ struct autoclear_ctx {
 static bool autoclear_one(int nr, const struct loop_info64 *info, void *arg)
 {
 	struct autoclear_ctx *x = arg;
-	struct loop_info64 set = *info;
-	_cleanup_close_ int fd = -1;
 	struct binding b;
 	struct stat st;
 
-	fill_binding(&b, nr, info);
+	loop_fill_binding(&b, nr, info);
 	if (!streq(b.tag, x->claimed) || stat(b.dev, &st) < 0 || st.st_rdev != x->devno)
 		return false;
-	fd = open(b.dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	set.lo_flags |= LO_FLAGS_AUTOCLEAR;
-	if (fd < 0 || ioctl(fd, LOOP_SET_STATUS64, &set) < 0)
-		x->r = NEG_ERRNO();
-	else
+	x->r = loop_autoclear(x->cx, &b);
+	if (x->r == 0)
 		fv_log("%s (%s): released by the kernel when its last mount goes", b.dev, b.tag);
 	return true;
 }
 
 /*
  * The binding claimed for @name on @devno is released by the kernel at its
- * last close (LO_FLAGS_AUTOCLEAR, settable on a bound device): from the
- * umount on, no SIGKILL can leave it behind.
+ * last close (LO_FLAGS_AUTOCLEAR): from the umount on, no SIGKILL can leave
+ * it behind.  Set when it was bound (claim()); only an older version's
+ * binding gets it here.
  */
 static int loop_release_on_umount(struct fv_ctx *cx, const char *name, dev_t devno)
 {
 	struct autoclear_ctx x = { .cx = cx, .devno = devno };
 	int r;
 
+	loop_hold_drop(); /* a device this process bound: the umount is its last user */
 	make_tag(':', name, x.claimed);
-	r = each_binding(autoclear_one, &x);
+	r = loop_each_binding(autoclear_one, &x);
 	return r < 0 ? r : x.r;
 }
 

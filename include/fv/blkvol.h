@@ -79,7 +79,10 @@ struct fv_blkvol_ops {
 	 * claimed for another name is -FV_ERR_CONFLICT.  On success *ret_lock
 	 * is a lock (fd, or -1) the class holds until the device is mounted
 	 * and releases with fv_unlock(): the backend's own serialisation
-	 * (one image, one target) against concurrent release decisions.
+	 * (one image, one target) against concurrent release decisions.  A
+	 * claim may leave the device open in the backend until the driver
+	 * exits or release()/release_on_umount() runs (loop: a binding the
+	 * kernel releases at its last close, held until the mount holds it).
 	 */
 	int (*attach)(struct fv_ctx *cx, const void *vol, const char *name, const char *hint,
 		      char *dev, size_t len, int *ret_lock);
@@ -100,9 +103,10 @@ struct fv_blkvol_ops {
 	 * release_on_umount() - optional: device @devno, mounted for volume
 	 * @name, is about to be unmounted for good (unmountdevice, the last
 	 * pod in node mode).  Arrange, where the backend can, that the kernel
-	 * undoes the attach when its last mount goes (loop: LO_FLAGS_AUTOCLEAR),
-	 * so a SIGKILL between the umount and release() leaks nothing.  A
-	 * failure here is logged, never fatal: release() still runs.
+	 * undoes the attach when its last mount goes (loop: LO_FLAGS_AUTOCLEAR,
+	 * set at bind time by attach(); here only on an older version's
+	 * binding), so a SIGKILL between the umount and release() leaks
+	 * nothing.  A failure here is logged, never fatal: release() still runs.
 	 */
 	int (*release_on_umount)(struct fv_ctx *cx, const char *name, dev_t devno);
 

@@ -74,18 +74,8 @@ class BenchError(Exception):
     pass
 
 
-def spawn(argv, env, rss_file=None):
-    """Run argv once: (seconds, maxrss KiB, exit status, stdout, stderr).
-
-    A child forked (or vforked) from this Python process starts with
-    Python's memory, and the kernel's ru_maxrss keeps that high-water mark
-    across exec: wait4 here would report ~10 MiB for anything.  So with
-    @rss_file the call runs under GNU time, whose own wait4 ru_maxrss (%M,
-    KiB) is the child's real peak; those runs are not timed.  Without it
-    the maxrss returned is 0.
-    """
-    if rss_file:
-        argv = [GNU_TIME, "-f", "%M", "-o", rss_file] + argv
+def spawn_ru(argv, env):
+    """Run argv once: (seconds, the child's rusage from wait4, exit status, stdout, stderr)."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     fa = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2),
@@ -107,13 +97,29 @@ def spawn(argv, env, rss_file=None):
         err += chunk
     os.close(out_r)
     os.close(err_r)
+    return t, ru, os.waitstatus_to_exitcode(status), out, err
+
+
+def spawn(argv, env, rss_file=None):
+    """Run argv once: (seconds, maxrss KiB, exit status, stdout, stderr).
+
+    A child forked (or vforked) from this Python process starts with
+    Python's memory, and the kernel's ru_maxrss keeps that high-water mark
+    across exec: wait4 here would report ~10 MiB for anything.  So with
+    @rss_file the call runs under GNU time, whose own wait4 ru_maxrss (%M,
+    KiB) is the child's real peak; those runs are not timed.  Without it
+    the maxrss returned is 0.
+    """
+    if rss_file:
+        argv = [GNU_TIME, "-f", "%M", "-o", rss_file] + argv
+    t, _, rc, out, err = spawn_ru(argv, env)
     maxrss = 0
     if rss_file:
         with open(rss_file) as f:
             lines = f.read().split()
         # "Command exited with non-zero status N" comes before the number
         maxrss = int(lines[-1]) if lines and lines[-1].isdigit() else 0
-    return t, maxrss, os.waitstatus_to_exitcode(status), out, err
+    return t, maxrss, rc, out, err
 
 
 def check_reply(label, argv, rc, out, err, want):
@@ -203,6 +209,20 @@ def loops_backed_by(scratch):
         if backing.startswith(prefix):
             found.append(f"/dev/{name}")
     return found
+
+
+def release_scratch(scratch, rc, keep=False):
+    """Detach what is left bound in @scratch and remove it, unless kept (@keep, a failure:
+    its log).  Returns @rc, or 1 when something could not be detached."""
+    left = detach_loops(scratch)
+    if left:
+        print(f"bench: could not detach {left}", file=sys.stderr)
+        rc = 1
+    if keep or rc:
+        print(f"scratch kept: {scratch}", file=sys.stderr)
+    else:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return rc
 
 
 def detach_loops(scratch):
@@ -763,14 +783,7 @@ def main():
         print(f"bench: FAILED: {e}", file=sys.stderr)
         rc = 1
     finally:
-        left = detach_loops(scratch)
-        if left:
-            print(f"bench: could not detach {left}", file=sys.stderr)
-            rc = 1
-        if args.keep or rc:
-            print(f"scratch kept: {scratch}", file=sys.stderr)
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
+        rc = release_scratch(scratch, rc, args.keep)
     return rc
 
 

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from flexsim import case_registry, check, mounted_at, mounts_under  # noqa: E402
 import test_loop  # noqa: E402
 import test_loop_node  # noqa: E402
-from test_loop import bring_up  # noqa: E402
+from test_loop import as_older_version, bring_up  # noqa: E402
 
 DRIVER = "loop"
 CASES, case = case_registry()
@@ -70,10 +70,13 @@ def gc_is_an_op_of_block_drivers_only(e):
 @case
 def gc_a_unmountdevice_killed_after_umount(e):
     """(a): the device mount went, the release never ran, kubelet sees no mount and never calls
-    again.  gc releases the binding - once the record is older than the grace."""
+    again.  gc releases the binding - once the record is older than the grace.  Since issue 29
+    the kernel releases a binding of this version with that umount (autoclear, set at bind):
+    the leak is an older version's binding's."""
     k = e.k
     dev = bring_up(e)
     k.unmount("pod-a", "pv1", expect="Success")
+    as_older_version(dev)
     umount(k.gmp("pv1"))  # unmountdevice killed right after its umount
     gc(e)  # default grace: the record is seconds old
     check(list(e.loops()) == [dev], "a young record is left alone: %r" % e.loops())
@@ -86,8 +89,10 @@ def gc_a_unmountdevice_killed_after_umount(e):
 @case
 def gc_b_mountdevice_failing_then_pod_deleted(e):
     """(b): waitforattach bound the image, mountdevice keeps failing (xfs image, ext4 asked), the
-    pod is deleted; detach runs in the controller-manager.  gc releases the binding after the
-    grace; a waitforattach that nobody followed up is released too."""
+    pod is deleted; detach runs in the controller-manager.  Since issue 29 the failing
+    mountdevice leaves no binding (its claim binds the image again, released by the kernel with
+    the call's end); gc removes the records after the grace.  A waitforattach that nobody
+    followed up is released by gc."""
     k = e.k
     with open(e.image(), "wb") as f:
         f.truncate(320 << 20)
@@ -97,9 +102,10 @@ def gc_b_mountdevice_failing_then_pod_deleted(e):
         dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
         k.mountdevice("pv1", dev, o, expect="Failure")
     k.detach("pv1", node="controller-manager-elsewhere", expect="Success")
-    check(list(e.loops()) == [dev], "binding leaked: %r" % e.loops())
+    check(not e.loops(), "the failed claim's binding went with its call: %r" % e.loops())
+    check(records(e), "its record is left for gc")
     gc(e)
-    check(list(e.loops()) == [dev], "left alone within the grace: %r" % e.loops())
+    check(records(e), "left alone within the grace")
     gc(e, grace=0)
     e.nothing_left("gc after failing mountdevice")
     check(not records(e), "records left: %r" % records(e))
@@ -119,6 +125,7 @@ def gc_never_releases_what_is_in_use(e):
     d1 = bring_up(e, "pv1", uids=("pod-a", "pod-b"))
     d2 = bring_up(e, "pv2", e.opts("pv2", file="vol2.img"))
     k.unmount("pod-a", "pv2", expect="Success")
+    as_older_version(d2)  # else the kernel releases it with the umount (issue 29)
     umount(k.gmp("pv2"))  # pv2 leaked, pv1 in use
     lockdir = os.path.join(e.run, "locks")
     # a free lock has no file (its last holder removes it): make it, as fv_lock() does
@@ -152,7 +159,7 @@ def gc_runs_opportunistically(e):
     without anybody calling gc."""
     k = e.k
     env = dict(e.env, FLEXVOL_GC_GRACE="0", FLEXVOL_GC_INTERVAL="2")
-    bring_up(e)
+    as_older_version(bring_up(e))  # else the kernel releases it with the umount (issue 29)
     k.unmount("pod-a", "pv1", expect="Success")
     umount(k.gmp("pv1"))
     os.makedirs(k.poddir("pod-z", "other"), exist_ok=True)

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -98,6 +99,25 @@ def bring_up(e, vol="pv1", opts=None, uids=("pod-a",)):
     for uid in uids:
         k.mount(uid, vol, opts, expect="Success")
     return dev
+
+
+LOOP_SET_STATUS64, LOOP_GET_STATUS64 = 0x4C04, 0x4C05
+LO_FLAGS_AUTOCLEAR = 4
+LOOP_INFO64_SIZE, LO_FLAGS_OFFSET = 232, 52  # struct loop_info64, its lo_flags
+
+
+def as_older_version(dev):
+    """Make the binding of @dev one an older version made: no LO_FLAGS_AUTOCLEAR from its bind
+    (it set the flag in unmountdevice, right before the umount)."""
+    buf = bytearray(LOOP_INFO64_SIZE)
+    fd = os.open(dev, os.O_RDONLY)
+    try:
+        fcntl.ioctl(fd, LOOP_GET_STATUS64, buf)
+        flags = struct.unpack_from("<I", buf, LO_FLAGS_OFFSET)[0]
+        struct.pack_into("<I", buf, LO_FLAGS_OFFSET, flags & ~LO_FLAGS_AUTOCLEAR)
+        fcntl.ioctl(fd, LOOP_SET_STATUS64, buf)
+    finally:
+        os.close(fd)
 
 
 def tear_down(e, vol="pv1", uids=("pod-a",)):
@@ -659,6 +679,57 @@ def partitioned_image_is_not_formatted(e):
         check(f.read(1 << 20) == before, "the image was not touched")
     k.detach("pv1", expect="Success")
     e.nothing_left("partitioned")
+
+
+def refused_untouched(e, what, write):
+    """An image blank but for what @write puts in it: mountdevice refuses to format it, names
+    @what, and leaves every byte as it was."""
+    k = e.k
+    with open(e.image(), "wb") as f:
+        f.truncate(64 << 20)
+    with open(e.image(), "r+b") as f:
+        write(f)
+    with open(e.image(), "rb") as f:
+        before = f.read()
+    o = e.opts(size=None)
+    dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+    r = k.mountdevice("pv1", dev, o, expect="Failure")
+    check(what in r["message"] and "refusing" in r["message"], r["message"])
+    check(not mounted_at(k.gmp("pv1")), "nothing mounted")
+    k.detach("pv1", expect="Success")
+    with open(e.image(), "rb") as f:
+        check(f.read() == before, "the image was not touched")
+    e.nothing_left("refused: " + what)
+
+
+@case
+def zfs_labels_at_the_end_only_are_not_blank(e):
+    """Issue 29: the blank check reads ZFS labels in small pieces (libblkid's prober reads them
+    in 256 KiB ones) and still looks at the device's end: uberblocks in the last label alone,
+    four of them (what libblkid wants) or only one (stricter), keep the image from mkfs."""
+    size = 64 << 20
+
+    def last_label(n):
+        def write(f):
+            for i in range(n):  # the last label's uberblock area: its second 128 KiB, 1 KiB each
+                f.seek(size - (128 << 10) + i * 1024)
+                f.write(struct.pack("<Q", 0x00bab10c))
+        return write
+    refused_untouched(e, "zfs_member", last_label(4))
+    refused_untouched(e, "zfs_member", last_label(1))
+
+
+@case
+def xfs_external_log_is_not_blank(e):
+    """Issue 29: an XFS log record header in the first 256 KiB (libblkid's xfs_external_log,
+    now read in small pieces) keeps the image from mkfs."""
+    def write(f):
+        f.seek(40 * 512)
+        # h_magicno, h_cycle, h_version 2, h_len 512, then h_fmt (little-endian Linux) at 300
+        f.write(struct.pack(">IIII", 0xfeedbabe, 1, 2, 512))
+        f.seek(40 * 512 + 300)
+        f.write(struct.pack(">I", 1))
+    refused_untouched(e, "xfs_external_log", write)
 
 
 @case

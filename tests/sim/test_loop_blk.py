@@ -13,7 +13,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from flexsim import Driver, case_registry, check, mounted_at, mounts_under  # noqa: E402
 import test_loop  # noqa: E402
-from test_loop import bring_up  # noqa: E402
+from test_loop import as_older_version, bring_up  # noqa: E402
 
 DRIVER = "loop"
 CASES, case = case_registry()
@@ -248,9 +248,12 @@ def unmountdevice_killed_after_the_umount_leaks_nothing(e):
 def unmountdevice_failing_release_puts_the_mount_back(e):
     """Issue 17 point 2(a): a release that fails after the umount (a fake: every ioctl from the
     loop autoclear on fails with EIO, so the kernel does not release it either) puts the device
-    mount back and answers Failure, so kubelet calls unmountdevice again; the retry releases."""
+    mount back and answers Failure, so kubelet calls unmountdevice again; the retry releases.
+    Since issue 29 the autoclear is set when mountdevice binds; a binding of an older version
+    still gets it in unmountdevice, and that is the one failed here."""
     k = e.k
-    bring_up(e, uids=())
+    dev = bring_up(e, uids=())
+    as_older_version(dev)
     log = os.path.join(e.dir, "strace.out")
     subprocess.run(["strace", "-f", "-qq", "-e", "trace=ioctl,umount2", "-o", log, "--", e.bin,
                     "unmountdevice", k.gmp("pv1")], env=traced(e.env), stdin=subprocess.DEVNULL,
@@ -259,10 +262,13 @@ def unmountdevice_failing_release_puts_the_mount_back(e):
         calls = [line.split(None, 1)[1] for line in f if SYSCALL.match(line)]
     umount = [i for i, c in enumerate(calls) if c.startswith("umount2")][0]
     # the last ioctl before umount2 is the autoclear (LOOP_SET_STATUS64): it and all later ones fail
+    check(calls[umount - 1].startswith("ioctl") and "LOOP_SET_STATUS64" in calls[umount - 1],
+          "the older binding's autoclear comes right before the umount: %r" % calls[:umount + 1])
     n = max(1, len([c for c in calls[:umount] if c.startswith("ioctl")]))
     k.detach("pv1", expect="Success")
     e.nothing_left("traced")
     dev = bring_up(e, uids=())
+    as_older_version(dev)
     p = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e",
                         "inject=ioctl:error=EIO:when=%d+" % n, "--", e.bin, "unmountdevice",
                         k.gmp("pv1")], env=traced(e.env), stdin=subprocess.DEVNULL,
@@ -275,6 +281,74 @@ def unmountdevice_failing_release_puts_the_mount_back(e):
     check(not e.loops(), "released by the retry: %r" % e.loops())
     k.detach("pv1", expect="Success")
     e.nothing_left("failing release")
+
+
+def ioctls_of(e, args):
+    log = os.path.join(e.dir, "strace.out")
+    subprocess.run(["strace", "-f", "-qq", "-e", "trace=ioctl", "-o", log, "--", e.bin, *args],
+                   env=traced(e.env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=True, timeout=60)
+    with open(log) as f:
+        calls = [line.split(None, 1)[1] for line in f if SYSCALL.match(line)]
+    os.unlink(log)
+    return calls
+
+
+@case
+def claim_and_release_freeze_no_queue(e):
+    """Issue 29: LOOP_SET_STATUS64 on a bound device drains and freezes its queue (15-25 ms).
+    mountdevice's claim of waitforattach's binding and unmountdevice's release with the last
+    umount use none: the claim binds the image again with LOOP_CONFIGURE (claimed,
+    LO_FLAGS_AUTOCLEAR), and unmountdevice then has nothing to set."""
+    k = e.k
+    o = e.opts()
+    dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+    os.makedirs(k.gmp("pv1"), exist_ok=True)  # kubelet makes it before mountdevice
+    calls = ioctls_of(e, ("mountdevice", k.gmp("pv1"), dev, o))
+    check(gmp_mounted(e), "mounted")
+    check(not [c for c in calls if "LOOP_SET_STATUS64" in c], "mountdevice: %r" % calls)
+    check([c for c in calls if "LOOP_CONFIGURE" in c and "LO_FLAGS_AUTOCLEAR" in c],
+          "mountdevice binds with autoclear: %r" % calls)
+    calls = ioctls_of(e, ("unmountdevice", k.gmp("pv1")))
+    check(not [c for c in calls if "LOOP_SET_STATUS64" in c], "unmountdevice: %r" % calls)
+    check(not e.loops(), "released with the umount: %r" % e.loops())
+    k.detach("pv1", expect="Success")
+    e.nothing_left("no freeze")
+
+
+@case
+def mountdevice_killed_at_every_syscall_leaks_nothing(e):
+    """Issue 29: mountdevice releases waitforattach's binding and binds the image again,
+    claimed and released by the kernel at its last close, its device held open until the mount
+    holds it.  SIGKILL at its syscalls from its first ioctl on (each ioctl, mount and close,
+    every 4th of the others): the device mount is
+    there, and its umount alone releases the binding; or it is not, and kubelet's retry mounts.
+    Nothing is left after unmountdevice and detach."""
+    k = e.k
+    o = e.opts()
+    bring_up(e, uids=())  # formatted once: the kill points are the claim's, not mkfs's
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+    os.makedirs(k.gmp("pv1"), exist_ok=True)  # kubelet makes it before mountdevice
+    seq = syscalls_of(e, ("mountdevice", k.gmp("pv1"), dev, o))
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    first = [i for i, (name, _) in enumerate(seq) if name == "ioctl"]
+    check(first, "mountdevice made no ioctl: %r" % seq)
+    # every ioctl, mount and close (the claim's steps, the hold's end), every 4th other syscall
+    points = [(name, n) for i, (name, n) in enumerate(seq[first[0]:])
+              if name in ("ioctl", "mount", "move_mount", "close") or i % 4 == 0]
+    for name, n in points:
+        what = "mountdevice killed at %s #%d" % (name, n)
+        dev = k.waitforattach("loop:vol1.img", o, expect="Success")["device"]
+        killed_at(e, ("mountdevice", k.gmp("pv1"), dev, o), name, n)
+        if not gmp_mounted(e):
+            k.mountdevice("pv1", dev, o, expect="Success")  # kubelet's retry
+        k.unmountdevice("pv1", expect="Success")
+        check(not e.loops(), "%s: binding left after unmountdevice: %r" % (what, e.loops()))
+        k.detach("pv1", expect="Success")
+        e.nothing_left(what)
 
 
 # --- point 8: mixed read-only and read-write pods of one volume --------------------
