@@ -196,7 +196,7 @@ static const struct grpc_method *find_method(const struct conn *k, const char *p
 /* The request of @c is complete: check its frame, unpack, run the handler, answer. */
 static void run_call(struct conn *k, struct grpc_call *c)
 {
-	const struct grpc_method *m;
+	const struct grpc_method *m = NULL;
 	ProtobufCMessage *req;
 	uint32_t len;
 	uint64_t t0 = fv_now_ms();
@@ -244,9 +244,10 @@ static void run_call(struct conn *k, struct grpc_call *c)
 	}
 	free(c->in);
 	c->in = NULL;
-	logf_("%s code=%d duration_ms=%llu%s%s", c->path_bad ? "-" : c->path, (int)c->code,
-	      (unsigned long long)(fv_now_ms() - t0), c->code ? " message=" : "",
-	      c->code ? c->msg : "");
+	if (c->code != GRPC_OK || !m || !m->look)
+		logf_("%s code=%d duration_ms=%llu%s%s", c->path_bad ? "-" : c->path, (int)c->code,
+		      (unsigned long long)(fv_now_ms() - t0), c->code ? " message=" : "",
+		      c->code ? c->msg : "");
 	submit_answer(k, c);
 }
 

@@ -16,6 +16,7 @@
 #define FV_CSI_GRPC_H
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,6 +65,7 @@ struct grpc_method {
 	const char *path;
 	const ProtobufCMessageDescriptor *request;
 	void (*run)(struct grpc_call *call, const ProtobufCMessage *req);
+	bool look;	/* changes nothing: not logged when it succeeds (kubelet polls these) */
 };
 
 /* Answer @call with the message @resp (packed at once: it may live on the stack). */

@@ -47,9 +47,9 @@ static void probe(struct grpc_call *call, const ProtobufCMessage *req)
 
 const struct grpc_method csi_identity_methods[] = {
 	{ "/csi.v1.Identity/GetPluginInfo", &csi__v1__get_plugin_info_request__descriptor,
-	  get_plugin_info },
+	  get_plugin_info, true },
 	{ "/csi.v1.Identity/GetPluginCapabilities",
-	  &csi__v1__get_plugin_capabilities_request__descriptor, get_plugin_capabilities },
-	{ "/csi.v1.Identity/Probe", &csi__v1__probe_request__descriptor, probe },
+	  &csi__v1__get_plugin_capabilities_request__descriptor, get_plugin_capabilities, true },
+	{ "/csi.v1.Identity/Probe", &csi__v1__probe_request__descriptor, probe, true },
 };
 const size_t csi_identity_n = ARRAY_SIZE(csi_identity_methods);

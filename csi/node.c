@@ -428,15 +428,16 @@ static void node_get_info(struct grpc_call *call, const ProtobufCMessage *m)
 
 const struct grpc_method csi_node_methods[] = {
 	{ "/csi.v1.Node/NodeStageVolume", &csi__v1__node_stage_volume_request__descriptor,
-	  node_stage },
+	  node_stage, false },
 	{ "/csi.v1.Node/NodeUnstageVolume", &csi__v1__node_unstage_volume_request__descriptor,
-	  node_unstage },
+	  node_unstage, false },
 	{ "/csi.v1.Node/NodePublishVolume", &csi__v1__node_publish_volume_request__descriptor,
-	  node_publish },
+	  node_publish, false },
 	{ "/csi.v1.Node/NodeUnpublishVolume", &csi__v1__node_unpublish_volume_request__descriptor,
-	  node_unpublish },
+	  node_unpublish, false },
 	{ "/csi.v1.Node/NodeGetCapabilities", &csi__v1__node_get_capabilities_request__descriptor,
-	  node_get_capabilities },
-	{ "/csi.v1.Node/NodeGetInfo", &csi__v1__node_get_info_request__descriptor, node_get_info },
+	  node_get_capabilities, true },
+	{ "/csi.v1.Node/NodeGetInfo", &csi__v1__node_get_info_request__descriptor, node_get_info,
+	  true },
 };
 const size_t csi_node_n = ARRAY_SIZE(csi_node_methods);
