@@ -5,6 +5,9 @@
 #   make csi                build/flexvol-csi
 #   make check-csi-sanity   csi-sanity (kubernetes-csi/csi-test, built from its Go module by
 #                           tests/csi/build, cached) against flexvol-csi --driver loop (root)
+#   make check-csi          the endpoint's own tests (tests/csi/run-node: stage/publish of loop
+#                           volumes on real loop devices, bad requests, malformed gRPC frames),
+#                           then check-csi-sanity (root)
 #
 # The C of the CSI messages is generated at build time from csi/spec/csi.proto by protoc-c
 # (build/csi-gen/), with the well-known types it imports (timestamp, wrappers; descriptor.proto
@@ -25,7 +28,7 @@ CSI_FV_OBJS   := $(CORE_OBJS) $(patsubst %.c,$(O)/obj/%.o,$(DRV_SRCS) drivers/re
 CSI_CFLAGS    := $(shell $(PKG_CONFIG) --cflags $(CSI_PKGS) 2>/dev/null)
 CSI_LIBS      ?= $(shell $(PKG_CONFIG) --libs $(CSI_PKGS) 2>/dev/null)
 
-.PHONY: csi check-csi-sanity
+.PHONY: csi check-csi check-csi-sanity
 
 csi: $(O)/flexvol-csi
 
@@ -54,6 +57,10 @@ $(O)/flexvol-csi: $(CSI_OBJS) $(CSI_GEN_OBJS) $(CSI_FV_OBJS)
 		$(CSI_LIBS) $(FV_LIBS)
 
 check-csi-sanity: $(O)/flexvol-csi
+	$(Q)tests/csi/run-sanity --build $(O) --driver loop
+
+check-csi: $(O)/flexvol-csi
+	$(Q)tests/csi/run-node --build $(O)
 	$(Q)tests/csi/run-sanity --build $(O) --driver loop
 
 -include $(CSI_OBJS:.o=.d)

@@ -193,6 +193,82 @@ static const struct grpc_method *find_method(const struct conn *k, const char *p
 	return NULL;
 }
 
+/* A protobuf varint at @p[*i..n): false when cut short or longer than 10 bytes. */
+static bool varint(const uint8_t *p, size_t n, size_t *i, uint64_t *ret)
+{
+	uint64_t v = 0;
+
+	for (unsigned int shift = 0; shift < 70 && *i < n; shift += 7) {
+		uint8_t b = p[(*i)++];
+
+		v |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80)) {
+			*ret = v;
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * Does a string field of message @d in @p[0..n) hold a NUL byte?  protobuf-c
+ * hands strings over NUL-terminated, so "a.img\0../x" would reach the op
+ * layer as "a.img": such a request is refused, as the FlexVolume options
+ * parser refuses a NUL (docs/design.md, "The op layer").  Walks the wire
+ * format with the descriptor, into nested messages (map entries are
+ * messages).  1: a NUL; 0: none; -1: malformed (unpack refuses it).
+ */
+static int nul_in_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n,
+			  unsigned int depth)
+{
+	size_t i = 0;
+
+	if (depth > 16) /* the CSI messages nest a few levels; they are not recursive */
+		return 1;
+	while (i < n) {
+		const ProtobufCFieldDescriptor *f;
+		uint64_t key, v;
+		int r;
+
+		if (!varint(p, n, &i, &key))
+			return -1;
+		switch (key & 7) {
+		case 0: /* varint */
+			if (!varint(p, n, &i, &v))
+				return -1;
+			break;
+		case 1: /* 64-bit */
+			if (n - i < 8)
+				return -1;
+			i += 8;
+			break;
+		case 5: /* 32-bit */
+			if (n - i < 4)
+				return -1;
+			i += 4;
+			break;
+		case 2: /* length-delimited */
+			if (!varint(p, n, &i, &v) || v > n - i)
+				return -1;
+			f = key >> 3 <= UINT32_MAX ?
+				    protobuf_c_message_descriptor_get_field(d, (unsigned int)(key >> 3)) :
+				    NULL;
+			if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, v))
+				return 1;
+			if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+				r = nul_in_strings(f->descriptor, p + i, v, depth + 1);
+				if (r)
+					return r;
+			}
+			i += v;
+			break;
+		default: /* groups: not in proto3 */
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* The request of @c is complete: check its frame, unpack, run the handler, answer. */
 static void run_call(struct conn *k, struct grpc_call *c)
 {
@@ -234,6 +310,9 @@ static void run_call(struct conn *k, struct grpc_call *c)
 			  len);
 	else if (c->in_len - 5 > len)
 		grpc_fail(c, GRPC_INTERNAL, "more than one message in a unary call");
+	else if (nul_in_strings(m->request, c->in + 5, len, 0) == 1)
+		grpc_fail(c, GRPC_INVALID_ARGUMENT, "a string in the request holds a NUL byte "
+			  "(or the request nests too deep)");
 	else if (!(req = protobuf_c_message_unpack(m->request, NULL, len, c->in + 5)))
 		grpc_fail(c, GRPC_INTERNAL, "cannot parse the request as %s", m->request->name);
 	else {
@@ -483,13 +562,21 @@ static void conn_timers(struct conn *k, uint64_t now)
 /* Read and write what @revents allows; mark @k dead when it is done. */
 static void conn_io(struct conn *k, short revents)
 {
+	int r;
+
 	if (revents & (POLLIN | POLLHUP | POLLERR)) {
-		if (nghttp2_session_recv(k->h2) != 0) {
+		r = nghttp2_session_recv(k->h2);
+		if (r != 0) {
+			if (r != NGHTTP2_ERR_EOF && r != NGHTTP2_ERR_CALLBACK_FAILURE)
+				logf_("connection dropped: %s", nghttp2_strerror(r));
 			k->dead = true;
 			return;
 		}
 	}
-	if (nghttp2_session_send(k->h2) != 0) {
+	r = nghttp2_session_send(k->h2);
+	if (r != 0) {
+		if (r != NGHTTP2_ERR_CALLBACK_FAILURE) /* the socket: the peer went away */
+			logf_("connection dropped: %s", nghttp2_strerror(r));
 		k->dead = true;
 		return;
 	}
@@ -587,13 +674,13 @@ int grpc_serve(int lfd, const struct grpc_method *methods, size_t n,
 					conn_io(conns[i], 0); /* our SETTINGS first */
 			}
 		}
-		now = fv_now_ms();
 		for (size_t p = 1; p < np; p++) {
 			struct conn *k = conns[map[p - 1]];
 
 			if (pfd[p].revents)
 				conn_io(k, pfd[p].revents);
 		}
+		now = fv_now_ms(); /* after the I/O, which stamps last_ms and start_ms */
 		for (size_t i = 0; i < GRPC_MAX_CONNS; i++) {
 			struct conn *k = conns[i];
 
