@@ -4,7 +4,8 @@
 #
 #   make csi                build/flexvol-csi
 #   make check-csi-sanity   csi-sanity (kubernetes-csi/csi-test, built from its Go module by
-#                           tests/csi/build, cached) against flexvol-csi --driver loop (root)
+#                           tests/csi/build, cached), Identity and Node specs, against
+#                           flexvol-csi --driver D for each D in CSI_SANITY_DRIVERS (root)
 #   make check-csi          the endpoint's own tests (tests/csi/run-node: stage/publish of loop
 #                           volumes on real loop devices, bad requests, malformed gRPC frames),
 #                           then check-csi-sanity (root)
@@ -27,6 +28,7 @@ CSI_OBJS      := $(patsubst %.c,$(O)/obj/%.o,$(CSI_SRCS))
 CSI_FV_OBJS   := $(CORE_OBJS) $(patsubst %.c,$(O)/obj/%.o,$(DRV_SRCS) drivers/registry.c)
 CSI_CFLAGS    := $(shell $(PKG_CONFIG) --cflags $(CSI_PKGS) 2>/dev/null)
 CSI_LIBS      ?= $(shell $(PKG_CONFIG) --libs $(CSI_PKGS) 2>/dev/null)
+CSI_SANITY_DRIVERS ?= loop nfs iscsi
 
 .PHONY: csi check-csi check-csi-sanity
 
@@ -57,10 +59,10 @@ $(O)/flexvol-csi: $(CSI_OBJS) $(CSI_GEN_OBJS) $(CSI_FV_OBJS)
 		$(CSI_LIBS) $(FV_LIBS)
 
 check-csi-sanity: $(O)/flexvol-csi
-	$(Q)tests/csi/run-sanity --build $(O) --driver loop
+	$(Q)set -e; for d in $(CSI_SANITY_DRIVERS); do tests/csi/run-sanity --build $(O) --driver $$d; done
 
 check-csi: $(O)/flexvol-csi
 	$(Q)tests/csi/run-node --build $(O)
-	$(Q)tests/csi/run-sanity --build $(O) --driver loop
+	$(Q)$(MAKE) --no-print-directory check-csi-sanity
 
 -include $(CSI_OBJS:.o=.d)
