@@ -630,6 +630,27 @@ int grpc_listen_unix(const char *path)
 	return fd;
 }
 
+/*
+ * Every slot is taken: close the connection idle longest that has no call in
+ * progress, so that clients which leave connections open (or never speak)
+ * cannot lock the endpoint out.  Returns its slot, or GRPC_MAX_CONNS when
+ * every connection has a call.
+ */
+static size_t evict(struct conn **conns)
+{
+	size_t best = GRPC_MAX_CONNS;
+
+	for (size_t i = 0; i < GRPC_MAX_CONNS; i++)
+		if (!conns[i]->calls && (best == GRPC_MAX_CONNS ||
+					 conns[i]->last_ms < conns[best]->last_ms))
+			best = i;
+	if (best < GRPC_MAX_CONNS) {
+		conn_free(conns[best]);
+		conns[best] = NULL;
+	}
+	return best;
+}
+
 int grpc_serve(int lfd, const struct grpc_method *methods, size_t n,
 	       const volatile sig_atomic_t *stop)
 {
@@ -665,8 +686,11 @@ int grpc_serve(int lfd, const struct grpc_method *methods, size_t n,
 
 			for (i = 0; fd >= 0 && i < GRPC_MAX_CONNS && conns[i]; i++)
 				;
+			if (fd >= 0 && i == GRPC_MAX_CONNS)
+				i = evict(conns);
 			if (fd >= 0 && i == GRPC_MAX_CONNS) {
-				logf_("%d connections open: refusing another", GRPC_MAX_CONNS);
+				logf_("%d connections with calls in progress: refusing another",
+				      GRPC_MAX_CONNS);
 				close(fd);
 			} else if (fd >= 0) {
 				conns[i] = conn_new(fd, methods, n);

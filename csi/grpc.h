@@ -48,7 +48,7 @@ enum grpc_code {
 /* The bounds (grpc.c has the values; docs/design.md, "CSI"). */
 #define GRPC_MAX_MESSAGE (1u << 20)	  /* one request message, bytes */
 #define GRPC_MAX_STREAMS 8		  /* concurrent calls per connection */
-#define GRPC_MAX_CONNS 16		  /* connections at once; more are closed at accept */
+#define GRPC_MAX_CONNS 16		  /* connections at once; then the idlest without a call goes */
 #define GRPC_MAX_HEADERS (16u << 10)	  /* a request's header block, bytes */
 #define GRPC_REQUEST_MS (30u * 1000)	  /* a request must arrive whole within this */
 #define GRPC_STALL_MS (30u * 1000)	  /* a connection with work pending must move within this */
