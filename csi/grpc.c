@@ -711,6 +711,14 @@ int grpc_serve(int lfd, const struct grpc_method *methods, size_t n,
 			if (!k)
 				continue;
 			if (!k->dead) {
+				/*
+				 * Read what came while a handler ran (poll's answer is older):
+				 * a request that did arrive is never timed out.
+				 */
+				conn_io(k, POLLIN);
+				now = fv_now_ms();
+			}
+			if (!k->dead) {
 				conn_timers(k, now);
 				if (!k->dead)
 					conn_io(k, 0); /* what the timers submitted */
