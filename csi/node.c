@@ -207,12 +207,28 @@ static int remove_dir(struct grpc_call *call, const char *path)
 	return -grpc_fail(call, GRPC_INTERNAL, "cannot remove '%s': %s", path, strerror(errno));
 }
 
-static int subdir(struct grpc_call *call, const char *staging, const char *id, char *buf,
-		  size_t len)
+/*
+ * The device mount directory of volume @id under the staging path: the ID
+ * must be a volume name (else NOT_FOUND: no volume of ours).  0 or <0 (answered).
+ */
+static int volume_dir(struct grpc_call *call, const char *staging, const char *id, char *buf,
+		      size_t len)
 {
+	if (!volume_id_ok(id))
+		return -grpc_fail(call, GRPC_NOT_FOUND, "no %s volume has the ID '%s'",
+				  csi_ep.drv->name, id);
 	if ((size_t)snprintf(buf, len, "%s/%s", staging, id) >= len)
 		return -grpc_fail(call, GRPC_INVALID_ARGUMENT, "staging path too long");
 	return 0;
+}
+
+/* The driver's volumes are staged (the other Node calls need that too): 0, or UNIMPLEMENTED. */
+static int require_stages(struct grpc_call *call)
+{
+	if (csi_node_stages())
+		return 0;
+	return -grpc_fail(call, GRPC_UNIMPLEMENTED, "%s volumes are not served by the Node service "
+			  "yet", csi_ep.drv->name);
 }
 
 static void node_stage(struct grpc_call *call, const ProtobufCMessage *m)
@@ -230,18 +246,9 @@ static void node_stage(struct grpc_call *call, const ProtobufCMessage *m)
 			  "volume_capability are required");
 		return;
 	}
-	if (!csi_node_stages()) {
-		grpc_fail(call, GRPC_UNIMPLEMENTED, "%s volumes are not staged", csi_ep.drv->name);
-		return;
-	}
-	if (check_capability(call, q->volume_capability, &fstype, &ro) < 0)
-		return;
-	if (!volume_id_ok(q->volume_id)) {
-		grpc_fail(call, GRPC_NOT_FOUND, "no %s volume has the ID '%s'", csi_ep.drv->name,
-			  q->volume_id);
-		return;
-	}
-	if (subdir(call, q->staging_target_path, q->volume_id, dir, sizeof(dir)) < 0 ||
+	if (require_stages(call) < 0 ||
+	    check_capability(call, q->volume_capability, &fstype, &ro) < 0 ||
+	    volume_dir(call, q->staging_target_path, q->volume_id, dir, sizeof(dir)) < 0 ||
 	    ctx_load(call, &cx) < 0)
 		return;
 	if (parse_opts(call, &cx, q->volume_id, fstype, ro, q->n_volume_context,
@@ -280,16 +287,8 @@ static void node_unstage(struct grpc_call *call, const ProtobufCMessage *m)
 		grpc_fail(call, GRPC_INVALID_ARGUMENT, "volume_id and staging_target_path are required");
 		return;
 	}
-	if (!csi_node_stages()) {
-		grpc_fail(call, GRPC_UNIMPLEMENTED, "%s volumes are not staged", csi_ep.drv->name);
-		return;
-	}
-	if (!volume_id_ok(q->volume_id)) {
-		grpc_fail(call, GRPC_NOT_FOUND, "no %s volume has the ID '%s'", csi_ep.drv->name,
-			  q->volume_id);
-		return;
-	}
-	if (subdir(call, q->staging_target_path, q->volume_id, dir, sizeof(dir)) < 0 ||
+	if (require_stages(call) < 0 ||
+	    volume_dir(call, q->staging_target_path, q->volume_id, dir, sizeof(dir)) < 0 ||
 	    ctx_load(call, &cx) < 0)
 		return;
 	fd = lock_as_dispatcher(call, &cx, "vol", q->volume_id, lock, sizeof(lock));
@@ -321,24 +320,15 @@ static void node_publish(struct grpc_call *call, const ProtobufCMessage *m)
 			  "volume_capability are required");
 		return;
 	}
-	if (!csi_node_stages()) {
-		grpc_fail(call, GRPC_UNIMPLEMENTED, "publishing %s volumes is not served yet",
-			  csi_ep.drv->name);
+	if (require_stages(call) < 0)
 		return;
-	}
 	if (!*q->staging_target_path) {
 		grpc_fail(call, GRPC_FAILED_PRECONDITION, "staging_target_path is required "
 			  "(the plugin has STAGE_UNSTAGE_VOLUME)");
 		return;
 	}
-	if (check_capability(call, q->volume_capability, &fstype, &ro) < 0)
-		return;
-	if (!volume_id_ok(q->volume_id)) {
-		grpc_fail(call, GRPC_NOT_FOUND, "no %s volume has the ID '%s'", csi_ep.drv->name,
-			  q->volume_id);
-		return;
-	}
-	if (subdir(call, q->staging_target_path, q->volume_id, src, sizeof(src)) < 0 ||
+	if (check_capability(call, q->volume_capability, &fstype, &ro) < 0 ||
+	    volume_dir(call, q->staging_target_path, q->volume_id, src, sizeof(src)) < 0 ||
 	    ctx_load(call, &cx) < 0)
 		return;
 	/* CSI: the plugin creates the target itself (the CO made its parent) */
@@ -367,12 +357,7 @@ static void node_unpublish(struct grpc_call *call, const ProtobufCMessage *m)
 		grpc_fail(call, GRPC_INVALID_ARGUMENT, "volume_id and target_path are required");
 		return;
 	}
-	if (!csi_node_stages()) {
-		grpc_fail(call, GRPC_UNIMPLEMENTED, "publishing %s volumes is not served yet",
-			  csi_ep.drv->name);
-		return;
-	}
-	if (ctx_load(call, &cx) < 0)
+	if (require_stages(call) < 0 || ctx_load(call, &cx) < 0)
 		return;
 	fd = lock_as_dispatcher(call, &cx, "dir", q->target_path, lock, sizeof(lock));
 	if (fd < 0)
