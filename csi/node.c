@@ -19,6 +19,7 @@
  * them as it checks kubelet's JSON.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -190,19 +191,38 @@ static int lock_as_dispatcher(struct grpc_call *call, struct fv_ctx *cx, const c
 	return fd;
 }
 
-/* Make directory @path (its parent must exist); there already is fine. */
-static int make_dir(struct grpc_call *call, const char *path)
+/*
+ * Make directory @path, taken literally (its parents checked as the op layer
+ * checks a directory argument: no symlink, no magic link); the parent must
+ * exist; there already is fine.  0 or <0 (answered).
+ */
+static int make_dir(struct grpc_call *call, struct fv_ctx *cx, const char *path)
 {
-	if (mkdir(path, 0750) == 0 || errno == EEXIST)
+	_cleanup_(fv_dir_closep) struct fv_dir d = { .parent = -1 };
+	int r = fv_dir_arg(cx, path, FV_DIRARG_PARENT_ONLY | FV_DIRARG_MUST_EXIST, &d);
+
+	if (r < 0) {
+		fail_op(call, cx, r, "cannot create the directory");
+		return r;
+	}
+	if (mkdirat(d.parent, fv_path_last(d.path), 0750) == 0 || errno == EEXIST)
 		return 0;
-	return -grpc_fail(call, errno == ENOENT ? GRPC_NOT_FOUND : GRPC_INTERNAL,
-			  "cannot create '%s': %s", path, strerror(errno));
+	return -grpc_fail(call, GRPC_INTERNAL, "cannot create '%s': %s", path, strerror(errno));
 }
 
-/* Remove directory @path when it is there and empty (what we created). */
-static int remove_dir(struct grpc_call *call, const char *path)
+/* Remove directory @path, taken literally, when it is there and empty.  0 or <0 (answered). */
+static int remove_dir(struct grpc_call *call, struct fv_ctx *cx, const char *path)
 {
-	if (rmdir(path) == 0 || errno == ENOENT)
+	_cleanup_(fv_dir_closep) struct fv_dir d = { .parent = -1 };
+	int r = fv_dir_arg(cx, path, FV_DIRARG_PARENT_ONLY, &d);
+
+	if (r == 1)
+		return 0; /* a parent is gone: so is the directory */
+	if (r < 0) {
+		fail_op(call, cx, r, "cannot remove the directory");
+		return r;
+	}
+	if (unlinkat(d.parent, fv_path_last(d.path), AT_REMOVEDIR) == 0 || errno == ENOENT)
 		return 0;
 	return -grpc_fail(call, GRPC_INTERNAL, "cannot remove '%s': %s", path, strerror(errno));
 }
@@ -256,12 +276,12 @@ static void node_stage(struct grpc_call *call, const ProtobufCMessage *m)
 		return;
 	fd = lock_as_dispatcher(call, &cx, "vol", q->volume_id, lock, sizeof(lock));
 	if (fd >= 0) {
-		r = make_dir(call, dir);
+		r = make_dir(call, &cx, dir);
 		if (r == 0) {
 			r = cx.drv->mountdevice(&cx, dir, "", &o);
 			if (r < 0) {
 				fail_op(call, &cx, r, "stage");
-				rmdir(dir); /* empty unless something is mounted there */
+				remove_dir(call, &cx, dir); /* empty unless something is mounted there */
 			}
 		}
 		fv_unlock_remove(&cx, lock, fd);
@@ -298,7 +318,7 @@ static void node_unstage(struct grpc_call *call, const ProtobufCMessage *m)
 	if (r < 0)
 		fail_op(call, &cx, r, "unstage");
 	else
-		r = remove_dir(call, dir);
+		r = remove_dir(call, &cx, dir);
 	fv_unlock_remove(&cx, lock, fd);
 	fv_blkvol_gc_maybe(&cx);
 	if (r == 0)
@@ -332,7 +352,7 @@ static void node_publish(struct grpc_call *call, const ProtobufCMessage *m)
 	    ctx_load(call, &cx) < 0)
 		return;
 	/* CSI: the plugin creates the target itself (the CO made its parent) */
-	if (make_dir(call, q->target_path) < 0)
+	if (make_dir(call, &cx, q->target_path) < 0)
 		return;
 	fd = lock_as_dispatcher(call, &cx, "dir", q->target_path, lock, sizeof(lock));
 	if (fd < 0)
@@ -366,7 +386,7 @@ static void node_unpublish(struct grpc_call *call, const ProtobufCMessage *m)
 	if (r < 0)
 		fail_op(call, &cx, r, "unpublish");
 	else
-		r = remove_dir(call, q->target_path); /* CSI: the plugin removes what it made */
+		r = remove_dir(call, &cx, q->target_path); /* CSI: the plugin removes what it made */
 	fv_unlock_remove(&cx, lock, fd);
 	if (r == 0)
 		grpc_reply(call, &resp.base);
