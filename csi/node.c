@@ -8,6 +8,7 @@
  *   NodeUnstageVolume    the driver's unmountdevice, on the same directory
  *   NodePublishVolume    the pod's bind of that mount (fv_blkvol_bind)
  *   NodeUnpublishVolume  its unmount (fv_blkvol_unmount), then the target removed
+ *   NodeGetVolumeStats   statvfs of a mount of the volume (what kubelet does for FlexVolume)
  *
  * Why a subdirectory of the staging path: the block class names a volume by
  * the last component of its device mount directory (fv/blkvol.h,
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -392,20 +394,110 @@ static void node_unpublish(struct grpc_call *call, const ProtobufCMessage *m)
 		grpc_reply(call, &resp.base);
 }
 
+/* The device of the mount at @path (taken literally): 0, or NOT_FOUND when nothing is mounted there. */
+static int mounted_dev(struct grpc_call *call, const char *path, struct fv_dir *d, dev_t *ret)
+{
+	struct fv_mntinfo mi;
+	int r = fv_dir_open_quiet(path, d);
+
+	if (r == 0)
+		r = fv_dir_mounted(d, &mi);
+	if (r == 0 && streq(mi.root, "/")) {
+		*ret = mi.devno;
+		return 0;
+	}
+	if (r < 0 && r != -ENOENT && r != -ENOTDIR && r != -ELOOP && r != -EINVAL)
+		return -grpc_fail(call, GRPC_INTERNAL, "cannot tell what is mounted at '%s': %s",
+				  path, strerror(-r));
+	return -grpc_fail(call, GRPC_NOT_FOUND, "no volume is mounted at '%s'", path);
+}
+
+/*
+ * The filesystem figures of a staged or published volume (kubelet's statfs
+ * of a FlexVolume pod dir).  @volume_path must be a mount of the volume:
+ * with the staging path given, of the same device as its staged mount.
+ */
+static void node_get_volume_stats(struct grpc_call *call, const ProtobufCMessage *m)
+{
+	const Csi__V1__NodeGetVolumeStatsRequest *q = (const void *)m;
+	Csi__V1__NodeGetVolumeStatsResponse r = CSI__V1__NODE_GET_VOLUME_STATS_RESPONSE__INIT;
+	Csi__V1__VolumeUsage bytes = CSI__V1__VOLUME_USAGE__INIT, inodes = CSI__V1__VOLUME_USAGE__INIT;
+	Csi__V1__VolumeUsage *usage[] = { &bytes, &inodes };
+	_cleanup_(fv_dir_closep) struct fv_dir d = { .parent = -1 }, sd = { .parent = -1 };
+	char staged[PATH_MAX];
+	const char *path = q->volume_path;
+	struct statvfs sv;
+	dev_t dev, sdev;
+	int fd;
+
+	if (!*q->volume_id || !*q->volume_path) {
+		grpc_fail(call, GRPC_INVALID_ARGUMENT, "volume_id and volume_path are required");
+		return;
+	}
+	if (require_stages(call) < 0)
+		return;
+	if (*q->staging_target_path) {
+		if (volume_dir(call, q->staging_target_path, q->volume_id, staged, sizeof(staged)) < 0)
+			return;
+		/* the staging path itself names the staged mount below it */
+		if (streq(path, q->staging_target_path))
+			path = staged;
+	} else if (!volume_id_ok(q->volume_id)) {
+		grpc_fail(call, GRPC_NOT_FOUND, "no %s volume has the ID '%s'", csi_ep.drv->name,
+			  q->volume_id);
+		return;
+	}
+	if (mounted_dev(call, path, &d, &dev) < 0)
+		return;
+	if (*q->staging_target_path && path != staged &&
+	    (mounted_dev(call, staged, &sd, &sdev) < 0 || sdev != dev)) {
+		grpc_fail(call, GRPC_NOT_FOUND, "'%s' holds no mount of volume '%s'", path,
+			  q->volume_id);
+		return;
+	}
+	fd = openat(d.parent, fv_path_last(d.path), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || fstatvfs(fd, &sv) < 0) {
+		grpc_fail(call, GRPC_INTERNAL, "cannot read the filesystem at '%s': %s", path,
+			  strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	close(fd);
+	bytes.unit = CSI__V1__VOLUME_USAGE__UNIT__BYTES;
+	bytes.total = (int64_t)(sv.f_blocks * sv.f_frsize);
+	bytes.available = (int64_t)(sv.f_bavail * sv.f_frsize);
+	bytes.used = (int64_t)((sv.f_blocks - sv.f_bfree) * sv.f_frsize);
+	inodes.unit = CSI__V1__VOLUME_USAGE__UNIT__INODES;
+	inodes.total = (int64_t)sv.f_files;
+	inodes.available = (int64_t)sv.f_favail;
+	inodes.used = (int64_t)(sv.f_files - sv.f_ffree);
+	r.n_usage = ARRAY_SIZE(usage);
+	r.usage = usage;
+	grpc_reply(call, &r.base);
+}
+
 static void node_get_capabilities(struct grpc_call *call, const ProtobufCMessage *m)
 {
 	Csi__V1__NodeGetCapabilitiesResponse r = CSI__V1__NODE_GET_CAPABILITIES_RESPONSE__INIT;
-	Csi__V1__NodeServiceCapability cap = CSI__V1__NODE_SERVICE_CAPABILITY__INIT;
-	Csi__V1__NodeServiceCapability__RPC rpc = CSI__V1__NODE_SERVICE_CAPABILITY__RPC__INIT;
-	Csi__V1__NodeServiceCapability *caps[] = { &cap };
+	Csi__V1__NodeServiceCapability cap[2];
+	Csi__V1__NodeServiceCapability__RPC rpc[2];
+	Csi__V1__NodeServiceCapability *caps[2];
+	static const Csi__V1__NodeServiceCapability__RPC__Type staged[] = {
+		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__STAGE_UNSTAGE_VOLUME,
+		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_STATS,
+	};
 
-	if (csi_node_stages()) {
-		rpc.type = CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__STAGE_UNSTAGE_VOLUME;
-		cap.type_case = CSI__V1__NODE_SERVICE_CAPABILITY__TYPE_RPC;
-		cap.rpc = &rpc;
-		r.n_capabilities = 1;
-		r.capabilities = caps;
+	for (size_t i = 0; csi_node_stages() && i < ARRAY_SIZE(staged); i++) {
+		csi__v1__node_service_capability__rpc__init(&rpc[i]);
+		csi__v1__node_service_capability__init(&cap[i]);
+		rpc[i].type = staged[i];
+		cap[i].type_case = CSI__V1__NODE_SERVICE_CAPABILITY__TYPE_RPC;
+		cap[i].rpc = &rpc[i];
+		caps[i] = &cap[i];
+		r.n_capabilities = i + 1;
 	}
+	r.capabilities = caps;
 	grpc_reply(call, &r.base);
 }
 
@@ -440,6 +532,8 @@ const struct grpc_method csi_node_methods[] = {
 	  node_publish, false },
 	{ "/csi.v1.Node/NodeUnpublishVolume", &csi__v1__node_unpublish_volume_request__descriptor,
 	  node_unpublish, false },
+	{ "/csi.v1.Node/NodeGetVolumeStats", &csi__v1__node_get_volume_stats_request__descriptor,
+	  node_get_volume_stats, true },
 	{ "/csi.v1.Node/NodeGetCapabilities", &csi__v1__node_get_capabilities_request__descriptor,
 	  node_get_capabilities, true },
 	{ "/csi.v1.Node/NodeGetInfo", &csi__v1__node_get_info_request__descriptor, node_get_info,
