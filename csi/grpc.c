@@ -41,6 +41,7 @@ struct grpc_call {
 	uint8_t *in;		 /* the request's DATA, up to 5 + GRPC_MAX_MESSAGE */
 	size_t in_len;
 	bool too_big;
+	bool busy;		 /* dropped: GRPC_MAX_BUFFERED reached, or out of memory */
 	bool answered;		 /* a response was submitted: later DATA is dropped */
 	/* the answer */
 	enum grpc_code code;
@@ -73,6 +74,18 @@ static void logf_(const char *fmt, ...)
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "flexvol-csi: %s\n", line);
+}
+
+/* Request bytes buffered by all calls together (GRPC_MAX_BUFFERED). */
+static size_t buffered;
+
+/* Free what @c buffered of its request. */
+static void drop_input(struct grpc_call *c)
+{
+	buffered -= c->in_len;
+	free(c->in);
+	c->in = NULL;
+	c->in_len = 0;
 }
 
 void grpc_percent_encode(const char *msg, char *out, size_t size)
@@ -291,6 +304,9 @@ static void run_call(struct conn *k, struct grpc_call *c)
 		grpc_fail(c, GRPC_UNIMPLEMENTED, "only POST to /<service>/<method> is served");
 	else if (!(m = find_method(k, c->path)))
 		grpc_fail(c, GRPC_UNIMPLEMENTED, "unknown method %s", c->path);
+	else if (c->busy)
+		grpc_fail(c, GRPC_RESOURCE_EXHAUSTED, "the endpoint holds %u bytes of requests "
+			  "already; try again", GRPC_MAX_BUFFERED);
 	else if (c->too_big)
 		grpc_fail(c, GRPC_RESOURCE_EXHAUSTED, "request message larger than %u bytes",
 			  GRPC_MAX_MESSAGE);
@@ -321,8 +337,7 @@ static void run_call(struct conn *k, struct grpc_call *c)
 		if (!c->replied)
 			grpc_fail(c, GRPC_INTERNAL, "%s gave no answer", c->path);
 	}
-	free(c->in);
-	c->in = NULL;
+	drop_input(c);
 	if (c->code != GRPC_OK || !m || !m->look)
 		logf_("%s code=%d duration_ms=%llu%s%s", c->path_bad ? "-" : c->path, (int)c->code,
 		      (unsigned long long)(fv_now_ms() - t0), c->code ? " message=" : "",
@@ -420,23 +435,28 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t
 	struct grpc_call *c = nghttp2_session_get_stream_user_data(h2, id);
 	uint8_t *p;
 
-	if (!c || c->answered || c->too_big)
+	if (!c || c->answered || c->too_big || c->busy)
 		return 0;
 	if (len > 5 + (size_t)GRPC_MAX_MESSAGE - c->in_len) {
 		c->too_big = true;
-		free(c->in);
-		c->in = NULL;
-		c->in_len = 0;
+		drop_input(c);
+		return 0;
+	}
+	if (len > GRPC_MAX_BUFFERED - buffered) {
+		c->busy = true; /* every call's bytes together: the others come first */
+		drop_input(c);
 		return 0;
 	}
 	p = realloc(c->in, c->in_len + len);
 	if (!p) {
-		c->too_big = true;
+		c->busy = true;
+		drop_input(c);
 		return 0;
 	}
 	memcpy(p + c->in_len, data, len);
 	c->in = p;
 	c->in_len += len;
+	buffered += len;
 	return 0;
 }
 
@@ -463,7 +483,7 @@ static int on_close(nghttp2_session *h2, int32_t id, uint32_t error_code, void *
 		if (c->id != id)
 			continue;
 		*pp = c->next;
-		free(c->in);
+		drop_input(c);
 		free(c->out);
 		free(c);
 		break;
@@ -481,7 +501,7 @@ static void conn_free(struct conn *k)
 		struct grpc_call *c = k->calls;
 
 		k->calls = c->next;
-		free(c->in);
+		drop_input(c);
 		free(c->out);
 		free(c);
 	}
@@ -544,8 +564,7 @@ static void conn_timers(struct conn *k, uint64_t now)
 		c->code = GRPC_DEADLINE_EXCEEDED;
 		snprintf(c->msg, sizeof(c->msg), "the request did not arrive within %u ms",
 			 GRPC_REQUEST_MS);
-		free(c->in);
-		c->in = NULL;
+		drop_input(c);
 		submit_answer(k, c);
 	}
 	if (now - k->last_ms >= (k->calls || k->closing ? GRPC_STALL_MS : GRPC_IDLE_MS)) {

@@ -47,6 +47,7 @@ enum grpc_code {
 
 /* The bounds (grpc.c has the values; docs/design.md, "CSI"). */
 #define GRPC_MAX_MESSAGE (1u << 20)	  /* one request message, bytes */
+#define GRPC_MAX_BUFFERED (16u << 20)	  /* request bytes of all calls together */
 #define GRPC_MAX_STREAMS 8		  /* concurrent calls per connection */
 #define GRPC_MAX_CONNS 16		  /* connections at once; then the idlest without a call goes */
 #define GRPC_MAX_HEADERS (16u << 10)	  /* a request's header block, bytes */
