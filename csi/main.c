@@ -114,10 +114,15 @@ int main(int argc, char **argv)
 		snprintf(csi_ep.name, sizeof(csi_ep.name), "%s", name);
 	snprintf(csi_ep.topology_key, sizeof(csi_ep.topology_key), "topology.%s/node", csi_ep.name);
 
-	/* fds 0-2 are open (a socket must never become stdout), stdin is /dev/null */
-	for (int fd = open("/dev/null", O_RDWR | O_CLOEXEC); fd >= 0 && fd <= 2;
-	     fd = open("/dev/null", O_RDWR | O_CLOEXEC))
-		;
+	/* fds 0-2 are open (a socket must never become fd 1 or 2): /dev/null where one is closed */
+	for (;;) {
+		int fd = open("/dev/null", O_RDWR); /* not CLOEXEC: 0-2 are the helpers' too */
+
+		if (fd > 2)
+			close(fd);
+		if (fd < 0 || fd > 2)
+			break;
+	}
 	sigaction(SIGTERM, &sa, NULL); /* no SA_RESTART: poll() returns */
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
