@@ -566,6 +566,7 @@ static void conn_timers(struct conn *k, uint64_t now)
 			 GRPC_REQUEST_MS);
 		drop_input(c);
 		submit_answer(k, c);
+		k->last_ms = now; /* the answer is to go out before the stall timer may drop it */
 	}
 	if (now - k->last_ms >= (k->calls || k->closing ? GRPC_STALL_MS : GRPC_IDLE_MS)) {
 		if (k->calls || k->closing) {

@@ -5,7 +5,8 @@
 //	    on stderr with exit status 100+N for a gRPC error
 //	csi-call -endpoint unix:///path -raw HEX|-raw-file F [-content-type T] /csi.v1.Identity/Probe
 //	    sends the HTTP/2 request body (HEX, or the bytes of file F) as it is (any framing,
-//	    malformed on purpose); prints "http=S grpc-status=N grpc-message=M"
+//	    malformed on purpose); prints "http=S grpc-status=N grpc-message=M"; with -stall the
+//	    request never ends: the body stays open after those bytes
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	_ "github.com/container-storage-interface/spec/lib/go/csi"
@@ -47,7 +49,33 @@ func socketPath(endpoint string) string {
 	return endpoint
 }
 
-func raw(sock, method string, b []byte, ctype string, timeout time.Duration) {
+// stalled: a request body that gives its bytes, then blocks until the call ends or the
+// transport closes it (the server answered).
+type stalled struct {
+	r      io.Reader
+	done   <-chan struct{}
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (s *stalled) Read(p []byte) (int, error) {
+	if n, err := s.r.Read(p); err != io.EOF {
+		return n, err
+	}
+	select {
+	case <-s.done:
+		return 0, io.ErrUnexpectedEOF
+	case <-s.closed: // answered already
+		return 0, io.EOF
+	}
+}
+
+func (s *stalled) Close() error {
+	s.once.Do(func() { close(s.closed) })
+	return nil
+}
+
+func raw(sock, method string, b []byte, ctype string, stall bool, timeout time.Duration) {
 	tr := &http2.Transport{AllowHTTP: true,
 		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
 			var d net.Dialer
@@ -55,7 +83,11 @@ func raw(sock, method string, b []byte, ctype string, timeout time.Duration) {
 		}}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", "http://localhost"+method, bytes.NewReader(b))
+	var body io.Reader = bytes.NewReader(b)
+	if stall {
+		body = &stalled{r: body, done: ctx.Done(), closed: make(chan struct{})}
+	}
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://localhost"+method, body)
 	req.Header.Set("content-type", ctype)
 	req.Header.Set("te", "trailers")
 	resp, err := tr.RoundTrip(req)
@@ -87,6 +119,7 @@ func main() {
 	rawBody := flag.String("raw", "", "send this request body (hex) as it is")
 	rawFile := flag.String("raw-file", "", "send the bytes of this file as the request body")
 	ctype := flag.String("content-type", "application/grpc", "content-type of a -raw request")
+	stall := flag.Bool("stall", false, "with -raw: keep the request open after its bytes")
 	timeout := flag.Duration("timeout", 60*time.Second, "deadline of the call")
 	flag.Parse()
 	if *endpoint == "" || flag.NArg() < 1 {
@@ -99,7 +132,7 @@ func main() {
 		if err != nil {
 			die("-raw-file: %v", err)
 		}
-		raw(sock, method, b, *ctype, *timeout)
+		raw(sock, method, b, *ctype, *stall, *timeout)
 		return
 	}
 	if isSet("raw") {
@@ -107,7 +140,7 @@ func main() {
 		if err != nil {
 			die("-raw: %v", err)
 		}
-		raw(sock, method, b, *ctype, *timeout)
+		raw(sock, method, b, *ctype, *stall, *timeout)
 		return
 	}
 	// "/csi.v1.Node/NodeStageVolume" -> the method's descriptor, for its message types
