@@ -1,0 +1,68 @@
+# csi/csi.mk - flexvol-csi, the CSI endpoint of the flexvol drivers (issue 28; docs/design.md, "CSI").
+# Included by the top Makefile.  Outside `make` and `make check` (and CI): it needs
+# libnghttp2-dev, libprotobuf-c-dev, protobuf-c-compiler and libprotobuf-dev (ci/deps --csi).
+#
+#   make csi                build/flexvol-csi
+#   make check-csi-sanity   csi-sanity (kubernetes-csi/csi-test, built from its Go module by
+#                           tests/csi/build, cached), Identity and Node specs, against
+#                           flexvol-csi --driver D for each D in CSI_SANITY_DRIVERS (root)
+#   make check-csi          the endpoint's own tests (tests/csi/run-node: stage/publish of loop
+#                           volumes on real loop devices, bad requests, malformed gRPC frames),
+#                           then check-csi-sanity (root)
+#
+# The C of the CSI messages is generated at build time from csi/spec/csi.proto by protoc-c
+# (build/csi-gen/), with the well-known types it imports (timestamp, wrappers; descriptor.proto
+# only for its header: the spec's option extensions, which protobuf-c does not generate).
+
+CSI_PKGS      := libnghttp2 libprotobuf-c
+CSI_PROTO_INC ?= /usr/include
+PROTOC_C      ?= protoc-c
+CSI_GEN       := $(O)/csi-gen
+CSI_PROTOS    := csi.proto google/protobuf/timestamp.proto google/protobuf/wrappers.proto
+CSI_GEN_SRCS  := $(CSI_GEN)/csi.pb-c.c $(CSI_GEN)/google/protobuf/timestamp.pb-c.c \
+	$(CSI_GEN)/google/protobuf/wrappers.pb-c.c
+CSI_GEN_OBJS  := $(patsubst $(CSI_GEN)/%.c,$(O)/obj/csi-gen/%.o,$(CSI_GEN_SRCS))
+CSI_SRCS      := $(sort $(wildcard csi/*.c))
+CSI_OBJS      := $(patsubst %.c,$(O)/obj/%.o,$(CSI_SRCS))
+# the op layer and every driver, as build/flexvol links them (src/main.c excepted)
+CSI_FV_OBJS   := $(CORE_OBJS) $(patsubst %.c,$(O)/obj/%.o,$(DRV_SRCS) drivers/registry.c)
+CSI_CFLAGS    := $(shell $(PKG_CONFIG) --cflags $(CSI_PKGS) 2>/dev/null)
+CSI_LIBS      ?= $(shell $(PKG_CONFIG) --libs $(CSI_PKGS) 2>/dev/null)
+CSI_SANITY_DRIVERS ?= loop nfs iscsi
+
+.PHONY: csi check-csi check-csi-sanity
+
+csi: $(O)/flexvol-csi
+
+# protoc-c writes the .c and .h of each .proto; the stamp stands for all of them
+$(CSI_GEN)/.stamp: csi/spec/csi.proto csi/csi.mk
+	@mkdir -p $(CSI_GEN)
+	@[ -n "$(Q)" ] && echo "  PROTOC  $<" || true
+	$(Q)$(PROTOC_C) -Icsi/spec -I$(CSI_PROTO_INC) --c_out=$(CSI_GEN) $(CSI_PROTOS) \
+		google/protobuf/descriptor.proto
+	$(Q)touch $@
+
+$(CSI_GEN_SRCS): $(CSI_GEN)/.stamp ;
+
+# generated code: its own warnings are not ours to fix
+$(O)/obj/csi-gen/%.o: $(CSI_GEN)/%.c $(CSI_GEN)/.stamp
+	@mkdir -p $(dir $@)
+	@[ -n "$(Q)" ] && echo "  CC      $<" || true
+	$(Q)$(CC) -std=gnu11 -I$(CSI_GEN) $(CSI_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(CSI_OBJS): FV_CFLAGS += -I$(CSI_GEN) -Icsi $(CSI_CFLAGS)
+$(CSI_OBJS): | $(CSI_GEN)/.stamp
+
+$(O)/flexvol-csi: $(CSI_OBJS) $(CSI_GEN_OBJS) $(CSI_FV_OBJS)
+	@[ -n "$(Q)" ] && echo "  LD      $@" || true
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CSI_OBJS) $(CSI_GEN_OBJS) $(CSI_FV_OBJS) \
+		$(CSI_LIBS) $(FV_LIBS)
+
+check-csi-sanity: $(O)/flexvol-csi
+	$(Q)set -e; for d in $(CSI_SANITY_DRIVERS); do tests/csi/run-sanity --build $(O) --driver $$d; done
+
+check-csi: $(O)/flexvol-csi
+	$(Q)tests/csi/run-node --build $(O)
+	$(Q)$(MAKE) --no-print-directory check-csi-sanity
+
+-include $(CSI_OBJS:.o=.d)

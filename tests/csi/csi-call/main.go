@@ -1,0 +1,176 @@
+// csi-call: one CSI call against an endpoint, for the tests in tests/csi (run-node).
+//
+//	csi-call -endpoint unix:///path /csi.v1.Node/NodeStageVolume '{"volumeId": ...}'
+//	    the request in protobuf JSON; prints the answer as JSON, or "code=N message=..."
+//	    on stderr with exit status 100+N for a gRPC error
+//	csi-call -endpoint unix:///path -raw HEX|-raw-file F [-content-type T] /csi.v1.Identity/Probe
+//	    sends the HTTP/2 request body (HEX, or the bytes of file F) as it is (any framing,
+//	    malformed on purpose); prints "http=S grpc-status=N grpc-message=M"; with -stall the
+//	    request never ends: the body stays open after those bytes
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	_ "github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/dynamicpb"
+)
+
+func die(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "csi-call: "+format+"\n", a...)
+	os.Exit(2)
+}
+
+func socketPath(endpoint string) string {
+	for _, p := range []string{"unix://", "unix:"} {
+		if strings.HasPrefix(endpoint, p) {
+			return strings.TrimPrefix(endpoint, p)
+		}
+	}
+	return endpoint
+}
+
+// stalled: a request body that gives its bytes, then blocks until the call ends or the
+// transport closes it (the server answered).
+type stalled struct {
+	r      io.Reader
+	done   <-chan struct{}
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (s *stalled) Read(p []byte) (int, error) {
+	if n, err := s.r.Read(p); err != io.EOF {
+		return n, err
+	}
+	select {
+	case <-s.done:
+		return 0, io.ErrUnexpectedEOF
+	case <-s.closed: // answered already
+		return 0, io.EOF
+	}
+}
+
+func (s *stalled) Close() error {
+	s.once.Do(func() { close(s.closed) })
+	return nil
+}
+
+func raw(sock, method string, b []byte, ctype string, stall bool, timeout time.Duration) {
+	tr := &http2.Transport{AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var body io.Reader = bytes.NewReader(b)
+	if stall {
+		body = &stalled{r: body, done: ctx.Done(), closed: make(chan struct{})}
+	}
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://localhost"+method, body)
+	req.Header.Set("content-type", ctype)
+	req.Header.Set("te", "trailers")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		die("%v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	st, msg := resp.Trailer.Get("grpc-status"), resp.Trailer.Get("grpc-message")
+	if st == "" { // trailers-only
+		st, msg = resp.Header.Get("grpc-status"), resp.Header.Get("grpc-message")
+	}
+	fmt.Printf("http=%d grpc-status=%s grpc-message=%s\n", resp.StatusCode, st, msg)
+}
+
+// isSet: was flag @name given (an empty -raw "" is an empty body)?
+func isSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+func main() {
+	endpoint := flag.String("endpoint", "", "the CSI endpoint (unix:///path)")
+	rawBody := flag.String("raw", "", "send this request body (hex) as it is")
+	rawFile := flag.String("raw-file", "", "send the bytes of this file as the request body")
+	ctype := flag.String("content-type", "application/grpc", "content-type of a -raw request")
+	stall := flag.Bool("stall", false, "with -raw: keep the request open after its bytes")
+	timeout := flag.Duration("timeout", 60*time.Second, "deadline of the call")
+	flag.Parse()
+	if *endpoint == "" || flag.NArg() < 1 {
+		die("usage: csi-call -endpoint unix:///path METHOD [JSON]")
+	}
+	method := flag.Arg(0)
+	sock := socketPath(*endpoint)
+	if *rawFile != "" {
+		b, err := os.ReadFile(*rawFile)
+		if err != nil {
+			die("-raw-file: %v", err)
+		}
+		raw(sock, method, b, *ctype, *stall, *timeout)
+		return
+	}
+	if isSet("raw") {
+		b, err := hex.DecodeString(*rawBody)
+		if err != nil {
+			die("-raw: %v", err)
+		}
+		raw(sock, method, b, *ctype, *stall, *timeout)
+		return
+	}
+	// "/csi.v1.Node/NodeStageVolume" -> the method's descriptor, for its message types
+	name := protoreflect.FullName(strings.ReplaceAll(strings.TrimPrefix(method, "/"), "/", "."))
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(name)
+	if err != nil {
+		die("unknown method %s: %v", method, err)
+	}
+	md, ok := d.(protoreflect.MethodDescriptor)
+	if !ok {
+		die("%s is no method", method)
+	}
+	in, out := dynamicpb.NewMessage(md.Input()), dynamicpb.NewMessage(md.Output())
+	if flag.NArg() > 1 {
+		if err := protojson.Unmarshal([]byte(flag.Arg(1)), in); err != nil {
+			die("request: %v", err)
+		}
+	}
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		die("%v", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if err := conn.Invoke(ctx, method, in, out); err != nil {
+		s := status.Convert(err)
+		fmt.Fprintf(os.Stderr, "code=%d message=%s\n", int(s.Code()), s.Message())
+		os.Exit(100 + int(s.Code()))
+	}
+	j, _ := protojson.MarshalOptions{EmitUnpopulated: false}.Marshal(out)
+	fmt.Println(string(j))
+}
