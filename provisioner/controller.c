@@ -44,7 +44,7 @@
  */
 #define PV_FINALIZER "external-provisioner.volume.kubernetes.io/finalizer"
 
-static double now_s(void)
+static double fvp_ctl_now_s(void)
 {
 	struct timespec ts;
 
@@ -67,7 +67,7 @@ const struct fvp_backend *ctl_backend(const char *name)
  * and names one of our backends, 0 when it is absent or someone else's, <0 on
  * an API error.
  */
-static int get_class(struct prov *p, const char *name, json_object **ret,
+static int fvp_ctl_get_class(struct prov *p, const char *name, json_object **ret,
 		     const struct fvp_backend **ret_b)
 {
 	char path[400], err[512];
@@ -131,7 +131,7 @@ static bool has_pv_finalizer(json_object *pv)
  * the watch and this is tried again.  Returns 0 with the updated object in
  * *ret (may be NULL), 1 when the object is gone, <0.
  */
-static int update_finalizer(struct prov *p, json_object *obj, const char *fin, bool on,
+static int fvp_ctl_update_finalizer(struct prov *p, json_object *obj, const char *fin, bool on,
 			    json_object **ret)
 {
 	json_object *copy = NULL, *meta, *f, *nf, *reply = NULL;
@@ -195,7 +195,7 @@ static int update_finalizer(struct prov *p, json_object *obj, const char *fin, b
 
 static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object **ret)
 {
-	return update_finalizer(p, pvc, FINALIZER, on, ret);
+	return fvp_ctl_update_finalizer(p, pvc, FINALIZER, on, ret);
 }
 
 /* --- provisioning ------------------------------------------------------------------------- */
@@ -204,7 +204,7 @@ static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object 
  * PATCH @path with the merge patch @patch (taken).  Returns the HTTP status
  * or <0; logs what failed as @what.
  */
-static int patch(struct prov *p, const char *path, json_object *patch, const char *what)
+static int fvp_ctl_patch(struct prov *p, const char *path, json_object *patch, const char *what)
 {
 	json_object *reply = NULL;
 	char err[512];
@@ -223,7 +223,7 @@ static int patch(struct prov *p, const char *path, json_object *patch, const cha
 }
 
 /* {"a":{"b":{"c":v}}} with v a string, or null when @v is NULL */
-static json_object *nest3(const char *a, const char *b, const char *c, const char *v)
+static json_object *fvp_ctl_nest3(const char *a, const char *b, const char *c, const char *v)
 {
 	json_object *o = json_object_new_object(), *o1 = json_object_new_object(),
 		    *o2 = json_object_new_object();
@@ -255,7 +255,7 @@ static void reschedule(struct prov *p, json_object *pvc)
 		return;
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
 	snprintf(what, sizeof(what), "claim %s/%s: removing %s", ns, name, ANN_SELECTED_NODE);
-	if (patch(p, path, nest3("metadata", "annotations", ANN_SELECTED_NODE, NULL), what) == 200)
+	if (fvp_ctl_patch(p, path, fvp_ctl_nest3("metadata", "annotations", ANN_SELECTED_NODE, NULL), what) == 200)
 		log_info("claim %s/%s: handed back to the scheduler", ns, name);
 }
 
@@ -518,7 +518,7 @@ static int claim_is_ours(struct prov *p, json_object *pvc, json_object **ret_sc,
 	cls = claim_class(pvc);
 	if (!cls || !*cls)
 		return 0;
-	r = get_class(p, cls, ret_sc, &b);
+	r = fvp_ctl_get_class(p, cls, ret_sc, &b);
 	if (r == 1 && !streq(prov, b->name)) {
 		json_object_put(*ret_sc);
 		*ret_sc = NULL;
@@ -636,7 +636,7 @@ static json_object *resize_pending_conditions(json_object *old)
 	return list;
 }
 
-static int claim_resize(struct prov *p, json_object *pvc)
+static int fvp_ctl_claim_resize(struct prov *p, json_object *pvc)
 {
 	json_object *meta = jget(pvc, "metadata"), *spec = jget(pvc, "spec"),
 		    *status = jget(pvc, "status"), *pv = NULL, *sc = NULL, *reply = NULL;
@@ -678,7 +678,7 @@ static int claim_resize(struct prov *p, json_object *pvc)
 	}
 	if (req > pvcap) {
 		cls = jstr(jget(pv, "spec"), "storageClassName");
-		r = cls ? get_class(p, cls, &sc, NULL) : 0;
+		r = cls ? fvp_ctl_get_class(p, cls, &sc, NULL) : 0;
 		if (r != 1) {
 			if (r == 0)
 				event(&p->ev, pvc, true, "VolumeResizeFailed",
@@ -695,7 +695,7 @@ static int claim_resize(struct prov *p, json_object *pvc)
 		snprintf(want, sizeof(want), "%lluMi", (unsigned long long)(req >> 20));
 		snprintf(what, sizeof(what), "claim %s/%s: raising the capacity of PV %s to %s", ns,
 			 name, volname, want);
-		if (patch(p, path, nest3("spec", "capacity", "storage", want), what) != 200) {
+		if (fvp_ctl_patch(p, path, fvp_ctl_nest3("spec", "capacity", "storage", want), what) != 200) {
 			r = -EIO;
 			goto out;
 		}
@@ -706,7 +706,7 @@ static int claim_resize(struct prov *p, json_object *pvc)
 		json_object *body, *ars = json_object_new_object();
 
 		snprintf(want, sizeof(want), "%lluMi", (unsigned long long)(pvcap >> 20));
-		body = nest3("status", "allocatedResources", "storage", want);
+		body = fvp_ctl_nest3("status", "allocatedResources", "storage", want);
 		if (!body || !ars) {
 			json_object_put(body);
 			json_object_put(ars);
@@ -719,7 +719,7 @@ static int claim_resize(struct prov *p, json_object *pvc)
 		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s/status",
 			 ns, name);
 		snprintf(what, sizeof(what), "claim %s/%s: setting its resize status", ns, name);
-		if (patch(p, path, body, what) != 200)
+		if (fvp_ctl_patch(p, path, body, what) != 200)
 			r = -EIO;
 		else
 			event(&p->ev, pvc, false, "FileSystemResizeRequired",
@@ -751,7 +751,7 @@ int ctl_claim_changed(struct prov *p, json_object *pvc)
 			log_info("claim %s/%s is bound: finalizer removed", jstr(meta, "namespace"),
 				 jstr(meta, "name"));
 		if (phase && streq(phase, "Bound") && vol && *vol)
-			return claim_resize(p, pvc);
+			return fvp_ctl_claim_resize(p, pvc);
 		return 0;
 	}
 	r = claim_is_ours(p, pvc, &sc, &b);
@@ -774,10 +774,10 @@ int ctl_claim_changed(struct prov *p, json_object *pvc)
 	snprintf(pv_name, sizeof(pv_name), "pvc-%s", uid);
 	r = pv_exists(p, pv_name);
 	if (r == 0) {
-		double t0 = now_s();
+		double t0 = fvp_ctl_now_s();
 
 		r = provision(p, b, pvc, sc, pv_name);
-		fvp_metrics_observe(FVP_M_PROVISION, r == 0, now_s() - t0);
+		fvp_metrics_observe(FVP_M_PROVISION, r == 0, fvp_ctl_now_s() - t0);
 	} else if (r == 1) {
 		r = has_finalizer(pvc) && set_finalizer(p, pvc, false, NULL) == -EIO ? -EIO : 0;
 	}
@@ -811,7 +811,7 @@ static int pv_on_delete(struct prov *p, json_object *pv, char *buf, size_t len, 
 		return 0;
 	}
 	cls = jstr2(pv, "spec", "storageClassName");
-	r = cls && *cls ? get_class(p, cls, &sc, NULL) : 0;
+	r = cls && *cls ? fvp_ctl_get_class(p, cls, &sc, NULL) : 0;
 	if (r < 0)
 		return r;
 	od = jstr(jget(sc, "parameters"), "onDelete");
@@ -968,21 +968,21 @@ int ctl_pv_changed(struct prov *p, json_object *pv)
 	}
 	if (!policy || !streq(policy, "Delete")) {
 		/* Retain (a policy changed after provisioning): nothing to hold the PV for */
-		if (fin && update_finalizer(p, pv, PV_FINALIZER, false, NULL) == 0)
+		if (fin && fvp_ctl_update_finalizer(p, pv, PV_FINALIZER, false, NULL) == 0)
 			log_info("PV %s: policy %s, finalizer removed", name, policy ? policy : "?");
 		return 0;
 	}
 	if (!phase || !streq(phase, "Released")) {
 		/* a PV of an older version, or one whose finalizer was removed: protect it */
-		if (!deleting && !fin && update_finalizer(p, pv, PV_FINALIZER, true, NULL) == 0)
+		if (!deleting && !fin && fvp_ctl_update_finalizer(p, pv, PV_FINALIZER, true, NULL) == 0)
 			log_info("PV %s: finalizer %s added", name, PV_FINALIZER);
 		return 0;
 	}
-	t0 = now_s();
+	t0 = fvp_ctl_now_s();
 	r = reclaim_asset(p, b, pv);
 	if (r != 0) {
 		if (r < 0)
-			fvp_metrics_observe(FVP_M_DELETE, false, now_s() - t0);
+			fvp_metrics_observe(FVP_M_DELETE, false, fvp_ctl_now_s() - t0);
 		return r < 0 ? r : 0;
 	}
 	if (!deleting) {
@@ -999,14 +999,14 @@ int ctl_pv_changed(struct prov *p, json_object *pv)
 			pv = reply;
 	}
 	/* the asset is gone: let the API finish the deletion (a 409 comes back by the watch) */
-	r = update_finalizer(p, pv, PV_FINALIZER, false, NULL);
+	r = fvp_ctl_update_finalizer(p, pv, PV_FINALIZER, false, NULL);
 	if (r == 0)
 		log_info("PV %s: finalizer removed", name);
 	finished = r == 0;
 	r = r == -EIO ? -EIO : 0;
 out:
 	if (r < 0 || finished)
-		fvp_metrics_observe(FVP_M_DELETE, r >= 0, now_s() - t0);
+		fvp_metrics_observe(FVP_M_DELETE, r >= 0, fvp_ctl_now_s() - t0);
 	json_object_put(reply);
 	return r < 0 ? r : 0;
 }
