@@ -29,17 +29,11 @@
 #include "fv/macro.h"
 #include "fv/util.h"
 #include "agent.h"
+#include "api.h"
 #include "controller.h"
 #include "jsonutil.h"
 #include "kube.h"
 #include "loop.h"
-
-#define PV_FINALIZER "external-provisioner.volume.kubernetes.io/finalizer"
-
-static int quantity(const char *s, uint64_t *ret)
-{
-	return s && *s ? fv_parse_quantity(s, ret) : -EINVAL;
-}
 
 /*
  * The loop device bound to the file @st, if any: its number, or -1.  The
@@ -168,10 +162,10 @@ static int delete_pv(struct kube *k, json_object *pv)
 {
 	const char *name = jstr2(pv, "metadata", "name");
 	json_object *reply = NULL;
-	char path[400], err[512];
+	char path[FVP_API_PATH_MAX], err[512];
 	int st;
 
-	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
+	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
 	st = kube_delete_uid(k, path, jstr2(pv, "metadata", "uid"), &reply, err, sizeof(err));
 	if (st == 200 || st == 202 || st == 404)
 		log_info("PV %s deleted", name);
@@ -186,10 +180,10 @@ static int drop_finalizer(struct kube *k, json_object *pv)
 {
 	json_object *f = jget(jget(pv, "metadata"), "finalizers"), *nf, *m, *body, *reply = NULL;
 	const char *name = jstr2(pv, "metadata", "name");
-	char path[400], err[512];
+	char path[FVP_API_PATH_MAX], err[512];
 	int st;
 
-	if (!jarray_has(f, PV_FINALIZER))
+	if (!jarray_has(f, FVP_PV_FINALIZER))
 		return 0;
 	body = json_object_new_object();
 	m = json_object_new_object();
@@ -204,14 +198,14 @@ static int drop_finalizer(struct kube *k, json_object *pv)
 		json_object *v = json_object_array_get_idx(f, i);
 
 		if (!json_object_is_type(v, json_type_string) ||
-		    !streq(json_object_get_string(v), PV_FINALIZER))
+		    !streq(json_object_get_string(v), FVP_PV_FINALIZER))
 			json_object_array_add(nf, json_object_get(v));
 	}
 	/* the resourceVersion makes a concurrent change a 409: the next pass tries again */
 	jset(m, "resourceVersion", jstr2(pv, "metadata", "resourceVersion"));
 	json_object_object_add(m, "finalizers", nf);
 	json_object_object_add(body, "metadata", m);
-	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
+	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
 	st = kube_request(k, "PATCH", path, body, &reply, err, sizeof(err));
 	json_object_put(body);
 	if (st != 200 && st != 404)
@@ -297,12 +291,11 @@ static bool pv_reclaimable(json_object *pv)
 static int pvs_pass(struct fvp_agent *a, struct kube *k, int rootfd)
 {
 	json_object *list = NULL, *items;
-	char path[400], label[80], err[512];
+	char path[FVP_API_PATH_MAX], label[80], err[512];
 	int st, ret = 0;
 
 	fvp_node_label(a->node, label, sizeof(label));
-	snprintf(path, sizeof(path), "/api/v1/persistentvolumes?labelSelector=flexvol%%2Fnode%%3D%s",
-		 label);
+	fvp_api_select(path, sizeof(path), FVP_API_PV, LOOP_LABEL_NODE, label);
 	st = kube_request(k, "GET", path, NULL, &list, err, sizeof(err));
 	if (st != 200 || !list) {
 		log_info("listing this node's PVs: %s", st < 0 ? err : kube_status_message(list));
@@ -331,8 +324,8 @@ static int pvs_pass(struct fvp_agent *a, struct kube *k, int rootfd)
 			   (phase && (streq(phase, "Released") || streq(phase, "Failed")))) {
 			continue; /* Retain: the image stays as it is */
 		} else {
-			(void)quantity(jstr(opts, "size"), &size);
-			(void)quantity(jstr(jget(spec, "capacity"), "storage"), &cap);
+			(void)fvp_quantity(jstr(opts, "size"), &size);
+			(void)fvp_quantity(jstr(jget(spec, "capacity"), "storage"), &cap);
 			size = size > cap ? size : cap;
 			size = (size + 511) / 512 * 512;
 			if (size < 1024 * 1024)
@@ -396,10 +389,10 @@ static json_object *report(struct fvp_agent *a, int rootfd)
 static int publish(struct fvp_agent *a, struct kube *k, json_object *data)
 {
 	json_object *cm = NULL, *reply = NULL, *m, *labels;
-	char path[600], err[512];
+	char path[FVP_API_PATH_MAX], err[512];
 	int st;
 
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/%s", a->capacity_ns, a->node);
+	fvp_api_path(path, sizeof(path), FVP_API_CONFIGMAP, a->capacity_ns, a->node, NULL);
 	st = kube_request(k, "GET", path, NULL, &cm, err, sizeof(err));
 	if (st != 200 && st != 404) {
 		log_info("reading ConfigMap %s/%s: %s", a->capacity_ns, a->node,
@@ -431,7 +424,7 @@ static int publish(struct fvp_agent *a, struct kube *k, json_object *data)
 	}
 	json_object_object_add(cm, "data", data);
 	if (st == 404) {
-		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps", a->capacity_ns);
+		fvp_api_path(path, sizeof(path), FVP_API_CONFIGMAP, a->capacity_ns, NULL, NULL);
 		st = kube_request(k, "POST", path, cm, &reply, err, sizeof(err));
 	} else {
 		/* a whole replacement: images gone since the last report drop out */

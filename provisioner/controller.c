@@ -25,6 +25,7 @@
 
 #include "fv/macro.h"
 #include "fv/util.h"
+#include "api.h"
 #include "controller.h"
 #include "fsop.h"
 #include "jsonutil.h"
@@ -37,12 +38,6 @@
  * with a deletionTimestamp, until its asset is cleaned up.
  */
 #define FINALIZER "flexvol/provisioning"
-/*
- * On our PVs with reclaim policy Delete (KEP-2644, the name every external
- * provisioner uses): a PV deleted while it is Released, even while this
- * process is down, stays until its asset is reclaimed.
- */
-#define PV_FINALIZER "external-provisioner.volume.kubernetes.io/finalizer"
 
 static double fvp_ctl_now_s(void)
 {
@@ -70,7 +65,7 @@ const struct fvp_backend *ctl_backend(const char *name)
 static int fvp_ctl_get_class(struct prov *p, const char *name, json_object **ret,
 		     const struct fvp_backend **ret_b)
 {
-	char path[400], err[512];
+	char path[FVP_API_PATH_MAX], err[512];
 	json_object *sc = NULL;
 	const struct fvp_backend *b;
 	int st;
@@ -78,7 +73,7 @@ static int fvp_ctl_get_class(struct prov *p, const char *name, json_object **ret
 	*ret = NULL;
 	if (!safe_name(name))
 		return 0;
-	snprintf(path, sizeof(path), "/apis/storage.k8s.io/v1/storageclasses/%s", name);
+	fvp_api_path(path, sizeof(path), FVP_API_CLASS, NULL, name, NULL);
 	st = kube_request(p->k, "GET", path, NULL, &sc, err, sizeof(err));
 	if (st < 0) {
 		log_info("cannot read StorageClass %s: %s", name, err);
@@ -121,7 +116,7 @@ static bool has_finalizer(json_object *pvc)
 
 static bool has_pv_finalizer(json_object *pv)
 {
-	return jarray_has(jget(jget(pv, "metadata"), "finalizers"), PV_FINALIZER);
+	return jarray_has(jget(jget(pv, "metadata"), "finalizers"), FVP_PV_FINALIZER);
 }
 
 /*
@@ -136,7 +131,7 @@ static int fvp_ctl_update_finalizer(struct prov *p, json_object *obj, const char
 {
 	json_object *copy = NULL, *meta, *f, *nf, *reply = NULL;
 	const char *ns = jstr2(obj, "metadata", "namespace"), *name = jstr2(obj, "metadata", "name");
-	char path[600], err[512];
+	char path[FVP_API_PATH_MAX], err[512];
 	int st;
 
 	if (ret)
@@ -164,11 +159,7 @@ static int fvp_ctl_update_finalizer(struct prov *p, json_object *obj, const char
 	if (on)
 		json_object_array_add(nf, json_object_new_string(fin));
 	json_object_object_add(meta, "finalizers", nf);
-	if (ns)
-		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns,
-			 name);
-	else
-		snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
+	fvp_api_path(path, sizeof(path), ns ? FVP_API_PVC : FVP_API_PV, ns, name, NULL);
 	st = kube_request(p->k, "PUT", path, copy, &reply, err, sizeof(err));
 	json_object_put(copy);
 	if (st == 200) {
@@ -249,11 +240,11 @@ static json_object *fvp_ctl_nest3(const char *a, const char *b, const char *c, c
 static void reschedule(struct prov *p, json_object *pvc)
 {
 	const char *ns = jstr2(pvc, "metadata", "namespace"), *name = jstr2(pvc, "metadata", "name");
-	char path[600], what[600];
+	char path[FVP_API_PATH_MAX], what[600];
 
 	if (!safe_name(ns) || !safe_name(name))
 		return;
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
+	fvp_api_path(path, sizeof(path), FVP_API_PVC, ns, name, NULL);
 	snprintf(what, sizeof(what), "claim %s/%s: removing %s", ns, name, ANN_SELECTED_NODE);
 	if (fvp_ctl_patch(p, path, fvp_ctl_nest3("metadata", "annotations", ANN_SELECTED_NODE, NULL), what) == 200)
 		log_info("claim %s/%s: handed back to the scheduler", ns, name);
@@ -290,7 +281,7 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 		json_object *fin = json_object_new_array();
 
 		if (fin) {
-			json_object_array_add(fin, json_object_new_string(PV_FINALIZER));
+			json_object_array_add(fin, json_object_new_string(FVP_PV_FINALIZER));
 			json_object_object_add(m, "finalizers", fin);
 		}
 	}
@@ -386,7 +377,7 @@ static int provision(struct prov *p, const struct fvp_backend *b, json_object *p
 	json_object *spec = jget(pvc, "spec"), *meta = jget(pvc, "metadata"), *pv = NULL,
 		    *reply = NULL, *modes, *updated = NULL;
 	const char *ns = jstr(meta, "namespace"), *name = jstr(meta, "name"), *size, *vm;
-	char err[FVP_ERR_MAX];
+	char err[FVP_ERR_MAX], path[FVP_API_PATH_MAX];
 	struct fvp_volume vol = { 0 };
 	enum fvp_made made;
 	int r, st;
@@ -456,7 +447,8 @@ static int provision(struct prov *p, const struct fvp_backend *b, json_object *p
 		json_object_put(updated);
 		return -ENOMEM;
 	}
-	st = kube_request(p->k, "POST", "/api/v1/persistentvolumes", pv, &reply, err, sizeof(err));
+	st = kube_request(p->k, "POST", fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, NULL, NULL),
+			  pv, &reply, err, sizeof(err));
 	if (st == 201 || st == 200) {
 		event(&p->ev, pvc, false, "ProvisioningSucceeded",
 		      "Successfully provisioned volume %s: %s", pv_name, vol.where);
@@ -483,10 +475,10 @@ static int provision(struct prov *p, const struct fvp_backend *b, json_object *p
 /* 1 when PV @name exists, 0 when not, <0 on an API error. */
 static int pv_exists(struct prov *p, const char *name)
 {
-	char path[400], err[512];
+	char path[FVP_API_PATH_MAX], err[512];
 	int st;
 
-	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
+	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
 	st = kube_request(p->k, "GET", path, NULL, NULL, err, sizeof(err));
 	if (st < 0)
 		log_info("GET PV %s: %s", name, err);
@@ -583,11 +575,6 @@ static int claim_finish_deleted(struct prov *p, json_object *pvc)
 
 /* --- expansion ---------------------------------------------------------------------------- */
 
-static int quantity(const char *s, uint64_t *ret)
-{
-	return s && *s ? fv_parse_quantity(s, ret) : -EINVAL;
-}
-
 /*
  * A bound claim of one of our backends that grows online (b->can_expand) asks
  * for more than its PV has.  Kubernetes' expand controller never loads
@@ -644,12 +631,12 @@ static int fvp_ctl_claim_resize(struct prov *p, json_object *pvc)
 		   *volname = jstr(spec, "volumeName"), *cls;
 	const struct fvp_backend *b;
 	uint64_t req, pvcap, stcap;
-	char path[600], what[700], want[32], err[512];
+	char path[FVP_API_PATH_MAX], what[700], want[32], err[512];
 	int st, r = 0;
 
 	if (!safe_name(ns) || !safe_name(name) || !safe_name(volname) ||
-	    quantity(jstr(jget(jget(spec, "resources"), "requests"), "storage"), &req) < 0 ||
-	    quantity(jstr(jget(status, "capacity"), "storage"), &stcap) < 0)
+	    fvp_quantity(jstr(jget(jget(spec, "resources"), "requests"), "storage"), &req) < 0 ||
+	    fvp_quantity(jstr(jget(status, "capacity"), "storage"), &stcap) < 0)
 		return 0;
 	/*
 	 * Nothing asked beyond what the claim has (the API refuses a request below
@@ -657,14 +644,14 @@ static int fvp_ctl_claim_resize(struct prov *p, json_object *pvc)
 	 */
 	if (req <= stcap)
 		return 0;
-	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", volname);
+	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, volname, NULL);
 	st = kube_request(p->k, "GET", path, NULL, &pv, err, sizeof(err));
 	if (st != 200 || !pv) {
 		r = st == 404 ? 0 : -EIO;
 		goto out;
 	}
 	b = ctl_backend(jstr(jget(jget(pv, "metadata"), "annotations"), ANN_PROVISIONED_BY));
-	if (!b || !b->can_expand || quantity(jstr(jget(jget(pv, "spec"), "capacity"), "storage"),
+	if (!b || !b->can_expand || fvp_quantity(jstr(jget(jget(pv, "spec"), "capacity"), "storage"),
 					 &pvcap) < 0)
 		goto out;
 	req = (req + (1 << 20) - 1) >> 20 << 20;
@@ -716,8 +703,7 @@ static int fvp_ctl_claim_resize(struct prov *p, json_object *pvc)
 		json_object_object_add(jget(body, "status"), "allocatedResourceStatuses", ars);
 		json_object_object_add(jget(body, "status"), "conditions",
 				       resize_pending_conditions(jget(status, "conditions")));
-		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s/status",
-			 ns, name);
+		fvp_api_path(path, sizeof(path), FVP_API_PVC, ns, name, "status");
 		snprintf(what, sizeof(what), "claim %s/%s: setting its resize status", ns, name);
 		if (fvp_ctl_patch(p, path, body, what) != 200)
 			r = -EIO;
@@ -827,11 +813,11 @@ static int pv_on_delete(struct prov *p, json_object *pv, char *buf, size_t len, 
 static int delete_pv(struct prov *p, const char *name, const char *uid, json_object **ret)
 {
 	json_object *reply = NULL;
-	char err[512], path[400];
+	char err[512], path[FVP_API_PATH_MAX];
 	int st;
 
 	*ret = NULL;
-	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
+	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
 	st = kube_delete_uid(p->k, path, uid, &reply, err, sizeof(err));
 	if (st == 200 || st == 202) {
 		log_info("PV %s deleted", name);
@@ -887,7 +873,7 @@ static int reclaim_on_node(struct prov *p, json_object *pv)
 {
 	const char *host = pv_hostname(pv), *name = jstr2(pv, "metadata", "name");
 	json_object *list = NULL;
-	char path[400], err[512];
+	char path[FVP_API_PATH_MAX], err[512];
 	int st;
 
 	if (!host || !safe_name(host)) {
@@ -896,8 +882,7 @@ static int reclaim_on_node(struct prov *p, json_object *pv)
 		      "not touched; delete the PV by hand");
 		return 1;
 	}
-	snprintf(path, sizeof(path), "/api/v1/nodes?labelSelector=kubernetes.io%%2Fhostname%%3D%s",
-		 host);
+	fvp_api_select(path, sizeof(path), FVP_API_NODE, "kubernetes.io/hostname", host);
 	st = kube_request(p->k, "GET", path, NULL, &list, err, sizeof(err));
 	if (st != 200 || !list) {
 		log_info("PV %s: cannot list nodes: %s", name, st < 0 ? err : kube_status_message(list));
@@ -968,14 +953,14 @@ int ctl_pv_changed(struct prov *p, json_object *pv)
 	}
 	if (!policy || !streq(policy, "Delete")) {
 		/* Retain (a policy changed after provisioning): nothing to hold the PV for */
-		if (fin && fvp_ctl_update_finalizer(p, pv, PV_FINALIZER, false, NULL) == 0)
+		if (fin && fvp_ctl_update_finalizer(p, pv, FVP_PV_FINALIZER, false, NULL) == 0)
 			log_info("PV %s: policy %s, finalizer removed", name, policy ? policy : "?");
 		return 0;
 	}
 	if (!phase || !streq(phase, "Released")) {
 		/* a PV of an older version, or one whose finalizer was removed: protect it */
-		if (!deleting && !fin && fvp_ctl_update_finalizer(p, pv, PV_FINALIZER, true, NULL) == 0)
-			log_info("PV %s: finalizer %s added", name, PV_FINALIZER);
+		if (!deleting && !fin && fvp_ctl_update_finalizer(p, pv, FVP_PV_FINALIZER, true, NULL) == 0)
+			log_info("PV %s: finalizer %s added", name, FVP_PV_FINALIZER);
 		return 0;
 	}
 	t0 = fvp_ctl_now_s();
@@ -999,7 +984,7 @@ int ctl_pv_changed(struct prov *p, json_object *pv)
 			pv = reply;
 	}
 	/* the asset is gone: let the API finish the deletion (a 409 comes back by the watch) */
-	r = fvp_ctl_update_finalizer(p, pv, PV_FINALIZER, false, NULL);
+	r = fvp_ctl_update_finalizer(p, pv, FVP_PV_FINALIZER, false, NULL);
 	if (r == 0)
 		log_info("PV %s: finalizer removed", name);
 	finished = r == 0;

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "events.h"
 #include "jsonutil.h"
 #include "kube.h"
@@ -78,7 +79,7 @@ void event(struct fvp_events *evs, json_object *obj, bool warning, const char *r
 	/* a claim has a namespace; a PV has none and its events go to "default", as client-go's */
 	bool is_pv = !ns;
 	const char *evns = is_pv ? "default" : ns;
-	char msg[1024], now[32], evname[300], path[400], err[512];
+	char msg[1024], now[32], evname[300], path[FVP_API_PATH_MAX], err[512];
 	struct timespec ts;
 	va_list ap;
 	int st;
@@ -130,7 +131,7 @@ void event(struct fvp_events *evs, json_object *obj, bool warning, const char *r
 	json_object_object_add(ev, "count", json_object_new_int(1));
 	jset(ev, "reportingComponent", "flexvol-provisioner");
 	jset(ev, "reportingInstance", evs->identity);
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", evns);
+	fvp_api_path(path, sizeof(path), FVP_API_EVENT, evns, NULL, NULL);
 	st = kube_request(evs->k, "POST", path, ev, &reply, err, sizeof(err));
 	if (st < 0)
 		log_info("event %s for %s/%s not sent: %s", reason, evns, name, err);

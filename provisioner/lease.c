@@ -12,6 +12,7 @@
 
 #include "flag.h"
 #include "fv/macro.h"
+#include "api.h"
 #include "events.h"
 #include "jsonutil.h"
 #include "kube.h"
@@ -115,13 +116,12 @@ static void observe(struct fvp_lease *l, json_object *lease)
  */
 static int try_once(struct fvp_lease *l, bool release)
 {
-	char path[600], err[512];
+	char path[FVP_API_PATH_MAX], err[512];
 	json_object *lease = NULL, *reply = NULL, *spec, *ls;
 	const char *holder, *acquired;
 	int st, dur, transitions;
 
-	snprintf(path, sizeof(path), "/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s",
-		 l->cfg.ns, l->cfg.name);
+	fvp_api_path(path, sizeof(path), FVP_API_LEASE, l->cfg.ns, l->cfg.name, NULL);
 	st = kube_request(l->k, "GET", path, NULL, &lease, err, sizeof(err));
 	if (st == 404 && !release) {
 		json_object *m = json_object_new_object();
@@ -141,8 +141,7 @@ static int try_once(struct fvp_lease *l, bool release)
 		jset(m, "namespace", l->cfg.ns);
 		json_object_object_add(lease, "metadata", m);
 		json_object_object_add(lease, "spec", spec);
-		snprintf(path, sizeof(path), "/apis/coordination.k8s.io/v1/namespaces/%s/leases",
-			 l->cfg.ns);
+		fvp_api_path(path, sizeof(path), FVP_API_LEASE, l->cfg.ns, NULL, NULL);
 		st = kube_request(l->k, "POST", path, lease, &reply, err, sizeof(err));
 		json_object_put(lease);
 		if (st == 201 || st == 200)
