@@ -15,22 +15,21 @@
  * The handlers run on several worker threads at once, never two for one
  * object; what they share (the API client, the event cache) is thread-safe.
  * Storage calls go through fsop.c (a child with a deadline).
+ *
+ * One file per flow: provision.c (claims), resize.c (a bound claim that
+ * grows), reclaim.c (released and deleted PVs); this file holds what they
+ * share (controller.h), api.c the request paths.
  */
+
 #include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "fv/macro.h"
-#include "fv/util.h"
 #include "api.h"
 #include "controller.h"
-#include "fsop.h"
 #include "jsonutil.h"
 #include "kube.h"
-#include "metrics.h"
 
 double fvp_ctl_now_s(void)
 {
@@ -56,7 +55,7 @@ const struct fvp_backend *ctl_backend(const char *name)
  * an API error.
  */
 int fvp_ctl_get_class(struct prov *p, const char *name, json_object **ret,
-		     const struct fvp_backend **ret_b)
+		      const struct fvp_backend **ret_b)
 {
 	char path[FVP_API_PATH_MAX], err[512];
 	json_object *sc = NULL;
@@ -93,6 +92,8 @@ int fvp_ctl_get_class(struct prov *p, const char *name, json_object **ret,
 	return 1;
 }
 
+/* --- writing objects ------------------------------------------------------------------- */
+
 /*
  * Add (@on) or remove finalizer @fin with an update of the whole object
  * (a claim, or a PV when it has no namespace): the resourceVersion in it
@@ -101,7 +102,7 @@ int fvp_ctl_get_class(struct prov *p, const char *name, json_object **ret,
  * *ret (may be NULL), 1 when the object is gone, <0.
  */
 int fvp_ctl_update_finalizer(struct prov *p, json_object *obj, const char *fin, bool on,
-			    json_object **ret)
+			     json_object **ret)
 {
 	json_object *copy = NULL, *meta, *f, *nf, *reply = NULL;
 	const char *ns = jstr2(obj, "metadata", "namespace"), *name = jstr2(obj, "metadata", "name");

@@ -6,13 +6,9 @@
  */
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "fv/macro.h"
-#include "fv/util.h"
 #include "api.h"
 #include "controller.h"
 #include "fsop.h"

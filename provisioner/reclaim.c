@@ -2,13 +2,9 @@
 /* Reclaiming: a Released PV of ours with policy Delete, and one deleted without us. */
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "fv/macro.h"
-#include "fv/util.h"
 #include "api.h"
 #include "controller.h"
 #include "fsop.h"

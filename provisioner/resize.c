@@ -1,34 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Expansion: a bound claim that asks for more than its PV has. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "fv/macro.h"
-#include "fv/util.h"
 #include "api.h"
 #include "controller.h"
-#include "fsop.h"
 #include "jsonutil.h"
 #include "kube.h"
-#include "metrics.h"
 
-/*
- * A bound claim of one of our backends that grows online (b->can_expand) asks
- * for more than its PV has.  Kubernetes' expand controller never loads
- * FlexVolume plugins (kubernetes/kubernetes#126881), so this plays the
- * external resizer's part: the PV's capacity is raised (in whole MiB, as
- * provisioned), then the claim's status says the node has to finish
- * (allocatedResources, allocatedResourceStatuses NodeResizePending); kubelet
- * then calls the driver's expandfs on the node, with the pod running, and
- * records the new capacity in the claim's status.  Each step is idempotent
- * and checked against the objects as they are: a crash between the two
- * patches is finished at the next event or re-list.  A smaller request is
- * refused with an event (a filesystem does not shrink).
- */
 /*
  * The claim's conditions with FileSystemResizePending, as Kubernetes'
  * MarkForFSResize sets them for the node's part of a resize: other
@@ -64,10 +46,23 @@ static json_object *resize_pending_conditions(json_object *old)
 	return list;
 }
 
+/*
+ * A bound claim of one of our backends that grows online (b->can_expand) asks
+ * for more than its PV has.  Kubernetes' expand controller never loads
+ * FlexVolume plugins (kubernetes/kubernetes#126881), so this plays the
+ * external resizer's part: the PV's capacity is raised (in whole MiB, as
+ * provisioned), then the claim's status says the node has to finish
+ * (allocatedResources, allocatedResourceStatuses NodeResizePending); kubelet
+ * then calls the driver's expandfs on the node, with the pod running, and
+ * records the new capacity in the claim's status.  Each step is idempotent
+ * and checked against the objects as they are: a crash between the two
+ * patches is finished at the next event or re-list.  A smaller request is
+ * refused with an event (a filesystem does not shrink).
+ */
 int fvp_ctl_claim_resize(struct prov *p, json_object *pvc)
 {
 	json_object *meta = jget(pvc, "metadata"), *spec = jget(pvc, "spec"),
-		    *status = jget(pvc, "status"), *pv = NULL, *sc = NULL, *reply = NULL;
+		    *status = jget(pvc, "status"), *pv = NULL, *sc = NULL;
 	const char *ns = jstr(meta, "namespace"), *name = jstr(meta, "name"),
 		   *volname = jstr(spec, "volumeName"), *cls;
 	const struct fvp_backend *b;
@@ -154,7 +149,6 @@ int fvp_ctl_claim_resize(struct prov *p, json_object *pvc)
 			      volname, want);
 	}
 out:
-	json_object_put(reply);
 	json_object_put(sc);
 	json_object_put(pv);
 	return r;
