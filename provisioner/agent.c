@@ -7,7 +7,7 @@
  * files), through the root's descriptor; it creates with O_EXCL|O_NOFOLLOW
  * and opens existing files with fv_open_regular_beneath() (never a FIFO,
  * device node or symlink).  It removes an image only when the image's owner
- * record (LOOP_OWNER_XATTR, in the trusted namespace: only CAP_SYS_ADMIN
+ * record (FV_LOOP_OWNER_XATTR, in the trusted namespace: only CAP_SYS_ADMIN
  * writes it) names the PV being reclaimed, the same record the loop driver
  * keeps, and only while no loop device is bound to it (a mounted image is
  * always bound).
@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fv/loop.h"
 #include "fv/macro.h"
 #include "fv/util.h"
 #include "agent.h"
@@ -78,7 +79,7 @@ static int bound_to(const struct stat *st)
 /* The owner record of @fd into @buf: 0, -ENODATA (none), or -errno. */
 static int owner_of(int fd, char *buf, size_t len)
 {
-	ssize_t n = fgetxattr(fd, LOOP_OWNER_XATTR, buf, len - 1);
+	ssize_t n = fgetxattr(fd, FV_LOOP_OWNER_XATTR, buf, len - 1);
 
 	if (n < 0)
 		return NEG_ERRNO();
@@ -89,7 +90,7 @@ static int owner_of(int fd, char *buf, size_t len)
 /* Record @pv as the owner of @fd unless it has one (XATTR_CREATE: never replaced). */
 static void set_owner(int fd, const char *img, const char *pv)
 {
-	if (fsetxattr(fd, LOOP_OWNER_XATTR, pv, strlen(pv), XATTR_CREATE) == 0)
+	if (fsetxattr(fd, FV_LOOP_OWNER_XATTR, pv, strlen(pv), XATTR_CREATE) == 0)
 		log_info("image %s: owner record %s", img, pv);
 	else if (errno != EEXIST)
 		log_info("image %s: cannot record its owner %s: %s", img, pv, strerror(errno));
@@ -246,7 +247,7 @@ static int reclaim(struct fvp_agent *a, struct kube *k, int rootfd, json_object 
 	if (r < 0 || !streq(have, name)) {
 		event(&a->ev, pv, true, "VolumeFailedDelete",
 		      "image %s on node %s is not removed: its owner record (%s) %s%s%s", img,
-		      a->node, LOOP_OWNER_XATTR,
+		      a->node, FV_LOOP_OWNER_XATTR,
 		      r == -ENODATA ? "is missing" : r < 0 ? "cannot be read: " : "names ",
 		      r == -ENODATA ? "" : r < 0 ? strerror(-r) : have,
 		      r < 0 ? "" : ", not this PV");

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../src/internal.h"
+#include "fv/ctx.h"
 #include "fv/exec.h"
 #include "dir.h"
 #include "fsop.h"
