@@ -14,7 +14,7 @@
  * Listing, watching and the workers that call these handlers: runner.c.
  * The handlers run on several worker threads at once, never two for one
  * object; what they share (the API client, the event cache) is thread-safe.
- * Storage calls go through fsop.c (a child with a deadline).
+ * Storage calls go through childcall.c (a child with a deadline).
  *
  * One file per flow: provision.c (claims), resize.c (a bound claim that
  * grows), reclaim.c (released and deleted PVs); this file holds what they

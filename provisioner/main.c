@@ -19,7 +19,7 @@
 #include "fv/macro.h"
 #include "controller.h"
 #include "dir.h"
-#include "fsop.h"
+#include "childcall.h"
 #include "httpd.h"
 #include "kube.h"
 #include "lease.h"
@@ -451,10 +451,10 @@ int main(int argc, char **argv)
 	char err[512];
 	int r;
 
-	/* a backend call under its deadline: this program exec'd again (fsop.h) */
-	if (argc == 3 && streq(argv[1], FVP_FSOP_ARG))
-		return fvp_fsop_child(argv[2]);
-	(void)fvp_fsop_init(argv[0]);
+	/* a backend call under its deadline: this program exec'd again (childcall.h) */
+	if (argc == 3 && streq(argv[1], FVP_CHILDCALL_ARG))
+		return fvp_childcall_main(argv[2]);
+	(void)fvp_childcall_init(argv[0]);
 	p.leader_elect = true;
 	p.resync = 300;
 	p.watch_s = 300;

@@ -7,7 +7,7 @@
 #include "fv/macro.h"
 #include "api.h"
 #include "controller.h"
-#include "fsop.h"
+#include "childcall.h"
 #include "jsonutil.h"
 #include "kube.h"
 #include "metrics.h"
