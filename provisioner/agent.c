@@ -163,7 +163,7 @@ static int delete_pv(struct kube *k, json_object *pv)
 {
 	const char *name = jstr2(pv, "metadata", "name");
 	json_object *reply = NULL;
-	char path[FVP_API_PATH_MAX], err[512];
+	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
 
 	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
@@ -181,7 +181,7 @@ static int drop_finalizer(struct kube *k, json_object *pv)
 {
 	json_object *f = jget(jget(pv, "metadata"), "finalizers"), *nf, *m, *body, *reply = NULL;
 	const char *name = jstr2(pv, "metadata", "name");
-	char path[FVP_API_PATH_MAX], err[512];
+	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
 
 	if (!jarray_has(f, FVP_PV_FINALIZER))
@@ -292,7 +292,7 @@ static bool pv_reclaimable(json_object *pv)
 static int pvs_pass(struct fvp_agent *a, struct kube *k, int rootfd)
 {
 	json_object *list = NULL, *items;
-	char path[FVP_API_PATH_MAX], label[80], err[512];
+	char path[FVP_API_PATH_MAX], label[80], err[FVP_KUBE_ERR_MAX];
 	int st, ret = 0;
 
 	fvp_node_label(a->node, label, sizeof(label));
@@ -390,7 +390,7 @@ static json_object *report(struct fvp_agent *a, int rootfd)
 static int publish(struct fvp_agent *a, struct kube *k, json_object *data)
 {
 	json_object *cm = NULL, *reply = NULL, *m, *labels;
-	char path[FVP_API_PATH_MAX], err[512];
+	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
 
 	fvp_api_path(path, sizeof(path), FVP_API_CONFIGMAP, a->capacity_ns, a->node, NULL);

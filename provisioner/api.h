@@ -24,6 +24,11 @@
  */
 #define FVP_API_PATH_MAX 600
 
+/* A quantity we write, "<bytes / 2^20>Mi": at most 20 digits and the suffix. */
+#define FVP_QUANTITY_MAX 32
+/* A time as rfc3339() writes it, "2026-01-02T03:04:05Z". */
+#define FVP_TIME_MAX 32
+
 /* The kinds of object the provisioner reads or writes. */
 enum fvp_api_kind {
 	FVP_API_PV,		/* cluster-wide */

@@ -32,7 +32,7 @@ struct job {
 struct shared {
 	int r;
 	enum fvp_made made;
-	char done[FVP_PATH_MAX + 200];
+	char done[FVP_DONE_MAX];
 	char err[FVP_ERR_MAX];
 };
 

@@ -28,6 +28,9 @@
 
 #define FVP_CHILDCALL_ARG "--fs-call"
 
+/* What a reclaim did: a path of the share (FVP_PATH_MAX) and the words around it. */
+#define FVP_DONE_MAX (FVP_PATH_MAX + 200)
+
 /* Where to exec ourselves from: /proc/self/exe, else an absolute @argv0.  0 or -ENOENT. */
 int fvp_childcall_init(const char *argv0);
 

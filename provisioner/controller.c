@@ -57,7 +57,7 @@ const struct fvp_backend *ctl_backend(const char *name)
 int fvp_ctl_get_class(struct prov *p, const char *name, json_object **ret,
 		      const struct fvp_backend **ret_b)
 {
-	char path[FVP_API_PATH_MAX], err[512];
+	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	json_object *sc = NULL;
 	const struct fvp_backend *b;
 	int st;
@@ -106,7 +106,7 @@ int fvp_ctl_update_finalizer(struct prov *p, json_object *obj, const char *fin, 
 {
 	json_object *copy = NULL, *meta, *f, *nf, *reply = NULL;
 	const char *ns = jstr2(obj, "metadata", "namespace"), *name = jstr2(obj, "metadata", "name");
-	char path[FVP_API_PATH_MAX], err[512];
+	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
 
 	if (ret)
@@ -166,7 +166,7 @@ int fvp_ctl_update_finalizer(struct prov *p, json_object *obj, const char *fin, 
 int fvp_ctl_patch(struct prov *p, const char *path, json_object *patch, const char *what)
 {
 	json_object *reply = NULL;
-	char err[512];
+	char err[FVP_KUBE_ERR_MAX];
 	int st;
 
 	if (!patch)

@@ -22,6 +22,11 @@
 #define ANN_CLASS_BETA "volume.beta.kubernetes.io/storage-class"
 #define ANN_SELECTED_NODE "volume.kubernetes.io/selected-node"
 
+/* Our PV's name: "pvc-" and the claim's uid (at most 64 bytes, checked). */
+#define FVP_PV_NAME_MAX 128
+/* A log line's subject: a claim, a PV and a quantity, names of up to 253 bytes. */
+#define FVP_CTL_WHAT_MAX 800
+
 struct kube;
 struct fvp_queue;
 

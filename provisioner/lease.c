@@ -116,7 +116,7 @@ static void observe(struct fvp_lease *l, json_object *lease)
  */
 static int try_once(struct fvp_lease *l, bool release)
 {
-	char path[FVP_API_PATH_MAX], err[512];
+	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	json_object *lease = NULL, *reply = NULL, *spec, *ls;
 	const char *holder, *acquired;
 	int st, dur, transitions;

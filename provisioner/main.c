@@ -29,6 +29,8 @@
 #include "loop.h"
 
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+/* The lease's namespace, name and holder: DNS subdomains, at most 253 bytes */
+#define DNS_NAME_MAX 254
 
 static volatile int stopping;
 static volatile int standing_by = 1;
@@ -232,7 +234,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	char err[512];
+	char err[FVP_ERR_MAX];
 	int opt;
 
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -342,7 +344,7 @@ static int run_agent(struct options *o)
 /* The controller: list, watch and work until stopped (with the lease, when elected). */
 static int run_controller(struct options *o)
 {
-	char lns[254], lname[254], lid[254];
+	char lns[DNS_NAME_MAX], lname[DNS_NAME_MAX], lid[DNS_NAME_MAX];
 	struct fvp_httpd_config hc = { .health = health };
 	struct fvp_httpd *httpd = NULL;
 	struct fvp_lease *lease = NULL;
@@ -350,7 +352,7 @@ static int run_controller(struct options *o)
 	struct kube *lk = NULL;
 	int exit_code = 0;
 	bool need_root = false;
-	char err[512];
+	char err[FVP_KUBE_ERR_MAX];
 	int r;
 
 	p.site.k = p.k;
@@ -448,7 +450,7 @@ int main(int argc, char **argv)
 	};
 	_cleanup_free_ char *incluster = NULL;
 	struct sigaction sa = { .sa_handler = on_signal };
-	char err[512];
+	char err[FVP_KUBE_ERR_MAX];
 	int r;
 
 	/* a backend call under its deadline: this program exec'd again (childcall.h) */

@@ -54,7 +54,7 @@ static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object 
 static void reschedule(struct prov *p, json_object *pvc)
 {
 	const char *ns = jstr2(pvc, "metadata", "namespace"), *name = jstr2(pvc, "metadata", "name");
-	char path[FVP_API_PATH_MAX], what[600];
+	char path[FVP_API_PATH_MAX], what[FVP_CTL_WHAT_MAX];
 
 	if (!safe_name(ns) || !safe_name(name))
 		return;
@@ -289,7 +289,7 @@ static int provision(struct prov *p, const struct fvp_backend *b, json_object *p
 /* 1 when PV @name exists, 0 when not, <0 on an API error. */
 static int pv_exists(struct prov *p, const char *name)
 {
-	char path[FVP_API_PATH_MAX], err[512];
+	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
 
 	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
@@ -345,7 +345,7 @@ static int remove_unused_asset(struct prov *p, json_object *pvc)
 	json_object *meta = jget(pvc, "metadata"), *sc = NULL;
 	const char *uid = jstr(meta, "uid");
 	const struct fvp_backend *b;
-	char pv_name[128], err[FVP_ERR_MAX];
+	char pv_name[FVP_PV_NAME_MAX], err[FVP_ERR_MAX];
 	int r;
 
 	if (!uid || !safe_name(uid) || strlen(uid) > 64)
@@ -393,7 +393,7 @@ int ctl_claim_changed(struct prov *p, json_object *pvc)
 	const char *uid = jstr(meta, "uid"), *phase = jstr2(pvc, "status", "phase"),
 		   *vol = jstr2(pvc, "spec", "volumeName");
 	const struct fvp_backend *b = NULL;
-	char pv_name[128];
+	char pv_name[FVP_PV_NAME_MAX];
 	int r;
 
 	if (!uid || strlen(uid) > 64 || !safe_name(uid))

@@ -12,6 +12,9 @@
 #include "kube.h"
 #include "metrics.h"
 
+/* An onDelete value (archive, delete, retain): a longer one, cut, is still refused. */
+#define ON_DELETE_MAX 32
+
 static bool has_pv_finalizer(json_object *pv)
 {
 	return jarray_has(jget(jget(pv, "metadata"), "finalizers"), FVP_PV_FINALIZER);
@@ -52,7 +55,7 @@ static int pv_on_delete(struct prov *p, json_object *pv, char *buf, size_t len, 
 static int delete_pv(struct prov *p, const char *name, const char *uid, json_object **ret)
 {
 	json_object *reply = NULL;
-	char err[512], path[FVP_API_PATH_MAX];
+	char err[FVP_KUBE_ERR_MAX], path[FVP_API_PATH_MAX];
 	int st;
 
 	*ret = NULL;
@@ -112,7 +115,7 @@ static int reclaim_on_node(struct prov *p, json_object *pv)
 {
 	const char *host = pv_hostname(pv), *name = jstr2(pv, "metadata", "name");
 	json_object *list = NULL;
-	char path[FVP_API_PATH_MAX], err[512];
+	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
 
 	if (!host || !safe_name(host)) {
@@ -143,7 +146,7 @@ static int reclaim_on_node(struct prov *p, json_object *pv)
 static int reclaim_asset(struct prov *p, const struct fvp_backend *b, json_object *pv)
 {
 	const char *name = jstr2(pv, "metadata", "name"), *od;
-	char err[FVP_ERR_MAX], done[FVP_PATH_MAX + 200] = "", odbuf[32];
+	char err[FVP_ERR_MAX], done[FVP_DONE_MAX] = "", odbuf[ON_DELETE_MAX];
 	int r;
 
 	if (b->node_local)

@@ -22,7 +22,7 @@ static json_object *resize_pending_conditions(json_object *old)
 	static const char *const resize_types[] = { "Resizing", "FileSystemResizePending",
 						    "ControllerResizeError", "NodeResizeError" };
 	json_object *list = json_object_new_array(), *c = json_object_new_object();
-	char now[32];
+	char now[FVP_TIME_MAX];
 
 	for (size_t i = 0; old && json_object_is_type(old, json_type_array) &&
 			   i < json_object_array_length(old);
@@ -67,7 +67,7 @@ int fvp_ctl_claim_resize(struct prov *p, json_object *pvc)
 		   *volname = jstr(spec, "volumeName"), *cls;
 	const struct fvp_backend *b;
 	uint64_t req, pvcap, stcap;
-	char path[FVP_API_PATH_MAX], what[700], want[32], err[512];
+	char path[FVP_API_PATH_MAX], what[FVP_CTL_WHAT_MAX], want[FVP_QUANTITY_MAX], err[FVP_KUBE_ERR_MAX];
 	int st, r = 0;
 
 	if (!safe_name(ns) || !safe_name(name) || !safe_name(volname) ||
