@@ -1,5 +1,7 @@
-# provisioner/provisioner.mk - flexvol-provisioner, the dynamic provisioner for flexvol/nfs.
-# Included by the top Makefile.
+# provisioner/provisioner.mk - flexvol-provisioner: dynamic provisioning for the flexvol/nfs
+# backend (a directory per PV on an NFS share) and the flexvol/loop backend (an image per PV
+# on the node the scheduler picked), and, with --node-agent, the loop node agent that makes,
+# preallocates and reclaims those images on its node.  Included by the top Makefile.
 #
 #   make                        also builds $(O)/flexvol-provisioner
 #   make check                  its unit tests (tests/unit/test-provisioner.c) and the
@@ -8,7 +10,7 @@
 #   make check-provisioner      the integration test alone
 #
 # It links the op layer's objects and the nfs driver for one reason: the PV's
-# nfs options go through the nfs driver's own checks (fv_nfs_check_options).
+# nfs options go through the nfs driver's own checks (fv_nfs_check_options, fv/nfs.h).
 
 PROV_PKGS  := libcurl
 PROV_SRCS  := $(sort $(wildcard provisioner/*.c))
