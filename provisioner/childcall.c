@@ -60,10 +60,10 @@ static int call(const struct job *j, const struct fvp_site *s)
  * threaded process inherits every lock another thread held at that
  * instant, never to be released.  json-c's parser takes glibc's locale
  * lock (duplocale() per parse), gmtime_r() the time zone lock, a log line
- * the stderr lock: a child forked while the watch thread parsed an event
- * hung on its first parse until the deadline killed it (5 minutes of a
- * claim doing nothing).  An exec'd child starts clean; fork-to-exec is
- * only src/exec.c's async-signal-safe set-up.
+ * the stderr lock: a child forked while the watch thread parses an event
+ * hangs on its first parse until the deadline kills it (with the default
+ * --fs-timeout, 5 minutes of a claim doing nothing).  An exec'd child
+ * starts clean; fork-to-exec is only src/exec.c's async-signal-safe set-up.
  */
 static char self_exe[PATH_MAX];
 
