@@ -11,8 +11,8 @@
 
 #include "fv/ctx.h"
 #include "fv/exec.h"
-#include "dir.h"
 #include "childcall.h"
+#include "dir.h"
 #include "jsonutil.h"
 #include "metrics.h"
 

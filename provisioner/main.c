@@ -17,16 +17,16 @@
 
 #include "flag.h"
 #include "fv/macro.h"
+#include "agent.h"
+#include "childcall.h"
 #include "controller.h"
 #include "dir.h"
-#include "childcall.h"
 #include "httpd.h"
+#include "jsonutil.h"
 #include "kube.h"
 #include "lease.h"
-#include "jsonutil.h"
-#include "metrics.h"
-#include "agent.h"
 #include "loop.h"
+#include "metrics.h"
 
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 /* The lease's namespace, name and holder: DNS subdomains, at most 253 bytes */

@@ -10,12 +10,11 @@
 
 #include "fv/macro.h"
 #include "api.h"
-#include "controller.h"
 #include "childcall.h"
+#include "controller.h"
 #include "jsonutil.h"
 #include "kube.h"
 #include "metrics.h"
-
 
 /*
  * On a claim from just before its asset is made until its PV exists: a

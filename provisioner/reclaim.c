@@ -6,8 +6,8 @@
 
 #include "fv/macro.h"
 #include "api.h"
-#include "controller.h"
 #include "childcall.h"
+#include "controller.h"
 #include "jsonutil.h"
 #include "kube.h"
 #include "metrics.h"
