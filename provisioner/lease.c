@@ -50,6 +50,9 @@ static uint64_t mono_ms(void)
 }
 
 /* metav1.MicroTime: RFC 3339 with microseconds, UTC. */
+/* A MicroTime, "2026-01-02T03:04:05.123456Z": 27 bytes. */
+#define MICRO_TIME_MAX 40
+
 static void micro_time(char *buf, size_t len)
 {
 	struct timespec ts;
@@ -78,7 +81,7 @@ static json_object *new_spec(struct fvp_lease *l, const char *holder, unsigned i
 			     const char *acquired, int transitions)
 {
 	json_object *spec = json_object_new_object();
-	char now[40];
+	char now[MICRO_TIME_MAX];
 
 	if (!spec)
 		return NULL;
