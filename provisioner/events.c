@@ -86,7 +86,8 @@ void event(struct fvp_events *evs, json_object *obj, bool warning, const char *r
 	/* a claim has a namespace; a PV has none and its events go to "default", as client-go's */
 	bool is_pv = !ns;
 	const char *evns = is_pv ? "default" : ns;
-	char msg[EVENT_MSG_MAX], now[FVP_TIME_MAX], evname[EVENT_NAME_MAX], path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
+	char msg[EVENT_MSG_MAX], now[FVP_TIME_MAX], evname[EVENT_NAME_MAX];
+	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	struct timespec ts;
 	va_list ap;
 	int st;
