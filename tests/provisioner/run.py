@@ -669,6 +669,9 @@ def throttled_429_retry_after(e):
     e.start()
     c = e.pvc("busy-server")
     wait_for(lambda: e.bound(c), "bound after the 429s", 20)
+    # the fake API binds the claim while it handles the create, and records the request after
+    # its answer: wait for that record
+    wait_for(lambda: e.st.times("POST", "/api/v1/persistentvolumes", 201), "the create recorded")
     t429 = e.st.times("POST", "/api/v1/persistentvolumes", 429)
     t201 = e.st.times("POST", "/api/v1/persistentvolumes", 201)
     check(len(t429) == 2 and len(t201) == 1, "two 429s, one create: %s %s" % (t429, t201))
