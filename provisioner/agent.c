@@ -7,7 +7,7 @@
  * files), through the root's descriptor; it creates with O_EXCL|O_NOFOLLOW
  * and opens existing files with fv_open_regular_beneath() (never a FIFO,
  * device node or symlink).  It removes an image only when the image's owner
- * record (LOOP_OWNER_XATTR, in the trusted namespace: only CAP_SYS_ADMIN
+ * record (FV_LOOP_OWNER_XATTR, in the trusted namespace: only CAP_SYS_ADMIN
  * writes it) names the PV being reclaimed, the same record the loop driver
  * keeps, and only while no loop device is bound to it (a mounted image is
  * always bound).
@@ -26,20 +26,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fv/loop.h"
 #include "fv/macro.h"
 #include "fv/util.h"
 #include "agent.h"
+#include "api.h"
 #include "controller.h"
 #include "jsonutil.h"
 #include "kube.h"
 #include "loop.h"
-
-#define PV_FINALIZER "external-provisioner.volume.kubernetes.io/finalizer"
-
-static int quantity(const char *s, uint64_t *ret)
-{
-	return s && *s ? fv_parse_quantity(s, ret) : -EINVAL;
-}
 
 /*
  * The loop device bound to the file @st, if any: its number, or -1.  The
@@ -84,7 +79,7 @@ static int bound_to(const struct stat *st)
 /* The owner record of @fd into @buf: 0, -ENODATA (none), or -errno. */
 static int owner_of(int fd, char *buf, size_t len)
 {
-	ssize_t n = fgetxattr(fd, LOOP_OWNER_XATTR, buf, len - 1);
+	ssize_t n = fgetxattr(fd, FV_LOOP_OWNER_XATTR, buf, len - 1);
 
 	if (n < 0)
 		return NEG_ERRNO();
@@ -95,7 +90,7 @@ static int owner_of(int fd, char *buf, size_t len)
 /* Record @pv as the owner of @fd unless it has one (XATTR_CREATE: never replaced). */
 static void set_owner(int fd, const char *img, const char *pv)
 {
-	if (fsetxattr(fd, LOOP_OWNER_XATTR, pv, strlen(pv), XATTR_CREATE) == 0)
+	if (fsetxattr(fd, FV_LOOP_OWNER_XATTR, pv, strlen(pv), XATTR_CREATE) == 0)
 		log_info("image %s: owner record %s", img, pv);
 	else if (errno != EEXIST)
 		log_info("image %s: cannot record its owner %s: %s", img, pv, strerror(errno));
@@ -168,10 +163,10 @@ static int delete_pv(struct kube *k, json_object *pv)
 {
 	const char *name = jstr2(pv, "metadata", "name");
 	json_object *reply = NULL;
-	char path[400], err[512];
+	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
 
-	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
+	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
 	st = kube_delete_uid(k, path, jstr2(pv, "metadata", "uid"), &reply, err, sizeof(err));
 	if (st == 200 || st == 202 || st == 404)
 		log_info("PV %s deleted", name);
@@ -186,10 +181,10 @@ static int drop_finalizer(struct kube *k, json_object *pv)
 {
 	json_object *f = jget(jget(pv, "metadata"), "finalizers"), *nf, *m, *body, *reply = NULL;
 	const char *name = jstr2(pv, "metadata", "name");
-	char path[400], err[512];
+	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
 
-	if (!jarray_has(f, PV_FINALIZER))
+	if (!jarray_has(f, FVP_PV_FINALIZER))
 		return 0;
 	body = json_object_new_object();
 	m = json_object_new_object();
@@ -204,14 +199,14 @@ static int drop_finalizer(struct kube *k, json_object *pv)
 		json_object *v = json_object_array_get_idx(f, i);
 
 		if (!json_object_is_type(v, json_type_string) ||
-		    !streq(json_object_get_string(v), PV_FINALIZER))
+		    !streq(json_object_get_string(v), FVP_PV_FINALIZER))
 			json_object_array_add(nf, json_object_get(v));
 	}
 	/* the resourceVersion makes a concurrent change a 409: the next pass tries again */
 	jset(m, "resourceVersion", jstr2(pv, "metadata", "resourceVersion"));
 	json_object_object_add(m, "finalizers", nf);
 	json_object_object_add(body, "metadata", m);
-	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", name);
+	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
 	st = kube_request(k, "PATCH", path, body, &reply, err, sizeof(err));
 	json_object_put(body);
 	if (st != 200 && st != 404)
@@ -252,7 +247,7 @@ static int reclaim(struct fvp_agent *a, struct kube *k, int rootfd, json_object 
 	if (r < 0 || !streq(have, name)) {
 		event(&a->ev, pv, true, "VolumeFailedDelete",
 		      "image %s on node %s is not removed: its owner record (%s) %s%s%s", img,
-		      a->node, LOOP_OWNER_XATTR,
+		      a->node, FV_LOOP_OWNER_XATTR,
 		      r == -ENODATA ? "is missing" : r < 0 ? "cannot be read: " : "names ",
 		      r == -ENODATA ? "" : r < 0 ? strerror(-r) : have,
 		      r < 0 ? "" : ", not this PV");
@@ -297,12 +292,11 @@ static bool pv_reclaimable(json_object *pv)
 static int pvs_pass(struct fvp_agent *a, struct kube *k, int rootfd)
 {
 	json_object *list = NULL, *items;
-	char path[400], label[80], err[512];
+	char path[FVP_API_PATH_MAX], label[80], err[FVP_KUBE_ERR_MAX];
 	int st, ret = 0;
 
 	fvp_node_label(a->node, label, sizeof(label));
-	snprintf(path, sizeof(path), "/api/v1/persistentvolumes?labelSelector=flexvol%%2Fnode%%3D%s",
-		 label);
+	fvp_api_select(path, sizeof(path), FVP_API_PV, LOOP_LABEL_NODE, label);
 	st = kube_request(k, "GET", path, NULL, &list, err, sizeof(err));
 	if (st != 200 || !list) {
 		log_info("listing this node's PVs: %s", st < 0 ? err : kube_status_message(list));
@@ -331,8 +325,8 @@ static int pvs_pass(struct fvp_agent *a, struct kube *k, int rootfd)
 			   (phase && (streq(phase, "Released") || streq(phase, "Failed")))) {
 			continue; /* Retain: the image stays as it is */
 		} else {
-			(void)quantity(jstr(opts, "size"), &size);
-			(void)quantity(jstr(jget(spec, "capacity"), "storage"), &cap);
+			(void)fvp_quantity(jstr(opts, "size"), &size);
+			(void)fvp_quantity(jstr(jget(spec, "capacity"), "storage"), &cap);
 			size = size > cap ? size : cap;
 			size = (size + 511) / 512 * 512;
 			if (size < 1024 * 1024)
@@ -396,10 +390,10 @@ static json_object *report(struct fvp_agent *a, int rootfd)
 static int publish(struct fvp_agent *a, struct kube *k, json_object *data)
 {
 	json_object *cm = NULL, *reply = NULL, *m, *labels;
-	char path[600], err[512];
+	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
 
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/%s", a->capacity_ns, a->node);
+	fvp_api_path(path, sizeof(path), FVP_API_CONFIGMAP, a->capacity_ns, a->node, NULL);
 	st = kube_request(k, "GET", path, NULL, &cm, err, sizeof(err));
 	if (st != 200 && st != 404) {
 		log_info("reading ConfigMap %s/%s: %s", a->capacity_ns, a->node,
@@ -431,7 +425,7 @@ static int publish(struct fvp_agent *a, struct kube *k, json_object *data)
 	}
 	json_object_object_add(cm, "data", data);
 	if (st == 404) {
-		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps", a->capacity_ns);
+		fvp_api_path(path, sizeof(path), FVP_API_CONFIGMAP, a->capacity_ns, NULL, NULL);
 		st = kube_request(k, "POST", path, cm, &reply, err, sizeof(err));
 	} else {
 		/* a whole replacement: images gone since the last report drop out */

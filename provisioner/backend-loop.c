@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "fv/util.h"
+#include "api.h"
 #include "backend.h"
 #include "events.h"
 #include "jsonutil.h"
@@ -182,11 +183,6 @@ static bool in_topology(json_object *sc, json_object *node)
 	return false;
 }
 
-static int quantity(const char *s, uint64_t *ret)
-{
-	return s && *s ? fv_parse_quantity(s, ret) : -EINVAL;
-}
-
 /*
  * Is there room for @size more bytes on @node?  What its agent reports
  * (free space, each image's allocated bytes) against what is promised to
@@ -197,14 +193,14 @@ static int check_room(const struct fvp_site *s, const struct loop_class *c, cons
 		      const char *pv_name, uint64_t size, char *err, size_t errlen)
 {
 	json_object *cm = NULL, *list = NULL, *data, *items;
-	char path[600], label[80];
+	char path[FVP_API_PATH_MAX], label[80];
 	uint64_t free_b, promised = 0, allocated;
 	unsigned long long a, b;
 	const char *t;
 	long long when;
 	int r;
 
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/%s", s->capacity_ns, node);
+	fvp_api_path(path, sizeof(path), FVP_API_CONFIGMAP, s->capacity_ns, node, NULL);
 	r = get(s, path, &cm, err, errlen);
 	if (r < 0)
 		return r;
@@ -216,7 +212,7 @@ static int check_room(const struct fvp_site *s, const struct loop_class *c, cons
 	data = jget(cm, "data");
 	t = jstr(data, "time");
 	when = t ? strtoll(t, NULL, 10) : 0;
-	if (quantity(jstr(data, "free"), &free_b) < 0 || llabs((long long)time(NULL) - when) >
+	if (fvp_quantity(jstr(data, "free"), &free_b) < 0 || llabs((long long)time(NULL) - when) >
 								 LOOP_REPORT_MAX_AGE) {
 		json_object_put(cm);
 		return prov_fail(err, errlen, -ENOSPC,
@@ -226,8 +222,7 @@ static int check_room(const struct fvp_site *s, const struct loop_class *c, cons
 	}
 	if (!c->overcommit) {
 		fvp_node_label(node, label, sizeof(label));
-		snprintf(path, sizeof(path),
-			 "/api/v1/persistentvolumes?labelSelector=" "flexvol%%2Fnode%%3D%s", label);
+		fvp_api_select(path, sizeof(path), FVP_API_PV, LOOP_LABEL_NODE, label);
 		r = get(s, path, &list, err, errlen);
 		if (r != 0) {
 			json_object_put(cm);
@@ -246,7 +241,7 @@ static int check_room(const struct fvp_site *s, const struct loop_class *c, cons
 			if (!name || streq(name, pv_name) ||
 			    !streq(jstr(jget(jget(pv, "metadata"), "annotations"),
 					"pv.kubernetes.io/provisioned-by") ?: "", LOOP_PROVISIONER) ||
-			    quantity(jstr(jget(jget(pv, "spec"), "capacity"), "storage"), &cap) < 0)
+			    fvp_quantity(jstr(jget(jget(pv, "spec"), "capacity"), "storage"), &cap) < 0)
 				continue;
 			allocated = rec && sscanf(rec, "%llu %llu", &a, &b) == 2 ? b : 0;
 			promised += cap > allocated ? cap - allocated : 0;
@@ -300,7 +295,7 @@ static int loop_prepare(const struct fvp_site *s, json_object *sc, json_object *
 	json_object *meta = jget(pvc, "metadata"), *node = NULL, *opts;
 	const char *nodename = jstr(jget(meta, "annotations"), "volume.kubernetes.io/selected-node"),
 		   *uid = jstr(meta, "uid"), *host;
-	char path[400], label[80], num[32], msg[FVP_ERR_MAX];
+	char path[FVP_API_PATH_MAX], label[80], num[32], msg[FVP_ERR_MAX];
 	struct loop_class c;
 	uint64_t size;
 	int r;
@@ -313,12 +308,12 @@ static int loop_prepare(const struct fvp_site *s, json_object *sc, json_object *
 		return prov_fail(err, errlen, -EINVAL, "the claim has no selected node");
 	if (!uid || !safe_name(uid) || strlen(uid) > 64)
 		return prov_fail(err, errlen, -EINVAL, "the claim has no usable uid");
-	if (quantity(jstr(jget(jget(jget(pvc, "spec"), "resources"), "requests"), "storage"),
+	if (fvp_quantity(jstr(jget(jget(jget(pvc, "spec"), "resources"), "requests"), "storage"),
 		     &size) < 0 || !size)
 		return prov_fail(err, errlen, -EINVAL, "the claim's storage request is not a size");
 	/* the loop driver wants whole sectors and at least 1Mi: whole MiB, rounded up */
 	size = (size + MiB - 1) / MiB * MiB;
-	snprintf(path, sizeof(path), "/api/v1/nodes/%s", nodename);
+	fvp_api_path(path, sizeof(path), FVP_API_NODE, NULL, nodename, NULL);
 	r = get(s, path, &node, err, errlen);
 	if (r < 0)
 		return r;

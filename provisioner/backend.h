@@ -38,7 +38,7 @@ struct fvp_site {
 	const char *share; /* --share SERVER:PATH, or NULL: every class */
 	struct kube *k;	   /* the API, for reads only */
 	const char *capacity_ns; /* --capacity-namespace: where node agents publish */
-	const char *root;  /* --root as given: opened again by a deadline child (fsop.c) */
+	const char *root;  /* --root as given: opened again by a deadline child (childcall.c) */
 	unsigned int fs_timeout_s; /* deadline of one create/cleanup/reclaim; 0: in-process */
 };
 

@@ -22,6 +22,11 @@
 #define ANN_CLASS_BETA "volume.beta.kubernetes.io/storage-class"
 #define ANN_SELECTED_NODE "volume.kubernetes.io/selected-node"
 
+/* Our PV's name: "pvc-" and the claim's uid (at most 64 bytes, checked). */
+#define FVP_PV_NAME_MAX 128
+/* A log line's subject: a claim, a PV and a quantity, names of up to 253 bytes. */
+#define FVP_CTL_WHAT_MAX 800
+
 struct kube;
 struct fvp_queue;
 
@@ -53,6 +58,40 @@ int ctl_claim_changed(struct prov *p, json_object *pvc);
 int ctl_claim_deleted(struct prov *p, json_object *pvc);
 int ctl_pv_changed(struct prov *p, json_object *pv);
 int ctl_pv_deleted(struct prov *p, json_object *pv);
+
+/*
+ * Shared by the flows (provision.c, resize.c, reclaim.c), in controller.c
+ * unless named otherwise.
+ */
+
+/* Monotonic seconds (the metrics' durations). */
+double fvp_ctl_now_s(void);
+
+/*
+ * GET the StorageClass @name.  Returns 1 with *ret and *ret_b when it exists
+ * and names one of our backends, 0 when it is absent or someone else's, <0 on
+ * an API error.
+ */
+int fvp_ctl_get_class(struct prov *p, const char *name, json_object **ret,
+		      const struct fvp_backend **ret_b);
+
+/*
+ * Add (@on) or remove finalizer @fin with an update of the whole object
+ * (a claim, or a PV when it has no namespace).  Returns 0 with the updated
+ * object in *ret (may be NULL), 1 when the object is gone, -EAGAIN on a
+ * conflict (the newer object comes by the watch), <0.
+ */
+int fvp_ctl_update_finalizer(struct prov *p, json_object *obj, const char *fin, bool on,
+			     json_object **ret);
+
+/* PATCH @path with the merge patch @patch (taken): the HTTP status or <0; logs as @what. */
+int fvp_ctl_patch(struct prov *p, const char *path, json_object *patch, const char *what);
+
+/* {"a":{"b":{"c":v}}} with v a string, or null when @v is NULL; NULL when out of memory. */
+json_object *fvp_ctl_nest3(const char *a, const char *b, const char *c, const char *v);
+
+/* A bound claim asking for more than its PV has (resize.c): as ctl_claim_changed(). */
+int fvp_ctl_claim_resize(struct prov *p, json_object *pvc);
 
 struct fvp_gauges;
 

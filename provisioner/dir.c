@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h> /* NAME_MAX: one path component */
 #include <linux/openat2.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,7 +61,7 @@ static int open_parent(int rootfd, const char *rel, bool create, char *last, siz
 	snprintf(last, lastlen, "%s", slash ? slash + 1 : rel);
 	for (const char *p = rel; slash && p < slash;) {
 		size_t n = strcspn(p, "/");
-		char comp[256];
+		char comp[NAME_MAX + 1];
 		int next;
 
 		if (!n || n >= sizeof(comp)) {
@@ -217,7 +218,7 @@ static int owner_remove_at(int pfd, const char *name)
 int fvp_dir_owner(int rootfd, const char *rel, struct fvp_owner *ret)
 {
 	_cleanup_close_ int pfd = -1;
-	char last[256];
+	char last[NAME_MAX + 1];
 
 	pfd = open_parent(rootfd, rel, false, last, sizeof(last), NULL, 0);
 	if (pfd < 0)
@@ -256,7 +257,7 @@ int fvp_dir_record(int rootfd, const char *rel, const char *claim, const char *p
 		   struct fvp_owner *other)
 {
 	_cleanup_close_ int pfd = -1, fd = -1;
-	char last[256];
+	char last[NAME_MAX + 1];
 	int r;
 
 	pfd = open_parent(rootfd, rel, false, last, sizeof(last), NULL, 0);
@@ -316,7 +317,7 @@ int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
 {
 	_cleanup_close_ int pfd = -1, fd = -1;
 	struct fvp_owner o;
-	char last[256], where[FVP_INSIDE_MAX] = "";
+	char last[NAME_MAX + 1], where[FVP_INSIDE_MAX] = "";
 	struct stat st;
 	enum fvp_dir_made m = FVP_DIR_NEW;
 	int r;
@@ -387,7 +388,7 @@ int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
 int fvp_dir_remove_empty(int rootfd, const char *rel, const char *claim, struct fvp_owner *other)
 {
 	_cleanup_close_ int pfd = -1;
-	char last[256];
+	char last[NAME_MAX + 1];
 	int r;
 
 	pfd = open_parent(rootfd, rel, false, last, sizeof(last), NULL, 0);
@@ -456,7 +457,7 @@ static int empty_dir(int fd, int depth)
 int fvp_dir_delete(int rootfd, const char *rel, const char *claim, struct fvp_owner *other)
 {
 	_cleanup_close_ int pfd = -1;
-	char last[256];
+	char last[NAME_MAX + 1];
 	int fd, r;
 
 	pfd = open_parent(rootfd, rel, false, last, sizeof(last), NULL, 0);
@@ -527,7 +528,7 @@ int fvp_dir_archive(int rootfd, const char *rel, const char *claim, struct fvp_o
 		    char *ret, size_t len)
 {
 	_cleanup_close_ int pfd = -1;
-	char last[256], to[300];
+	char last[NAME_MAX + 1], to[300];
 	struct stat st;
 	size_t plen;
 	int r;

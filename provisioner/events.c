@@ -7,13 +7,21 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "events.h"
 #include "jsonutil.h"
 #include "kube.h"
 
+/* An event's message, cut at 1 kB: the length events.k8s.io/v1 allows a note. */
+#define EVENT_MSG_MAX 1024
+/* An event's name, "<object name cut to 200 bytes>.<nanoseconds in hex>". */
+#define EVENT_NAME_MAX 300
+/* One log line: a message and its subject (an event's, or a request's error). */
+#define LOG_LINE_MAX 2048
+
 void log_info(const char *fmt, ...)
 {
-	char stamp[32], line[2048];
+	char stamp[FVP_TIME_MAX], line[LOG_LINE_MAX];
 	time_t now = time(NULL);
 	struct tm tm;
 	va_list ap;
@@ -78,7 +86,8 @@ void event(struct fvp_events *evs, json_object *obj, bool warning, const char *r
 	/* a claim has a namespace; a PV has none and its events go to "default", as client-go's */
 	bool is_pv = !ns;
 	const char *evns = is_pv ? "default" : ns;
-	char msg[1024], now[32], evname[300], path[400], err[512];
+	char msg[EVENT_MSG_MAX], now[FVP_TIME_MAX], evname[EVENT_NAME_MAX];
+	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	struct timespec ts;
 	va_list ap;
 	int st;
@@ -130,7 +139,7 @@ void event(struct fvp_events *evs, json_object *obj, bool warning, const char *r
 	json_object_object_add(ev, "count", json_object_new_int(1));
 	jset(ev, "reportingComponent", "flexvol-provisioner");
 	jset(ev, "reportingInstance", evs->identity);
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", evns);
+	fvp_api_path(path, sizeof(path), FVP_API_EVENT, evns, NULL, NULL);
 	st = kube_request(evs->k, "POST", path, ev, &reply, err, sizeof(err));
 	if (st < 0)
 		log_info("event %s for %s/%s not sent: %s", reason, evns, name, err);

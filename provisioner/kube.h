@@ -16,6 +16,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/*
+ * A request's error message: "<method> <path>: <libcurl's message>", a path
+ * of up to FVP_API_PATH_MAX and libcurl's CURL_ERROR_SIZE (256) bytes.
+ */
+#define FVP_KUBE_ERR_MAX 1024
+
 struct json_object;
 struct kube;
 

@@ -12,6 +12,7 @@
 
 #include "flag.h"
 #include "fv/macro.h"
+#include "api.h"
 #include "events.h"
 #include "jsonutil.h"
 #include "kube.h"
@@ -49,6 +50,9 @@ static uint64_t mono_ms(void)
 }
 
 /* metav1.MicroTime: RFC 3339 with microseconds, UTC. */
+/* A MicroTime, "2026-01-02T03:04:05.123456Z": 27 bytes. */
+#define MICRO_TIME_MAX 40
+
 static void micro_time(char *buf, size_t len)
 {
 	struct timespec ts;
@@ -77,7 +81,7 @@ static json_object *new_spec(struct fvp_lease *l, const char *holder, unsigned i
 			     const char *acquired, int transitions)
 {
 	json_object *spec = json_object_new_object();
-	char now[40];
+	char now[MICRO_TIME_MAX];
 
 	if (!spec)
 		return NULL;
@@ -115,13 +119,12 @@ static void observe(struct fvp_lease *l, json_object *lease)
  */
 static int try_once(struct fvp_lease *l, bool release)
 {
-	char path[600], err[512];
+	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	json_object *lease = NULL, *reply = NULL, *spec, *ls;
 	const char *holder, *acquired;
 	int st, dur, transitions;
 
-	snprintf(path, sizeof(path), "/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s",
-		 l->cfg.ns, l->cfg.name);
+	fvp_api_path(path, sizeof(path), FVP_API_LEASE, l->cfg.ns, l->cfg.name, NULL);
 	st = kube_request(l->k, "GET", path, NULL, &lease, err, sizeof(err));
 	if (st == 404 && !release) {
 		json_object *m = json_object_new_object();
@@ -141,8 +144,7 @@ static int try_once(struct fvp_lease *l, bool release)
 		jset(m, "namespace", l->cfg.ns);
 		json_object_object_add(lease, "metadata", m);
 		json_object_object_add(lease, "spec", spec);
-		snprintf(path, sizeof(path), "/apis/coordination.k8s.io/v1/namespaces/%s/leases",
-			 l->cfg.ns);
+		fvp_api_path(path, sizeof(path), FVP_API_LEASE, l->cfg.ns, NULL, NULL);
 		st = kube_request(l->k, "POST", path, lease, &reply, err, sizeof(err));
 		json_object_put(lease);
 		if (st == 201 || st == 200)

@@ -14,7 +14,7 @@
  *   (bytes the loop root's filesystem has for new blocks), "time" (seconds
  *   since the epoch), "root", and one key per image "pvc-<uid>.img" with
  *   "<size> <allocated>" in bytes.
- * - An image's owner record is the extended attribute LOOP_OWNER_XATTR
+ * - An image's owner record is the extended attribute FV_LOOP_OWNER_XATTR (fv/loop.h)
  *   holding the PV's name (the name the loop driver records at mountdevice).
  */
 #ifndef FVP_LOOP_H
@@ -27,7 +27,6 @@
 #define LOOP_DRIVER "flexvol/loop"
 #define LOOP_LABEL_NODE "flexvol/node"
 #define LOOP_CAPACITY_NS "flexvol-loop"
-#define LOOP_OWNER_XATTR "trusted.flexvol.owner"
 #define LOOP_IMAGE_MAX 96
 #define LOOP_REPORT_MAX_AGE 300 /* seconds: an older capacity report is not believed */
 

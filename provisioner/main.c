@@ -17,18 +17,20 @@
 
 #include "flag.h"
 #include "fv/macro.h"
+#include "agent.h"
+#include "childcall.h"
 #include "controller.h"
 #include "dir.h"
-#include "fsop.h"
 #include "httpd.h"
+#include "jsonutil.h"
 #include "kube.h"
 #include "lease.h"
-#include "jsonutil.h"
-#include "metrics.h"
-#include "agent.h"
 #include "loop.h"
+#include "metrics.h"
 
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+/* The lease's namespace, name and holder: DNS subdomains, at most 253 bytes */
+#define DNS_NAME_MAX 254
 
 static volatile int stopping;
 static volatile int standing_by = 1;
@@ -186,7 +188,21 @@ static void usage(FILE *f)
 		"  --interval N    seconds between two passes (default 10)\n");
 }
 
-int main(int argc, char **argv)
+/* What the command line asks for, besides the settings kept in p (parse_options()). */
+struct options {
+	struct kube_config kc;
+	const char *root;		/* --root: the share, mounted */
+	const char *http;		/* --http-endpoint, or "" */
+	struct fvp_lease_config lc;
+	struct fvp_agent ag;
+	bool agent;			/* --node-agent */
+};
+
+/*
+ * The command line into @o and p.  Returns -1 to go on, else the exit code
+ * (0 after --help, 2 for a usage error).
+ */
+static int parse_options(int argc, char **argv, struct options *o)
 {
 	static const struct option longopts[] = {
 		{ "server", required_argument, NULL, 's' },
@@ -218,39 +234,15 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	struct kube_config kc = { 0 }, lkc;
-	const char *root = "/persistentvolumes", *http = ":8080";
-	struct fvp_lease_config lc = { .duration_s = 15, .renew_deadline_s = 10, .retry_s = 2 };
-	char lns[254], lname[254], lid[254];
-	struct fvp_httpd_config hc = { .health = health };
-	struct fvp_httpd *httpd = NULL;
-	struct fvp_lease *lease = NULL;
-	struct kube *lk = NULL;
-	_cleanup_free_ char *incluster = NULL;
-	int exit_code = 0;
-	struct sigaction sa = { .sa_handler = on_signal };
-	struct fvp_agent ag = { .loop_root = "/var/lib/flexvol/loop", .interval_s = 10 };
-	bool agent = false, need_root = false;
-	char err[512];
-	int opt, r;
+	char err[FVP_ERR_MAX];
+	int opt;
 
-	/* a backend call under its deadline: this program exec'd again (fsop.h) */
-	if (argc == 3 && streq(argv[1], FVP_FSOP_ARG))
-		return fvp_fsop_child(argv[2]);
-	(void)fvp_fsop_init(argv[0]);
-	p.leader_elect = true;
-	p.resync = 300;
-	p.watch_s = 300;
-	p.workers = 4;
-	p.retry_base_ms = 15000;
-	p.retry_max_ms = 1000000;
-	p.site.fs_timeout_s = 300;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
-		case 's': kc.server = optarg; break;
-		case 't': kc.token_file = optarg; break;
-		case 'c': kc.ca_file = optarg; break;
-		case 'r': root = optarg; break;
+		case 's': o->kc.server = optarg; break;
+		case 't': o->kc.token_file = optarg; break;
+		case 'c': o->kc.ca_file = optarg; break;
+		case 'r': o->root = optarg; break;
 		case 'S': p.site.share = optarg; break;
 		case 'R':
 			if (number(optarg, 0, 86400, "--resync", &p.resync) < 0)
@@ -285,7 +277,7 @@ int main(int argc, char **argv)
 			*(opt == 'B' ? &p.retry_base_ms : &p.retry_max_ms) = (unsigned int)(v * 1000);
 			break;
 		}
-		case 'H': http = optarg; break;
+		case 'H': o->http = optarg; break;
 		case 'L':
 			if (optarg && !streq(optarg, "true") && !streq(optarg, "false")) {
 				fprintf(stderr, "flexvol-provisioner: --leader-elect=true|false\n");
@@ -293,20 +285,21 @@ int main(int argc, char **argv)
 			}
 			p.leader_elect = !optarg || streq(optarg, "true");
 			break;
-		case 1: lc.ns = optarg; break;
-		case 2: lc.name = optarg; break;
-		case 3: lc.identity = optarg; break;
+		case 1: o->lc.ns = optarg; break;
+		case 2: o->lc.name = optarg; break;
+		case 3: o->lc.identity = optarg; break;
 		case 4:
-			if (number(optarg, 2, 3600, "--leader-election-lease-duration", &lc.duration_s) < 0)
+			if (number(optarg, 2, 3600, "--leader-election-lease-duration",
+				   &o->lc.duration_s) < 0)
 				return 2;
 			break;
 		case 5:
 			if (number(optarg, 1, 3600, "--leader-election-renew-deadline",
-				   &lc.renew_deadline_s) < 0)
+				   &o->lc.renew_deadline_s) < 0)
 				return 2;
 			break;
 		case 6:
-			if (number(optarg, 1, 600, "--leader-election-retry-period", &lc.retry_s) < 0)
+			if (number(optarg, 1, 600, "--leader-election-retry-period", &o->lc.retry_s) < 0)
 				return 2;
 			break;
 		case 'O': p.record_owners = true; break;
@@ -317,11 +310,11 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'C': p.site.capacity_ns = optarg; break;
-		case 'A': agent = true; break;
-		case 'N': ag.node = optarg; break;
-		case 11: ag.loop_root = optarg; break;
+		case 'A': o->agent = true; break;
+		case 'N': o->ag.node = optarg; break;
+		case 11: o->ag.loop_root = optarg; break;
 		case 'I':
-			if (number(optarg, 1, 3600, "--interval", &ag.interval_s) < 0)
+			if (number(optarg, 1, 3600, "--interval", &o->ag.interval_s) < 0)
 				return 2;
 			break;
 		case 'h': usage(stdout); return 0;
@@ -332,81 +325,52 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	setvbuf(stderr, NULL, _IOLBF, 0);
-	if (!p.site.capacity_ns)
-		p.site.capacity_ns = LOOP_CAPACITY_NS;
-	if (!safe_name(p.site.capacity_ns)) {
-		fprintf(stderr, "flexvol-provisioner: --capacity-namespace is not a namespace name\n");
-		return 2;
-	}
-	if (agent && !ag.node)
-		ag.node = getenv("NODE_NAME");
-	if (agent && (!ag.node || !safe_name(ag.node))) {
-		fprintf(stderr, "flexvol-provisioner: --node-agent needs --node or $NODE_NAME (a node "
-				"name)\n");
-		return 2;
-	}
-	if (!kc.server) {
-		const char *host = getenv("KUBERNETES_SERVICE_HOST"),
-			   *port = getenv("KUBERNETES_SERVICE_PORT");
+	return -1;
+}
 
-		if (!host || !*host || !port || !*port) {
-			fprintf(stderr, "flexvol-provisioner: not in a cluster (KUBERNETES_SERVICE_HOST "
-					"unset): give --server\n");
-			return 2;
-		}
-		if (asprintf(&incluster, strchr(host, ':') ? "https://[%s]:%s" : "https://%s:%s",
-			     host, port) < 0)
-			return 1;
-		kc.server = incluster;
-		if (!kc.token_file)
-			kc.token_file = SA_DIR "/token";
-		if (!kc.ca_file)
-			kc.ca_file = SA_DIR "/ca.crt";
-	}
-	kc.stop = &stopping;
-	r = kube_new(&kc, &p.k, err, sizeof(err));
-	if (r < 0) {
-		fprintf(stderr, "flexvol-provisioner: %s\n", r == -ENOMEM ? "out of memory" : err);
-		return 2;
-	}
-	if (p.retry_max_ms < p.retry_base_ms)
-		p.retry_max_ms = p.retry_base_ms;
-	if (lc.renew_deadline_s >= lc.duration_s || lc.retry_s >= lc.renew_deadline_s) {
-		/* client-go's rule: the leader stops before anyone may take over */
-		fprintf(stderr, "flexvol-provisioner: need retry-period < renew-deadline < "
-				"lease-duration\n");
-		return 2;
-	}
-	if (gethostname(p.ev.identity, sizeof(p.ev.identity) - 1) < 0)
-		snprintf(p.ev.identity, sizeof(p.ev.identity), "flexvol-provisioner");
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
-	if (agent) {
-		ag.capacity_ns = p.site.capacity_ns;
-		ag.ev.k = p.k;
-		snprintf(ag.ev.identity, sizeof(ag.ev.identity), "%s", ag.node);
-		r = fvp_agent_run(&ag, p.k, &stopping);
-		kube_free(p.k);
-		return r < 0 ? 1 : 0;
-	}
+/* --node-agent: make, preallocate and reclaim this node's images until stopped. */
+static int run_agent(struct options *o)
+{
+	int r;
+
+	o->ag.capacity_ns = p.site.capacity_ns;
+	o->ag.ev.k = p.k;
+	snprintf(o->ag.ev.identity, sizeof(o->ag.ev.identity), "%s", o->ag.node);
+	r = fvp_agent_run(&o->ag, p.k, &stopping);
+	kube_free(p.k);
+	return r < 0 ? 1 : 0;
+}
+
+/* The controller: list, watch and work until stopped (with the lease, when elected). */
+static int run_controller(struct options *o)
+{
+	char lns[DNS_NAME_MAX], lname[DNS_NAME_MAX], lid[DNS_NAME_MAX];
+	struct fvp_httpd_config hc = { .health = health };
+	struct fvp_httpd *httpd = NULL;
+	struct fvp_lease *lease = NULL;
+	struct kube_config lkc;
+	struct kube *lk = NULL;
+	int exit_code = 0;
+	bool need_root = false;
+	char err[FVP_KUBE_ERR_MAX];
+	int r;
+
 	p.site.k = p.k;
 	for (size_t i = 0; fvp_backends[i]; i++)
 		if (fvp_backend_enabled(fvp_backends[i]) && !fvp_backends[i]->node_local)
 			need_root = true;
-	p.site.root = need_root ? root : NULL;
-	p.site.rootfd = need_root ? fvp_root_open(root) : -1;
+	p.site.root = need_root ? o->root : NULL;
+	p.site.rootfd = need_root ? fvp_root_open(o->root) : -1;
 	if (need_root && p.site.rootfd < 0) {
-		fprintf(stderr, "flexvol-provisioner: cannot open --root '%s': %s\n", root,
+		fprintf(stderr, "flexvol-provisioner: cannot open --root '%s': %s\n", o->root,
 			strerror(-p.site.rootfd));
 		kube_free(p.k);
 		return 2;
 	}
 	flag_set(&p.healthy_at, mono_s());
 	fvp_metrics_set_gauges(ctl_gauges, &p);
-	if (http && *http) {
-		hc.address = http;
+	if (o->http && *o->http) {
+		hc.address = o->http;
 		r = fvp_httpd_start(&hc, &httpd, err, sizeof(err));
 		if (r < 0) {
 			fprintf(stderr, "flexvol-provisioner: %s\n", err);
@@ -417,41 +381,41 @@ int main(int argc, char **argv)
 		}
 	}
 	if (p.leader_elect) {
-		if (!lc.ns) {
+		if (!o->lc.ns) {
 			pod_namespace(lns, sizeof(lns));
-			lc.ns = lns;
+			o->lc.ns = lns;
 		}
-		if (!lc.name) {
+		if (!o->lc.name) {
 			if (p.site.share)
 				snprintf(lname, sizeof(lname), "flexvol-provisioner-%08x", fnv(p.site.share));
 			else
 				snprintf(lname, sizeof(lname), "flexvol-provisioner");
-			lc.name = lname;
+			o->lc.name = lname;
 		}
-		if (!lc.identity) {
+		if (!o->lc.identity) {
 			const char *pod = getenv("POD_NAME");
 
 			snprintf(lid, sizeof(lid), "%s", pod && *pod ? pod : p.ev.identity);
-			lc.identity = lid;
+			o->lc.identity = lid;
 		}
-		if (!safe_name(lc.ns) || !safe_name(lc.name)) {
+		if (!safe_name(o->lc.ns) || !safe_name(o->lc.name)) {
 			fprintf(stderr, "flexvol-provisioner: the lease namespace and name must be DNS "
-					"names: '%s' '%s'\n", lc.ns, lc.name);
+					"names: '%s' '%s'\n", o->lc.ns, o->lc.name);
 			return 2;
 		}
 		/* its own client: a lease request never waits longer than the renew deadline */
-		lkc = kc;
-		lkc.timeout_s = lc.renew_deadline_s;
+		lkc = o->kc;
+		lkc.timeout_s = o->lc.renew_deadline_s;
 		r = kube_new(&lkc, &lk, err, sizeof(err));
 		if (r < 0) {
 			fprintf(stderr, "flexvol-provisioner: %s\n", r == -ENOMEM ? "out of memory" : err);
 			return 2;
 		}
-		lc.heartbeat = &p.healthy_at;
+		o->lc.heartbeat = &p.healthy_at;
 		log_info("leader election: lease %s/%s as %s (duration %u s, renew deadline %u s, "
-			 "retry %u s)", lc.ns, lc.name, lc.identity, lc.duration_s,
-			 lc.renew_deadline_s, lc.retry_s);
-		r = fvp_lease_acquire(lk, &lc, &stopping, on_lost, NULL, &lease);
+			 "retry %u s)", o->lc.ns, o->lc.name, o->lc.identity, o->lc.duration_s,
+			 o->lc.renew_deadline_s, o->lc.retry_s);
+		r = fvp_lease_acquire(lk, &o->lc, &stopping, on_lost, NULL, &lease);
 		if (r < 0 && r != -ECANCELED) {
 			log_info("leader election failed: %s", strerror(-r));
 			exit_code = 1;
@@ -460,9 +424,9 @@ int main(int argc, char **argv)
 	}
 	flag_set(&standing_by, 0);
 	log_info("starting: server %s, root %s%s%s, resync %u s, %u workers, fs deadline %u s, "
-		 "backoff %u..%u ms", kc.server, need_root ? root : "(none)", p.site.share ? ", share " : "",
-		 p.site.share ? p.site.share : "", p.resync, p.workers, p.site.fs_timeout_s,
-		 p.retry_base_ms, p.retry_max_ms);
+		 "backoff %u..%u ms", o->kc.server, need_root ? o->root : "(none)",
+		 p.site.share ? ", share " : "", p.site.share ? p.site.share : "", p.resync,
+		 p.workers, p.site.fs_timeout_s, p.retry_base_ms, p.retry_max_ms);
 	if (!flag_get(&stopping))
 		ctl_run(&p, &stopping);
 	log_info("stopping");
@@ -474,4 +438,87 @@ int main(int argc, char **argv)
 		close(p.site.rootfd);
 	kube_free(p.k);
 	return exit_code;
+}
+
+int main(int argc, char **argv)
+{
+	struct options o = {
+		.root = "/persistentvolumes",
+		.http = ":8080",
+		.lc = { .duration_s = 15, .renew_deadline_s = 10, .retry_s = 2 },
+		.ag = { .loop_root = "/var/lib/flexvol/loop", .interval_s = 10 },
+	};
+	_cleanup_free_ char *incluster = NULL;
+	struct sigaction sa = { .sa_handler = on_signal };
+	char err[FVP_KUBE_ERR_MAX];
+	int r;
+
+	/* a backend call under its deadline: this program exec'd again (childcall.h) */
+	if (argc == 3 && streq(argv[1], FVP_CHILDCALL_ARG))
+		return fvp_childcall_main(argv[2]);
+	(void)fvp_childcall_init(argv[0]);
+	p.leader_elect = true;
+	p.resync = 300;
+	p.watch_s = 300;
+	p.workers = 4;
+	p.retry_base_ms = 15000;
+	p.retry_max_ms = 1000000;
+	p.site.fs_timeout_s = 300;
+	r = parse_options(argc, argv, &o);
+	if (r >= 0)
+		return r;
+	setvbuf(stderr, NULL, _IOLBF, 0);
+	if (!p.site.capacity_ns)
+		p.site.capacity_ns = LOOP_CAPACITY_NS;
+	if (!safe_name(p.site.capacity_ns)) {
+		fprintf(stderr, "flexvol-provisioner: --capacity-namespace is not a namespace name\n");
+		return 2;
+	}
+	if (o.agent && !o.ag.node)
+		o.ag.node = getenv("NODE_NAME");
+	if (o.agent && (!o.ag.node || !safe_name(o.ag.node))) {
+		fprintf(stderr, "flexvol-provisioner: --node-agent needs --node or $NODE_NAME (a node "
+				"name)\n");
+		return 2;
+	}
+	if (!o.kc.server) {
+		const char *host = getenv("KUBERNETES_SERVICE_HOST"),
+			   *port = getenv("KUBERNETES_SERVICE_PORT");
+
+		if (!host || !*host || !port || !*port) {
+			fprintf(stderr, "flexvol-provisioner: not in a cluster (KUBERNETES_SERVICE_HOST "
+					"unset): give --server\n");
+			return 2;
+		}
+		if (asprintf(&incluster, strchr(host, ':') ? "https://[%s]:%s" : "https://%s:%s",
+			     host, port) < 0)
+			return 1;
+		o.kc.server = incluster;
+		if (!o.kc.token_file)
+			o.kc.token_file = SA_DIR "/token";
+		if (!o.kc.ca_file)
+			o.kc.ca_file = SA_DIR "/ca.crt";
+	}
+	o.kc.stop = &stopping;
+	r = kube_new(&o.kc, &p.k, err, sizeof(err));
+	if (r < 0) {
+		fprintf(stderr, "flexvol-provisioner: %s\n", r == -ENOMEM ? "out of memory" : err);
+		return 2;
+	}
+	if (p.retry_max_ms < p.retry_base_ms)
+		p.retry_max_ms = p.retry_base_ms;
+	if (o.lc.renew_deadline_s >= o.lc.duration_s || o.lc.retry_s >= o.lc.renew_deadline_s) {
+		/* client-go's rule: the leader stops before anyone may take over */
+		fprintf(stderr, "flexvol-provisioner: need retry-period < renew-deadline < "
+				"lease-duration\n");
+		return 2;
+	}
+	if (gethostname(p.ev.identity, sizeof(p.ev.identity) - 1) < 0)
+		snprintf(p.ev.identity, sizeof(p.ev.identity), "flexvol-provisioner");
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	if (o.agent)
+		return run_agent(&o);
+	return run_controller(&o);
 }

@@ -4,7 +4,7 @@
  *
  * The nfs options (server, share, subPath, nfsVersion, mountOptions, readOnly)
  * are not checked here by a second set of rules: the options object the PV
- * will carry is handed to the nfs driver's own parser (drivers/nfs.c,
+ * will carry is handed to the nfs driver's own parser (fv/nfs.h,
  * fv_nfs_check_options), so what the provisioner accepts is exactly what
  * the driver will mount, and a refusal carries the driver's message.
  */
@@ -14,12 +14,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../src/internal.h"
+#include "fv/ctx.h"
+#include "fv/nfs.h"
 #include "fv/util.h"
 #include "params.h"
-
-/* drivers/nfs.c */
-int fv_nfs_check_options(struct fv_ctx *cx, const struct fv_opts *o);
 
 #define DEFAULT_PATTERN "${namespace}-${pvc}-${pv}"
 #define COMPONENT_MAX 255

@@ -1,5 +1,7 @@
-# provisioner/provisioner.mk - flexvol-provisioner, the dynamic provisioner for flexvol/nfs.
-# Included by the top Makefile.
+# provisioner/provisioner.mk - flexvol-provisioner: dynamic provisioning for the flexvol/nfs
+# backend (a directory per PV on an NFS share) and the flexvol/loop backend (an image per PV
+# on the node the scheduler picked), and, with --node-agent, the loop node agent that makes,
+# preallocates and reclaims those images on its node.  Included by the top Makefile.
 #
 #   make                        also builds $(O)/flexvol-provisioner
 #   make check                  its unit tests (tests/unit/test-provisioner.c) and the
@@ -8,7 +10,7 @@
 #   make check-provisioner      the integration test alone
 #
 # It links the op layer's objects and the nfs driver for one reason: the PV's
-# nfs options go through the nfs driver's own checks (fv_nfs_check_options).
+# nfs options go through the nfs driver's own checks (fv_nfs_check_options, fv/nfs.h).
 
 PROV_PKGS  := libcurl
 PROV_SRCS  := $(sort $(wildcard provisioner/*.c))
@@ -17,7 +19,7 @@ PROV_OBJS  := $(patsubst %.c,$(O)/obj/%.o,$(PROV_SRCS))
 PROV_NFS_SRCS := $(or $(wildcard drivers/nfs/*.c),$(wildcard drivers/nfs.c))
 PROV_NFS_OBJS := $(patsubst %.c,$(O)/obj/%.o,$(PROV_NFS_SRCS))
 # params.o and what it needs: shared with the unit test
-PROV_LIB_OBJS := $(O)/obj/provisioner/params.o $(O)/obj/provisioner/dir.o \
+PROV_LIB_OBJS := $(O)/obj/provisioner/api.o $(O)/obj/provisioner/params.o $(O)/obj/provisioner/dir.o \
 	$(O)/obj/provisioner/queue.o $(O)/obj/provisioner/metrics.o $(PROV_NFS_OBJS) \
 	$(CORE_OBJS)
 PROV_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PROV_PKGS) 2>/dev/null)

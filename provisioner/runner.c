@@ -29,6 +29,7 @@
 
 #include "flag.h"
 #include "fv/macro.h"
+#include "api.h"
 #include "controller.h"
 #include "jsonutil.h"
 #include "kube.h"
@@ -39,11 +40,18 @@
 enum kind { CLAIM, PV, KINDS };
 
 static const struct {
-	const char *path, *name, *prefix;
+	enum fvp_api_kind api;
+	const char *name, *prefix;
 } res[KINDS] = {
-	[CLAIM] = { "/api/v1/persistentvolumeclaims", "claim", "pvc/" },
-	[PV] = { "/api/v1/persistentvolumes", "PV", "pv/" },
+	[CLAIM] = { FVP_API_PVC, "claim", "pvc/" },
+	[PV] = { FVP_API_PV, "PV", "pv/" },
 };
+
+/* The path of every object of @k, in all namespaces. */
+static const char *collection(enum kind k, char *buf, size_t len)
+{
+	return fvp_api_path(buf, len, res[k].api, NULL, NULL, NULL);
+}
 
 struct runner;
 
@@ -122,7 +130,7 @@ static int list_all(struct runner *rn, enum kind k)
 {
 	_cleanup_free_ char *cont = NULL;
 	json_object *fresh = json_object_new_object(), *old;
-	char err[512];
+	char err[512], base[FVP_API_PATH_MAX];
 
 	if (!fresh)
 		return -ENOMEM;
@@ -132,8 +140,8 @@ static int list_all(struct runner *rn, enum kind k)
 		const char *c;
 		int st;
 
-		if (asprintf(&path, "%s?limit=500%s%s", res[k].path, cont ? "&continue=" : "",
-			     cont ? cont : "") < 0) {
+		if (asprintf(&path, "%s?limit=500%s%s", collection(k, base, sizeof(base)),
+			     cont ? "&continue=" : "", cont ? cont : "") < 0) {
 			json_object_put(fresh);
 			return -ENOMEM;
 		}
@@ -141,9 +149,9 @@ static int list_all(struct runner *rn, enum kind k)
 		st = kube_request(rn->p->k, "GET", path, NULL, &list, err, sizeof(err));
 		if (st < 0 || st != 200 || !list) {
 			if (st < 0)
-				log_info("list %s: %s", res[k].path, err);
+				log_info("list %s: %s", base, err);
 			else
-				log_info("list %s: HTTP %d %s", res[k].path, st, kube_status_message(list));
+				log_info("list %s: HTTP %d %s", base, st, kube_status_message(list));
 			json_object_put(list);
 			json_object_put(fresh);
 			return st < 0 ? st : st == 410 ? -ESTALE : -EIO;
@@ -290,7 +298,7 @@ int ctl_run(struct prov *p, volatile int *stopping)
 	}
 	resync_at = mono_s() + (int)p->resync;
 	while (!flag_get(stopping)) {
-		char err[512], path[400];
+		char err[512], path[400], base[FVP_API_PATH_MAX];
 		void *ended = NULL;
 		bool quick;
 
@@ -318,7 +326,8 @@ int ctl_run(struct prov *p, volatile int *stopping)
 				continue;
 			snprintf(path, sizeof(path),
 				 "%s?watch=1&allowWatchBookmarks=true&resourceVersion=%s"
-				 "&timeoutSeconds=%u", res[k].path, rn.rv[k], p->watch_s);
+				 "&timeoutSeconds=%u", collection(k, base, sizeof(base)), rn.rv[k],
+				 p->watch_s);
 			r = kube_watch_add(p->k, path, on_watch_event, &rn.ud[k], p->watch_s, NULL);
 			watching[k] = r >= 0;
 			started[k] = time(NULL);

@@ -36,6 +36,7 @@
 #include "fv/driver.h"
 #include "fv/lock.h"
 #include "fv/log.h"
+#include "fv/loop.h"
 #include "fv/mountutil.h"
 #include "fv/state.h"
 #include "fv/util.h"
@@ -179,7 +180,7 @@ static int open_image(struct fv_ctx *cx, const struct loopvol *v, bool create, i
  * (docs/design.md, "Image owners").  A node-mode claim "<name>@<ident>"
  * records its name only.  Called with the image lock held.
  */
-#define OWNER_XATTR "trusted.flexvol.owner"
+#define OWNER_XATTR FV_LOOP_OWNER_XATTR
 
 static int check_owner(struct fv_ctx *cx, const struct loopvol *v, int fd, const char *claim,
 		       bool record)

@@ -41,6 +41,7 @@
 #include "fv/exec.h"
 #include "fv/log.h"
 #include "fv/mountutil.h"
+#include "fv/nfs.h"
 #include "fv/util.h"
 
 #define SHARE_MAX 1024	 /* NFS paths: the v3 MNTPATHLEN, generous for v4 */
@@ -563,7 +564,6 @@ const struct fv_driver fv_driver_nfs = {
  * go through the very checks mount applies to them, so a class the driver
  * would refuse fails at provisioning, with the driver's own message.
  */
-int fv_nfs_check_options(struct fv_ctx *cx, const struct fv_opts *o);
 int fv_nfs_check_options(struct fv_ctx *cx, const struct fv_opts *o)
 {
 	struct nfsvol v;

@@ -669,6 +669,9 @@ def throttled_429_retry_after(e):
     e.start()
     c = e.pvc("busy-server")
     wait_for(lambda: e.bound(c), "bound after the 429s", 20)
+    # the fake API binds the claim while it handles the create, and records the request after
+    # its answer: wait for that record
+    wait_for(lambda: e.st.times("POST", "/api/v1/persistentvolumes", 201), "the create recorded")
     t429 = e.st.times("POST", "/api/v1/persistentvolumes", 429)
     t201 = e.st.times("POST", "/api/v1/persistentvolumes", 201)
     check(len(t429) == 2 and len(t201) == 1, "two 429s, one create: %s %s" % (t429, t201))
@@ -815,7 +818,8 @@ def leader_election_takeover(e):
     took = time.time() - t0
     check(took < 4 + 1 * 2.2 + 3, "took over within the lease duration (+ a retry): %.1f s" % took)
     check(lease()["spec"]["leaseTransitions"] == 1, "one transition: %s" % lease()["spec"])
-    check("ProvisioningSucceeded" in e.log(1), "pod-b provisioned")
+    # the PV create binds the claim at once; the event's log line follows it
+    wait_for(lambda: "ProvisioningSucceeded" in e.log(1), "pod-b provisioned")
     st, body, _ = http_get(http_url(e, 1) + "/metrics")
     check(metric(body, "flexvol_provisioner_leader") == 1, "leader 1")
     e.kill(b, signal.SIGTERM)

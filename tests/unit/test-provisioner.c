@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "unit.h"
+#include "api.h"
 #include "dir.h"
 #include "params.h"
 #include "queue.h"
@@ -660,4 +661,48 @@ TEST(queue_event_ends_backoff_retry_after_wins)
 	REQUIRE(qt_wait(&t, 2, 3000));
 	CHECK(t.at[1] - t.at[0] >= 1000 && t.at[1] - t.at[0] < 10000);
 	fvp_queue_free(q);
+}
+
+/* api.c builds every request path: the exact paths the API server routes */
+TEST(api_paths)
+{
+	char p[FVP_API_PATH_MAX];
+	uint64_t q = 0;
+
+	CHECK_STR(fvp_api_path(p, sizeof(p), FVP_API_PV, NULL, "pvc-1", NULL),
+		  "/api/v1/persistentvolumes/pvc-1");
+	CHECK_STR(fvp_api_path(p, sizeof(p), FVP_API_PV, NULL, NULL, NULL),
+		  "/api/v1/persistentvolumes");
+	CHECK_STR(fvp_api_path(p, sizeof(p), FVP_API_PVC, "team-a", "data", NULL),
+		  "/api/v1/namespaces/team-a/persistentvolumeclaims/data");
+	CHECK_STR(fvp_api_path(p, sizeof(p), FVP_API_PVC, "team-a", "data", "status"),
+		  "/api/v1/namespaces/team-a/persistentvolumeclaims/data/status");
+	CHECK_STR(fvp_api_path(p, sizeof(p), FVP_API_CLASS, NULL, "gold", NULL),
+		  "/apis/storage.k8s.io/v1/storageclasses/gold");
+	CHECK_STR(fvp_api_path(p, sizeof(p), FVP_API_NODE, NULL, "n1", NULL), "/api/v1/nodes/n1");
+	CHECK_STR(fvp_api_path(p, sizeof(p), FVP_API_CONFIGMAP, "flexvol-loop", "n1", NULL),
+		  "/api/v1/namespaces/flexvol-loop/configmaps/n1");
+	CHECK_STR(fvp_api_path(p, sizeof(p), FVP_API_CONFIGMAP, "flexvol-loop", NULL, NULL),
+		  "/api/v1/namespaces/flexvol-loop/configmaps");
+	CHECK_STR(fvp_api_path(p, sizeof(p), FVP_API_EVENT, "team-a", NULL, NULL),
+		  "/api/v1/namespaces/team-a/events");
+	CHECK_STR(fvp_api_path(p, sizeof(p), FVP_API_LEASE, "kube-system", "flexvol-provisioner",
+			       NULL),
+		  "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/flexvol-provisioner");
+	CHECK_STR(fvp_api_path(p, sizeof(p), FVP_API_LEASE, "kube-system", NULL, NULL),
+		  "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases");
+	CHECK_STR(fvp_api_select(p, sizeof(p), FVP_API_PV, "flexvol/node", "n1"),
+		  "/api/v1/persistentvolumes?labelSelector=flexvol%2Fnode%3Dn1");
+	CHECK_STR(fvp_api_select(p, sizeof(p), FVP_API_NODE, "kubernetes.io/hostname", "n1.x"),
+		  "/api/v1/nodes?labelSelector=kubernetes.io%2Fhostname%3Dn1.x");
+	/* cut as snprintf cuts, always terminated */
+	CHECK_STR(fvp_api_path(p, 12, FVP_API_PV, NULL, "pvc-1", NULL), "/api/v1/per");
+	CHECK_STR(fvp_api_select(p, 30, FVP_API_PV, "flexvol/node", "n1"),
+		  "/api/v1/persistentvolumes");
+	CHECK_STR(fvp_api_select(p, 50, FVP_API_PV, "flexvol/node", "n1"),
+		  "/api/v1/persistentvolumes?labelSelector=flexvol");
+	CHECK_INT(fvp_quantity("2Mi", &q), 0);
+	CHECK_U64(q, 2u << 20);
+	CHECK_INT(fvp_quantity("", &q), -EINVAL);
+	CHECK_INT(fvp_quantity(NULL, &q), -EINVAL);
 }

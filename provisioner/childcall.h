@@ -14,25 +14,28 @@
  * --share, the objects) goes to the child in a memfd, and the child writes
  * its answer over it; the child opens --root again.  Exec'd, not only
  * forked: a child forked from a threaded process inherits the locks other
- * threads held (fsop.c says which ones hung it).
+ * threads held (childcall.c says which ones hung it).
  *
  * Every backend call is idempotent, so a call killed at its deadline is
  * simply retried after the object's backoff; a tree delete continues where
  * the killed one stopped.  With site->fs_timeout_s == 0 the call runs in
  * the calling thread (the unit tests).
  */
-#ifndef FVP_FSOP_H
-#define FVP_FSOP_H
+#ifndef FVP_CHILDCALL_H
+#define FVP_CHILDCALL_H
 
 #include "backend.h"
 
-#define FVP_FSOP_ARG "--fs-call"
+#define FVP_CHILDCALL_ARG "--fs-call"
+
+/* What a reclaim did: a path of the share (FVP_PATH_MAX) and the words around it. */
+#define FVP_DONE_MAX (FVP_PATH_MAX + 200)
 
 /* Where to exec ourselves from: /proc/self/exe, else an absolute @argv0.  0 or -ENOENT. */
-int fvp_fsop_init(const char *argv0);
+int fvp_childcall_init(const char *argv0);
 
 /* main() of `flexvol-provisioner --fs-call FD`: the exit status */
-int fvp_fsop_child(const char *fd);
+int fvp_childcall_main(const char *fd);
 
 int fvp_backend_create(const struct fvp_site *s, const struct fvp_backend *b, json_object *sc,
 		       json_object *pvc, const struct fvp_volume *vol, enum fvp_made *made,

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Backend calls in a child with a deadline: see fsop.h. */
+/* Backend calls in a child with a deadline: see childcall.h. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -9,10 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../src/internal.h"
+#include "fv/ctx.h"
 #include "fv/exec.h"
+#include "childcall.h"
 #include "dir.h"
-#include "fsop.h"
 #include "jsonutil.h"
 #include "metrics.h"
 
@@ -32,7 +32,7 @@ struct job {
 struct shared {
 	int r;
 	enum fvp_made made;
-	char done[FVP_PATH_MAX + 200];
+	char done[FVP_DONE_MAX];
 	char err[FVP_ERR_MAX];
 };
 
@@ -60,14 +60,14 @@ static int call(const struct job *j, const struct fvp_site *s)
  * threaded process inherits every lock another thread held at that
  * instant, never to be released.  json-c's parser takes glibc's locale
  * lock (duplocale() per parse), gmtime_r() the time zone lock, a log line
- * the stderr lock: a child forked while the watch thread parsed an event
- * hung on its first parse until the deadline killed it (5 minutes of a
- * claim doing nothing).  An exec'd child starts clean; fork-to-exec is
- * only src/exec.c's async-signal-safe set-up.
+ * the stderr lock: a child forked while the watch thread parses an event
+ * hangs on its first parse until the deadline kills it (with the default
+ * --fs-timeout, 5 minutes of a claim doing nothing).  An exec'd child
+ * starts clean; fork-to-exec is only src/exec.c's async-signal-safe set-up.
  */
 static char self_exe[PATH_MAX];
 
-int fvp_fsop_init(const char *argv0)
+int fvp_childcall_init(const char *argv0)
 {
 	ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
 
@@ -115,7 +115,7 @@ static json_object *job_json(const struct job *j)
  * `flexvol-provisioner --fs-call FD`: the job from memfd @FD, the call, and
  * its result written over the job.  Exit 0 when the result is written.
  */
-int fvp_fsop_child(const char *fdstr)
+int fvp_childcall_main(const char *fdstr)
 {
 	struct fvp_site s = { .rootfd = -1 };
 	struct fvp_volume vol = { 0 };
@@ -198,7 +198,7 @@ static int run(struct job *j, enum fvp_made *made, char *done, size_t donelen, c
 		return prov_fail(err, errlen, -ENOMEM, "%s: out of memory", names[j->call]);
 	text = json_object_to_json_string_ext(job, JSON_C_TO_STRING_PLAIN);
 	len = strlen(text);
-	fd = memfd_create("flexvol-fsop", MFD_CLOEXEC);
+	fd = memfd_create("flexvol-childcall", MFD_CLOEXEC);
 	if (fd < 0 || write(fd, text, len) != (ssize_t)len) {
 		r = prov_fail(err, errlen, NEG_ERRNO(), "%s: cannot hand it to its child: %m",
 			      names[j->call]);
@@ -211,7 +211,7 @@ static int run(struct job *j, enum fvp_made *made, char *done, size_t donelen, c
 	snprintf(fdstr, sizeof(fdstr), "%d", fd);
 	/* what a function the child calls may exec gets this PATH (none does today) */
 	snprintf(cx.cfg.helper_path, sizeof(cx.cfg.helper_path), "/usr/sbin:/usr/bin:/sbin:/bin");
-	r = fv_exec_fd(&cx, (const char *const[]){ self_exe, FVP_FSOP_ARG, fdstr, NULL }, 0,
+	r = fv_exec_fd(&cx, (const char *const[]){ self_exe, FVP_CHILDCALL_ARG, fdstr, NULL }, 0,
 		       j->site->fs_timeout_s, fd, &fr);
 	status = fr.status;
 	/* the child's log lines (its stderr went to the capture pipe) into ours */
