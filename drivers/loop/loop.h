@@ -8,8 +8,8 @@
  *   bind.c   the kernel's loop devices: status, the walk over bindings, bind,
  *            claim, release, and the device held open until its mount
  */
-#ifndef FV_LOOP_H
-#define FV_LOOP_H
+#ifndef LOOP_PRIVATE_H
+#define LOOP_PRIVATE_H
 
 #include <limits.h>
 #include <linux/loop.h>
