@@ -73,8 +73,7 @@ struct fv_run {
  * appended (fv_trim_output()).
  * With FV_EXEC_STATUS: 0 whenever the program ran to an exit (its status in
  * @r->status), the other returns as above, and no message is set.
- * @r may be NULL (not with FV_EXEC_STATUS); otherwise free it with
- * fv_run_done().
+ * @r may be NULL; otherwise free it with fv_run_done().
  */
 int fv_exec(struct fv_ctx *cx, const char *const *argv, const struct fv_exec_opts *o,
 	    struct fv_run *r);

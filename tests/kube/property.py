@@ -473,13 +473,13 @@ def violations(world, api, share, loop_root):
         m, uid = c["metadata"], c["metadata"]["uid"]
         ours = (m.get("annotations") or {}).get(ANN_SP) in (NFS, LOOP)
         mine = by_claim.get(uid, [])
-        if len(mine) > 1:
-            out.append("claim %s/%s has %d PVs: %s" % (m["namespace"], m["name"], len(mine), mine))
         if ours and not mine and uid not in said:
             out.append("claim %s/%s handed over to %s: no PV and no event" % (
                 m["namespace"], m["name"], m["annotations"][ANN_SP]))
     for uid, names in by_claim.items():
         w = world.claims.get(uid)
+        if uid and len(names) > 1:
+            out.append("claim %s has %d PVs: %s" % (uid, len(names), names))
         if not w:
             continue
         cls = CLASSES.get(w["class"])
