@@ -47,6 +47,8 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "provisioner"))
+sys.path.insert(0, HERE)
+from cluster import wait_for  # noqa: E402
 
 NFS, LOOP = "flexvol/nfs", "flexvol/loop"
 ANN_SP = "volume.kubernetes.io/storage-provisioner"
@@ -67,20 +69,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(fn, what, timeout):
-    end = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < end:
-        try:
-            v = fn()
-            if v:
-                return v
-        except Exception as e:  # noqa: BLE001 - anything means "not yet"
-            last = e
-        time.sleep(0.3)
-    raise TimeoutError("timed out waiting for %s%s" % (what, " (%s)" % last if last else ""))
 
 
 def kill_pid(pr, sig=signal.SIGTERM, timeout=15):
@@ -172,8 +160,8 @@ class RealApiServer:
             "--service-cluster-ip-range=10.0.0.0/24", "--endpoint-reconciler-type=none",
             "--profiling=false", "--v=1"])
         self.api = Api(self.url, self.cert)
-        wait_for(lambda: self.alive("etcd", "kube-apiserver") and
-                 self.api.call("GET", "/readyz")[0] == 200, "kube-apiserver /readyz", 120)
+        wait_for("kube-apiserver /readyz", lambda: self.alive("etcd", "kube-apiserver") and
+                 self.api.call("GET", "/readyz")[0] == 200, 120)
         kc = os.path.join(tmp, "kcm.kubeconfig")
         with open(kc, "w") as f:
             f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: p\n  cluster:\n"
@@ -279,17 +267,9 @@ def nfs_class(rnd, name, valid):
         if rnd.random() < 0.3:
             params[k] = rnd.choice(vals)
     if not valid:
-        bad = rnd.choice(["colour", "mode", "onDelete", "server", "pathPattern"])
-        if bad == "colour":
-            params["colour"] = "blue"
-        elif bad == "mode":
-            params["mode"] = "999"
-        elif bad == "onDelete":
-            params["onDelete"] = "shred"
-        elif bad == "server":
-            del params["server"]
-        else:
-            params["pathPattern"] = "../${pvc}"
+        rnd.choice([lambda: params.update(colour="blue"), lambda: params.update(mode="999"),
+                    lambda: params.update(onDelete="shred"), lambda: params.pop("server"),
+                    lambda: params.update(pathPattern="../${pvc}")])()
     o = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
          "provisioner": NFS, "reclaimPolicy": rnd.choice(["Delete", "Delete", "Retain"])}
     if params:
@@ -309,15 +289,9 @@ def loop_class(rnd, name, valid):
     if rnd.random() < 0.3:
         o["allowVolumeExpansion"] = True
     if not valid:
-        bad = rnd.choice(["binding", "param", "fstype", "mountOptions"])
-        if bad == "binding":
-            o["volumeBindingMode"] = "Immediate"
-        elif bad == "param":
-            params["colour"] = "blue"
-        elif bad == "fstype":
-            params["fsType"] = "btrfs"
-        else:
-            o["mountOptions"] = ["ro"]
+        rnd.choice([lambda: o.update(volumeBindingMode="Immediate"),
+                    lambda: params.update(colour="blue"), lambda: params.update(fsType="btrfs"),
+                    lambda: o.update(mountOptions=["ro"])])()
     if params:
         o["parameters"] = params
     return o
