@@ -47,8 +47,6 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "provisioner"))
-sys.path.insert(0, HERE)
-from cluster import wait_for  # noqa: E402
 
 NFS, LOOP = "flexvol/nfs", "flexvol/loop"
 ANN_SP = "volume.kubernetes.io/storage-provisioner"
@@ -136,6 +134,9 @@ class RealApiServer:
     def __init__(self, bindir, tmp):
         self.bindir, self.tmp, self.procs = bindir, tmp, {}
         self.cert, self.key = make_cert(tmp)
+
+    def up(self):
+        tmp = self.tmp
         sa = os.path.join(tmp, "sa.key")
         subprocess.run(["openssl", "genrsa", "-out", sa, "2048"], check=True, capture_output=True)
         with open(os.path.join(tmp, "tokens.csv"), "w") as f:
@@ -160,8 +161,11 @@ class RealApiServer:
             "--service-cluster-ip-range=10.0.0.0/24", "--endpoint-reconciler-type=none",
             "--profiling=false", "--v=1"])
         self.api = Api(self.url, self.cert)
-        wait_for("kube-apiserver /readyz", lambda: self.alive("etcd", "kube-apiserver") and
-                 self.api.call("GET", "/readyz")[0] == 200, 120)
+        end = time.monotonic() + 120
+        while not self.ready():  # an exited component fails at once (alive() raises)
+            if time.monotonic() > end:
+                raise TimeoutError("kube-apiserver not ready within 120 s")
+            time.sleep(0.5)
         kc = os.path.join(tmp, "kcm.kubeconfig")
         with open(kc, "w") as f:
             f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: p\n  cluster:\n"
@@ -172,6 +176,13 @@ class RealApiServer:
             "kube-controller-manager", "--kubeconfig=" + kc, "--leader-elect=false",
             "--secure-port=0", "--use-service-account-credentials=false",
             "--controllers=persistentvolume-binder,pvc-protection,pv-protection", "--v=1"])
+
+    def ready(self):
+        self.alive(*self.procs)
+        try:
+            return self.api.call("GET", "/readyz")[0] == 200
+        except OSError:
+            return False
 
     def start(self, name, argv):
         logf = open(os.path.join(self.tmp, name + ".log"), "ab")
@@ -187,6 +198,10 @@ class RealApiServer:
                 raise RuntimeError("%s exited (%s); its log ends:\n%s" % (
                     n, self.procs[n].returncode, tail(os.path.join(self.tmp, n + ".log"))))
         return True
+
+    def logs(self):
+        return "".join("--- %s.log ends:\n%s" % (n, tail(os.path.join(self.tmp, n + ".log")))
+                       for n in self.procs)
 
     def close(self):
         for n in ["kube-controller-manager", "kube-apiserver", "etcd"]:
@@ -206,6 +221,9 @@ class FakeApiServer:
 
     def alive(self, *names):
         return True
+
+    def logs(self):
+        return ""
 
     def close(self):
         self.fake.close()
@@ -512,6 +530,13 @@ def main():
                 return 1
             t0 = time.monotonic()
             server = RealApiServer(bindir, tmp)
+            try:
+                server.up()
+            except (RuntimeError, TimeoutError) as e:
+                log("the API server did not come up: %s\n%s" % (e, server.logs()))
+                failed = 1
+                print("property: 0 passed, 1 failed")
+                return 1
             log("etcd, kube-apiserver, kube-controller-manager up on %s in %.1f s" % (
                 server.url, time.monotonic() - t0))
         api = server.api
@@ -545,6 +570,7 @@ def main():
                 break
             for p in procs:
                 p.check()
+            server.alive("etcd", "kube-apiserver", "kube-controller-manager")
             f = rnd.choice(fns)
             if f == "kill":
                 p = rnd.choice(procs)
@@ -588,6 +614,9 @@ def main():
             len(world.claims), len(world.live_claims()), len(pvs), len(os.listdir(share)),
             len([f for f in os.listdir(loop_root) if f.endswith(".img")]),
             sum(p.n for p in procs)))
+        server.alive("etcd", "kube-apiserver", "kube-controller-manager")
+        if not pvs:
+            now.append("not one PV was made: the run proved nothing (is the binder handing over?)")
         for name, bad in (("no exit but those the test caused", exits),
                           ("claims end with one PV or an event; no PV when refused; "
                            "nothing without an owner", now)):
@@ -602,6 +631,9 @@ def main():
         if failed:
             log("replay: python3 tests/kube/property.py --build %s --seed %d%s; logs kept in %s" % (
                 a.build, seed, " --long" if a.long else "", tmp))
+    except RuntimeError as e:  # a component of the API server exited
+        failed += 1
+        print("FAIL the API server's components keep running: %s" % e)
     finally:
         for p in procs:
             p.stop()
