@@ -174,6 +174,9 @@ int fvp_childcall_main(const char *fdstr)
 static int run(struct job *j, enum fvp_made *made, char *done, size_t donelen, char *err,
 	       size_t errlen)
 {
+	/* what a function the child calls may exec gets this PATH (none does today) */
+	struct fv_exec_opts xo = { .helper_path = "/usr/sbin:/usr/bin:/sbin:/bin",
+				   .timeout_s = j->site->fs_timeout_s };
 	struct fv_ctx cx = { 0 };
 	struct fv_run fr = { 0 };
 	struct shared o = { 0 };
@@ -209,10 +212,8 @@ static int run(struct job *j, enum fvp_made *made, char *done, size_t donelen, c
 	}
 	json_object_put(job);
 	snprintf(fdstr, sizeof(fdstr), "%d", fd);
-	/* what a function the child calls may exec gets this PATH (none does today) */
-	snprintf(cx.cfg.helper_path, sizeof(cx.cfg.helper_path), "/usr/sbin:/usr/bin:/sbin:/bin");
-	r = fv_exec_fd(&cx, (const char *const[]){ self_exe, FVP_CHILDCALL_ARG, fdstr, NULL }, 0,
-		       j->site->fs_timeout_s, fd, &fr);
+	xo.keep_fd = fd;
+	r = fv_exec(&cx, (const char *const[]){ self_exe, FVP_CHILDCALL_ARG, fdstr, NULL }, &xo, &fr);
 	status = fr.status;
 	/* the child's log lines (its stderr went to the capture pipe) into ours */
 	if (fr.output && fr.output[0])

@@ -7,8 +7,8 @@
  * would hold that worker (and, with a hard mount, the thread in D state)
  * for as long.  So each call runs in a child, this program exec'd again as
  * `flexvol-provisioner --fs-call FD`, with the op layer's deadline
- * machinery (src/exec.c, fv_exec_fd(): own process group, every other
- * inherited descriptor closed, SIGKILL when the parent dies, the group
+ * machinery (src/exec.c, fv_exec() keeping the job's fd: own process group,
+ * every other inherited descriptor closed, SIGKILL when the parent dies, the group
  * SIGKILLed at the deadline, a child stuck in the kernel left behind rather
  * than waited for).  The job (the call, the backend's name, --root,
  * --share, the objects) goes to the child in a memfd, and the child writes

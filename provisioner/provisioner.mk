@@ -8,6 +8,9 @@
 #                               integration test against a fake API server
 #                               (tests/provisioner/run.py) run with the rest
 #   make check-provisioner      the integration test alone
+#   make O=build-tsan SANITIZE=thread check-provisioner
+#                               the same on a ThreadSanitizer build (.ci/run: with
+#                               TSAN_OPTIONS=log_path=..., a report fails the run)
 #
 # It links the op layer's objects and the nfs driver for one reason: the PV's
 # nfs options go through the nfs driver's own checks (fv_nfs_check_options, fv/nfs.h).

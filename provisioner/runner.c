@@ -21,6 +21,7 @@
  *   exponential backoff (queue.h).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,17 +259,22 @@ static void pause_s(struct runner *rn, unsigned int s)
 	}
 }
 
+/* p->queue as the HTTP thread's gauges see it: set and cleared by ctl_run() under it */
+static pthread_mutex_t gauge_lock = PTHREAD_MUTEX_INITIALIZER;
+
 void ctl_gauges(void *ud, struct fvp_gauges *g)
 {
 	struct prov *p = ud;
 	struct fvp_queue_stats st;
 
 	g->leader = !p->leader_elect || fvp_lease_held();
-	if (!p->queue)
-		return;
-	fvp_queue_stats(p->queue, &st);
-	g->queue_depth = (double)(st.ready + st.delayed);
-	g->queue_running = (double)st.running;
+	pthread_mutex_lock(&gauge_lock);
+	if (p->queue) {
+		fvp_queue_stats(p->queue, &st);
+		g->queue_depth = (double)(st.ready + st.delayed);
+		g->queue_running = (double)st.running;
+	}
+	pthread_mutex_unlock(&gauge_lock);
 }
 
 int ctl_run(struct prov *p, volatile int *stopping)
@@ -278,6 +284,7 @@ int ctl_run(struct prov *p, volatile int *stopping)
 				       .max_ms = p->retry_max_ms ? p->retry_max_ms : 1000000,
 				       .fn = work, .userdata = p };
 	struct runner rn = { .p = p, .stop = stopping };
+	struct fvp_queue *q;
 	unsigned int backoff = 1;
 	bool listed = false, watching[KINDS] = { false };
 	time_t started[KINDS] = { 0 };
@@ -286,11 +293,14 @@ int ctl_run(struct prov *p, volatile int *stopping)
 	p->ev.k = p->k;
 	if (qc.max_ms < qc.base_ms)
 		qc.max_ms = qc.base_ms;
-	r = fvp_queue_new(&qc, &p->queue);
+	r = fvp_queue_new(&qc, &q);
 	if (r < 0) {
 		log_info("cannot start the workers: %s", strerror(-r));
 		return r;
 	}
+	pthread_mutex_lock(&gauge_lock);
+	p->queue = q;
+	pthread_mutex_unlock(&gauge_lock);
 	for (int k = 0; k < KINDS; k++) {
 		rn.ud[k].rn = &rn;
 		rn.ud[k].k = (enum kind)k;
@@ -380,8 +390,10 @@ int ctl_run(struct prov *p, volatile int *stopping)
 	}
 	kube_watch_clear(p->k);
 	/* the workers finish what they are on (each storage call has its deadline) */
-	fvp_queue_free(p->queue);
+	pthread_mutex_lock(&gauge_lock);
 	p->queue = NULL;
+	pthread_mutex_unlock(&gauge_lock);
+	fvp_queue_free(q);
 	for (int k = 0; k < KINDS; k++)
 		json_object_put(rn.cache[k]);
 	return 0;

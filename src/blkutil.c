@@ -231,6 +231,7 @@ out:
 
 int fv_fs_make(struct fv_ctx *cx, const char *dev, const char *fstype, int lockfd, bool again)
 {
+	struct fv_exec_opts o = fv_exec_opts_of(cx);
 	char prog[32];
 	const char *argv[6];
 	int n = 0;
@@ -254,20 +255,23 @@ int fv_fs_make(struct fv_ctx *cx, const char *dev, const char *fstype, int lockf
 	 * forks, a write the kernel finishes first), the lock lasts as long
 	 * as the writer, and the next call waits for it.
 	 */
-	return fv_exec_fd(cx, argv, 0, cx->cfg.helper_timeout, lockfd, NULL);
+	o.keep_fd = lockfd;
+	return fv_exec(cx, argv, &o, NULL);
 }
 
 int fv_fs_grow(struct fv_ctx *cx, const char *dev, const char *mnt, const char *fstype)
 {
+	const struct fv_exec_opts o = fv_exec_opts_of(cx);
+
 	if (streq(fstype, "xfs")) {
 		const char *argv[] = { "xfs_growfs", mnt, NULL };
 
-		return fv_exec(cx, argv, 0, cx->cfg.helper_timeout, NULL);
+		return fv_exec(cx, argv, &o, NULL);
 	}
 	if (!strncmp(fstype, "ext", 3)) {
 		const char *argv[] = { "resize2fs", dev, NULL };
 
-		return fv_exec(cx, argv, 0, cx->cfg.helper_timeout, NULL);
+		return fv_exec(cx, argv, &o, NULL);
 	}
 	return fv_fail(cx, -ENOTSUP, "cannot grow a '%s' filesystem", fstype);
 }

@@ -21,14 +21,48 @@
 #define SYS_close_range 436 /* the same number on every architecture */
 #endif
 
-static volatile pid_t current_pgid;
+/*
+ * The process groups of the helpers and forked calls running now, for a
+ * signal handler to kill (fv_exec_kill_all()).  Lock-free: a slot is taken
+ * by a compare-and-swap from 0 and given back by a store of 0.  More calls
+ * at once than slots (the provisioner runs one per worker) go untracked:
+ * the parent-death signal still ends each child with its thread.
+ */
+#define RUNNING_MAX 64
+static int running[RUNNING_MAX];
 
-void fv_exec_kill_current(void)
+static int track(pid_t pgid)
 {
-	pid_t g = current_pgid;
+	for (int i = 0; i < RUNNING_MAX; i++) {
+		int idle = 0;
 
-	if (g > 0)
-		kill(-g, SIGKILL);
+		if (__atomic_compare_exchange_n(&running[i], &idle, (int)pgid, false,
+						__ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+			return i;
+	}
+	return -1;
+}
+
+static void untrack(int slot)
+{
+	if (slot >= 0)
+		__atomic_store_n(&running[slot], 0, __ATOMIC_SEQ_CST);
+}
+
+void fv_exec_kill_all(void)
+{
+	for (int i = 0; i < RUNNING_MAX; i++) {
+		int g = __atomic_load_n(&running[i], __ATOMIC_SEQ_CST);
+
+		if (g > 0)
+			kill(-g, SIGKILL);
+	}
+}
+
+struct fv_exec_opts fv_exec_opts_of(const struct fv_ctx *cx)
+{
+	return (struct fv_exec_opts){ .helper_path = cx->cfg.helper_path,
+				      .timeout_s = cx->cfg.helper_timeout };
 }
 
 void fv_run_done(struct fv_run *r)
@@ -99,10 +133,9 @@ void fv_trim_output(const char *output, char *buf, size_t max)
 	buf[pick_n] = '\0';
 }
 
-/* Resolve @name in the configured helper path.  Returns 0 or -ENOENT. */
-static int find_helper(const struct fv_ctx *cx, const char *name, char *ret, size_t len)
+/* Resolve @name in @p, a helper path.  Returns 0 or -ENOENT. */
+static int find_helper(const char *p, const char *name, char *ret, size_t len)
 {
-	const char *p = cx->cfg.helper_path;
 
 	if (strchr(name, '/')) {
 		snprintf(ret, len, "%s", name);
@@ -134,11 +167,11 @@ static void append(struct fv_run *r, size_t *len, const char *buf, size_t n)
 
 /*
  * Collect output from @fd until the child @pid exits or the deadline
- * passes.  We wait for the child's exit, not for EOF on the pipe: a
+ * passes (collect(): with the group in the registry meanwhile).  We wait for the child's exit, not for EOF on the pipe: a
  * daemon the helper started (mount.nfs may start rpc.statd) can hold the
  * pipe open forever (contract §7.2).
  */
-static int collect(pid_t pid, int fd, unsigned int timeout_s, struct fv_run *r)
+static int wait_child(pid_t pid, int fd, unsigned int timeout_s, struct fv_run *r)
 {
 	_cleanup_close_ int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	uint64_t deadline = fv_now_ms() + (uint64_t)timeout_s * 1000;
@@ -233,6 +266,18 @@ static int collect(pid_t pid, int fd, unsigned int timeout_s, struct fv_run *r)
 	return 0;
 }
 
+static int collect(pid_t pid, int fd, unsigned int timeout_s, struct fv_run *r)
+{
+	int slot = track(pid);
+	int rc;
+
+	r->pgid = pid;
+	rc = wait_child(pid, fd, timeout_s, r);
+
+	untrack(slot);
+	return rc;
+}
+
 static int finish(struct fv_ctx *cx, const char *what, uint64_t t0, int rc, unsigned int timeout_s,
 		  struct fv_run *r, struct fv_run *keep, bool quiet)
 {
@@ -324,11 +369,15 @@ static int child_setup(pid_t parent, int out, int keep1, int keep2)
 	return 0;
 }
 
-static int spawn_helper(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
-			unsigned int timeout_s, int keep_fd, struct fv_run *ret, bool quiet)
+int fv_exec(struct fv_ctx *cx, const char *const *argv, const struct fv_exec_opts *opt,
+	    struct fv_run *ret)
 {
 	char path[PATH_MAX], envpath[PATH_MAX + 8], logline[1024];
 	char *envp[] = { envpath, (char *)"LC_ALL=C", NULL };
+	const char *hp = opt->helper_path ? opt->helper_path : "";
+	bool quiet = opt->flags & FV_EXEC_STATUS;
+	int keep_fd = opt->keep_fd > 2 ? opt->keep_fd : -1;
+	unsigned int timeout_s = opt->timeout_s;
 	struct fv_run r = { 0 };
 	uint64_t t0 = fv_now_ms();
 	int pipefd[2], errpipe[2], rc = 0, err = 0;
@@ -336,14 +385,16 @@ static int spawn_helper(struct fv_ctx *cx, const char *const *argv, unsigned int
 	size_t o = 0;
 	ssize_t k;
 
+	if (ret)
+		memset(ret, 0, sizeof(*ret));
 	for (unsigned int i = 0; argv[i] && o < sizeof(logline) - 1; i++)
 		o += (size_t)snprintf(logline + o, sizeof(logline) - o, "%s%s", i ? " " : "",
-				      i < 32 && (redact & (1U << i)) ? "***" : argv[i]);
+				      i < 32 && (opt->redact & (1U << i)) ? "***" : argv[i]);
 	fv_log("run: %s", logline);
-	if (find_helper(cx, argv[0], path, sizeof(path)) < 0)
+	if (find_helper(hp, argv[0], path, sizeof(path)) < 0)
 		return quiet ? -ENOENT : fv_fail(cx, -ENOENT, "helper '%s' not found in %s", argv[0],
-			       cx->cfg.helper_path);
-	snprintf(envpath, sizeof(envpath), "PATH=%s", cx->cfg.helper_path);
+			       hp);
+	snprintf(envpath, sizeof(envpath), "PATH=%s", hp);
 	if (pipe2(pipefd, O_CLOEXEC) < 0)
 		return NEG_ERRNO();
 	/* non-blocking: a child stuck in execve (a helper on a dead NFS mount) holds it open */
@@ -388,9 +439,7 @@ static int spawn_helper(struct fv_ctx *cx, const char *const *argv, unsigned int
 	 * for the error pipe would have no end.  Once it has exited, the pipe
 	 * holds the exec's errno, or nothing (it exec'd).
 	 */
-	current_pgid = pid;
 	rc = collect(pid, pipefd[0], timeout_s, &r);
-	current_pgid = 0;
 	close(pipefd[0]);
 	while ((k = read(errpipe[0], &err, sizeof(err))) < 0 && errno == EINTR)
 		;
@@ -403,40 +452,22 @@ static int spawn_helper(struct fv_ctx *cx, const char *const *argv, unsigned int
 	return finish(cx, argv[0], t0, rc, timeout_s, &r, ret, quiet);
 }
 
-int fv_exec(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
-	    unsigned int timeout_s, struct fv_run *ret)
+int fv_fork_call(struct fv_ctx *cx, const char *what, int (*fn)(void *arg), void *arg,
+		 const struct fv_exec_opts *opt, struct fv_run *ret)
 {
-	return spawn_helper(cx, argv, redact, timeout_s, -1, ret, false);
-}
-
-int fv_exec_fd(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
-	       unsigned int timeout_s, int keep_fd, struct fv_run *ret)
-{
-	return spawn_helper(cx, argv, redact, timeout_s, keep_fd, ret, false);
-}
-
-int fv_exec_status(struct fv_ctx *cx, const char *const *argv, unsigned int redact,
-		   unsigned int timeout_s, struct fv_run *r)
-{
-	memset(r, 0, sizeof(*r));
-	return spawn_helper(cx, argv, redact, timeout_s, -1, r, true);
-}
-
-int fv_fork_call(struct fv_ctx *cx, int (*fn)(void *arg), void *arg, unsigned int timeout_s,
-		 struct fv_run *ret)
-{
-	return fv_fork_call_named(cx, "forked call", fn, arg, timeout_s, ret);
-}
-
-int fv_fork_call_named(struct fv_ctx *cx, const char *what, int (*fn)(void *arg), void *arg,
-		       unsigned int timeout_s, struct fv_run *ret)
-{
+	const char *hp = opt->helper_path ? opt->helper_path : "";
+	int keep_fd = opt->keep_fd > 2 ? opt->keep_fd : -1;
+	unsigned int timeout_s = opt->timeout_s;
 	char envpath[PATH_MAX + 8];
 	struct fv_run r = { 0 };
 	uint64_t t0 = fv_now_ms();
 	int pipefd[2], rc;
 	pid_t pid, parent = getpid();
 
+	if (ret)
+		memset(ret, 0, sizeof(*ret));
+	if (!what)
+		what = "forked call";
 	if (pipe2(pipefd, O_CLOEXEC) < 0)
 		return NEG_ERRNO();
 	pid = fork();
@@ -459,19 +490,17 @@ int fv_fork_call_named(struct fv_ctx *cx, const char *what, int (*fn)(void *arg)
 		 * (libmount runs mount.nfs) gets the reduced environment.
 		 */
 		fv_log_close();
-		snprintf(envpath, sizeof(envpath), "PATH=%s", cx->cfg.helper_path);
+		snprintf(envpath, sizeof(envpath), "PATH=%s", hp);
 		envp[0] = envpath;
 		envp[1] = (char *)"LC_ALL=C";
 		environ = envp;
-		if (child_setup(parent, pipefd[1], -1, -1) < 0)
+		if (child_setup(parent, pipefd[1], keep_fd, -1) < 0)
 			_exit(127);
 		_exit(fn(arg) & 0xff);
 	}
 	setpgid(pid, pid); /* also from here, so the group exists before any kill */
 	close(pipefd[1]);
-	current_pgid = pid;
 	rc = collect(pid, pipefd[0], timeout_s, &r);
-	current_pgid = 0;
 	close(pipefd[0]);
 	if (rc < 0 || r.timed_out)
 		return finish(cx, what, t0, rc, timeout_s, &r, ret, false);

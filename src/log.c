@@ -14,10 +14,17 @@
 #include "fv/util.h"
 #include "fv/version.h"
 
+/*
+ * Threads share the log (the provisioner's workers log their helpers), so
+ * what a line may change is atomic: the descriptor, opened by the first
+ * line (LOG_UNOPENED until then; -1: no log file) and the debug switch.
+ * The path and the syslog ident are set by fv_log_open() and read after,
+ * never written while lines are logged.
+ */
+#define LOG_UNOPENED (-2)
 static int log_fd = -1;
 static char log_path[PATH_MAX];
-static bool log_tried;
-static bool debug_on;
+static int debug_on;
 static char ident[64] = "flexvol";
 static bool syslog_open;
 
@@ -30,41 +37,60 @@ bool fv_log_debug_wanted(void)
 
 void fv_log_open(const char *driver, const char *path)
 {
-	debug_on = fv_log_debug_wanted();
+	__atomic_store_n(&debug_on, fv_log_debug_wanted(), __ATOMIC_RELAXED);
 	snprintf(ident, sizeof(ident), "flexvol-%s", driver);
+	/* No LOG_CONS, no LOG_PERROR: nothing may reach the console or stderr.  No
+	 * LOG_NDELAY: the socket is opened by the first summary, not here. */
+	openlog(ident, LOG_PID, LOG_DAEMON);
+	syslog_open = true;
 	/* opened by the first line: a call that logs nothing opens nothing */
 	snprintf(log_path, sizeof(log_path), "%s", path ? path : "");
-	log_tried = false;
+	__atomic_store_n(&log_fd, LOG_UNOPENED, __ATOMIC_RELEASE);
 }
 
-static void open_log(void)
+/* The log's descriptor, opened by the first line of any thread (-1: none). */
+static int log_get(void)
 {
 	const int flags = O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY;
+	int fd = __atomic_load_n(&log_fd, __ATOMIC_ACQUIRE), unopened = LOG_UNOPENED;
 	char dir[PATH_MAX];
 
-	log_tried = true;
-	if (!log_path[0])
-		return;
-	/* the directory exists but on the very first call: make it only then */
-	log_fd = open(log_path, flags, 0640);
-	if (log_fd < 0 && errno == ENOENT) {
-		snprintf(dir, sizeof(dir), "%s", log_path);
-		(void)fv_mkdir_p(dirname(dir), 0750);
-		log_fd = open(log_path, flags, 0640);
+	if (fd != LOG_UNOPENED)
+		return fd;
+	fd = -1;
+	if (log_path[0]) {
+		/* the directory exists but on the very first call: make it only then */
+		fd = open(log_path, flags, 0640);
+		if (fd < 0 && errno == ENOENT) {
+			snprintf(dir, sizeof(dir), "%s", log_path);
+			(void)fv_mkdir_p(dirname(dir), 0750);
+			fd = open(log_path, flags, 0640);
+		}
 	}
+	if (fd < 0)
+		fd = -1;
+	/* another thread's line opened it first: that descriptor is the log's */
+	if (!__atomic_compare_exchange_n(&log_fd, &unopened, fd, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE)) {
+		if (fd >= 0)
+			close(fd);
+		fd = unopened;
+	}
+	return fd;
 }
 
 void fv_log_set_debug(bool on)
 {
-	debug_on = debug_on || on;
+	if (on)
+		__atomic_store_n(&debug_on, 1, __ATOMIC_RELAXED);
 }
 
 void fv_log_close(void)
 {
-	if (log_fd >= 0)
-		close(log_fd);
-	log_fd = -1;
-	log_tried = false;
+	int fd = __atomic_exchange_n(&log_fd, -1, __ATOMIC_ACQ_REL);
+
+	if (fd >= 0)
+		close(fd);
 	log_path[0] = '\0';
 	if (syslog_open)
 		closelog();
@@ -111,7 +137,7 @@ static void vlog_line(bool to_syslog, const char *fmt, va_list ap)
 	char msg[8192], fixed[8192], line[8192 + 128];
 	struct timespec ts;
 	struct tm tm;
-	int n, m;
+	int fd, n, m;
 
 	m = vsnprintf(msg, sizeof(msg), fmt, ap);
 	if (m < 0)
@@ -120,16 +146,11 @@ static void vlog_line(bool to_syslog, const char *fmt, va_list ap)
 	for (char *p = fixed; *p; p++)
 		if ((unsigned char)*p < 0x20)
 			*p = ' ';
-	if (to_syslog) {
-		/* No LOG_CONS, no LOG_PERROR: nothing may reach the console or stderr. */
-		if (!syslog_open)
-			openlog(ident, LOG_PID, LOG_DAEMON);
-		syslog_open = true;
+	/* before fv_log_open() (a program that logs no summary): glibc's default ident */
+	if (to_syslog)
 		syslog(LOG_INFO, "%s %s", fv_version, fixed);
-	}
-	if (!log_tried)
-		open_log();
-	if (log_fd < 0)
+	fd = log_get();
+	if (fd < 0)
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	utc_time(ts.tv_sec, &tm);
@@ -140,7 +161,7 @@ static void vlog_line(bool to_syslog, const char *fmt, va_list ap)
 		return;
 	if ((size_t)n >= sizeof(line))
 		n = (int)sizeof(line) - 1;
-	(void)!write(log_fd, line, (size_t)n);
+	(void)!write(fd, line, (size_t)n);
 }
 
 void fv_log(const char *fmt, ...)
@@ -156,7 +177,7 @@ void fv_debug(const char *fmt, ...)
 {
 	va_list ap;
 
-	if (!debug_on)
+	if (!__atomic_load_n(&debug_on, __ATOMIC_RELAXED))
 		return;
 	va_start(ap, fmt);
 	vlog_line(false, fmt, ap);

@@ -255,10 +255,10 @@ static int reply(int fd, enum fv_status st, struct fv_ctx *cx, const struct call
 	return fv_reply_write(fd, &r);
 }
 
-/* kubelet stops a timed-out waitforattach with SIGTERM: take the helper's process group along. */
+/* kubelet stops a timed-out waitforattach with SIGTERM: take the helpers' process groups along. */
 static void on_term(int sig)
 {
-	fv_exec_kill_current();
+	fv_exec_kill_all();
 	_exit(128 + sig);
 }
 

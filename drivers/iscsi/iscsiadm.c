@@ -89,7 +89,8 @@ uint64_t iscsi_login_deadline; /* see iscsi.h */
 int iscsi_adm(struct fv_ctx *cx, const char **argv, unsigned int redact, char *why,
 	      size_t whylen, char **out)
 {
-	unsigned int timeout = fv_ctx_config(cx)->helper_timeout;
+	struct fv_exec_opts o = fv_exec_opts_of(cx);
+	unsigned int timeout = o.timeout_s;
 	uint64_t now = fv_now_ms();
 	struct fv_run run;
 	int r;
@@ -101,7 +102,10 @@ int iscsi_adm(struct fv_ctx *cx, const char **argv, unsigned int redact, char *w
 			timeout = (unsigned int)left;
 	}
 	argv[0] = "iscsiadm";
-	r = fv_exec_status(cx, argv, redact, timeout, &run);
+	o.timeout_s = timeout;
+	o.redact = redact;
+	o.flags = FV_EXEC_STATUS;
+	r = fv_exec(cx, argv, &o, &run);
 	if (r == -FV_ERR_TIMEOUT)
 		snprintf(why, whylen, "iscsiadm did not finish within %u s", timeout);
 	else if (r == -ENOENT)

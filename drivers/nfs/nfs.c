@@ -298,6 +298,16 @@ static unsigned int quarter(const struct fv_ctx *cx)
 
 #define FORCE_TIMEOUT_S 5
 
+/* fv_fork_call() under the node's helper path, with a deadline of @timeout_s */
+static int fork_call(struct fv_ctx *cx, const char *what, int (*fn)(void *arg), void *arg,
+		     unsigned int timeout_s, struct fv_run *r)
+{
+	struct fv_exec_opts o = fv_exec_opts_of(cx);
+
+	o.timeout_s = timeout_s;
+	return fv_fork_call(cx, what, fn, arg, &o, r);
+}
+
 /* --- unmount, never waiting on the server ------------------------------------------------ */
 
 /*
@@ -321,7 +331,7 @@ static int child_umount_force(void *arg)
  */
 static int unmount_once(struct fv_ctx *cx, char *dir)
 {
-	int r = fv_fork_call_named(cx, "unmount", child_umount, dir, quarter(cx), NULL);
+	int r = fork_call(cx, "unmount", child_umount, dir, quarter(cx), NULL);
 
 	if (r == 0 || r == EINVAL)
 		return 0; /* EINVAL: not a mount point any more (a racing unmount) */
@@ -332,8 +342,7 @@ static int unmount_once(struct fv_ctx *cx, char *dir)
 	fv_log("unmount of %s: %s; forcing", dir, r == EBUSY ? "busy" : "no answer");
 	fv_ctx_reset_message(cx); /* a timeout we recover from is not the answer */
 
-	r = fv_fork_call_named(cx, "forced unmount", child_umount_force, dir, FORCE_TIMEOUT_S,
-			       NULL);
+	r = fork_call(cx, "forced unmount", child_umount_force, dir, FORCE_TIMEOUT_S, NULL);
 	if (r == 0 || r == EINVAL || fv_mnt_find(dir, NULL) == 1)
 		return 0;
 	fv_log("forced unmount of %s: %s; detaching lazily", dir,
@@ -422,7 +431,7 @@ static int do_mount(struct fv_ctx *cx, const struct nfsvol *v, const char *dir)
 	int r;
 
 	fv_log("mounting %s on %s (%s)", v->source, dir, v->options);
-	r = fv_fork_call_named(cx, "mount.nfs", child_mount, &j, cfg->mount_timeout, &run);
+	r = fork_call(cx, "mount.nfs", child_mount, &j, cfg->mount_timeout, &run);
 	if (r == 0) {
 		fv_run_done(&run);
 		return 0;
@@ -506,7 +515,7 @@ static int nfs_mount(struct fv_ctx *cx, const char *arg, const struct fv_opts *o
 		if (mi.readonly != v.ro)
 			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted %s from '%s'",
 				       dir, mi.readonly ? "read-only" : "read-write", mi.source);
-		r = fv_fork_call_named(cx, "probe", child_probe, dir, quarter(cx), NULL);
+		r = fork_call(cx, "probe", child_probe, dir, quarter(cx), NULL);
 		if (r == 0)
 			return 0; /* already mounted and healthy */
 		/*

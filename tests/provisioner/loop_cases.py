@@ -376,7 +376,8 @@ def register(R):
         conds = [x for x in st.get("conditions", []) if x["type"] == "FileSystemResizePending"]
         check(len(conds) == 1 and conds[0]["status"] == "True" and
               conds[0].get("lastTransitionTime"), "FileSystemResizePending condition: %r" % st)
-        check(e.events(c, "FileSystemResizeRequired"), "no FileSystemResizeRequired event")
+        # posted a moment after the claim's status (slower on a sanitizer build)
+        wait_for(lambda: e.events(c, "FileSystemResizeRequired"), "a FileSystemResizeRequired event")
         # lowered while the node expansion is pending (the API allows it above status.capacity):
         # refused with an event, the PV keeps its size
         grow(e, c, "80Mi")

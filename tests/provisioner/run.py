@@ -845,7 +845,10 @@ def metrics_and_probes(e):
     check(st == 200 and ctype.startswith("text/plain; version=0.0.4"), "content type %s" % ctype)
     check(metric(body, 'flexvol_provisioner_provision_total{result="success"}') == 1, body)
     check(metric(body, 'flexvol_provisioner_provision_total{result="failure"}') >= 1, body)
-    check(metric(body, 'flexvol_provisioner_delete_total{result="success"}') == 1, body)
+    # counted a moment after the PV delete returns (slower on a sanitizer build)
+    wait_for(lambda: metric(http_get(url + "/metrics")[1],
+                            'flexvol_provisioner_delete_total{result="success"}') == 1,
+             "the delete counted")
     check(metric(body, "flexvol_provisioner_provision_duration_seconds_count") >= 2, body)
     check(metric(body, 'flexvol_provisioner_provision_duration_seconds_bucket{le="+Inf"}') ==
           metric(body, "flexvol_provisioner_provision_duration_seconds_count"), "histogram")

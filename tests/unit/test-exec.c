@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <sys/prctl.h>
@@ -30,12 +32,23 @@ static void reset(void)
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 }
 
+/* Options of a call with a deadline of @timeout_s, under the test's helper path. */
+static const struct fv_exec_opts *opts(unsigned int timeout_s, unsigned int flags)
+{
+	static struct fv_exec_opts o;
+
+	o = fv_exec_opts_of(&cx);
+	o.timeout_s = timeout_s;
+	o.flags = flags;
+	return &o;
+}
+
 static int run_sh(const char *script, unsigned int timeout_s, struct fv_run *r)
 {
 	const char *argv[] = { "sh", "-c", script, NULL };
 
 	memset(r, 0, sizeof(*r));
-	return fv_exec(&cx, argv, 0, timeout_s, r);
+	return fv_exec(&cx, argv, opts(timeout_s, 0), r);
 }
 
 /* Is @pid gone: no such process, or a zombie (dead, waiting for its reaper)? */
@@ -112,7 +125,7 @@ TEST(no_output)
 	/* @r may be NULL */
 	const char *argv[] = { "true", NULL };
 
-	CHECK_INT(fv_exec(&cx, argv, 0, 10, NULL), 0);
+	CHECK_INT(fv_exec(&cx, argv, opts(10, 0), NULL), 0);
 }
 
 TEST(exit_status)
@@ -139,7 +152,7 @@ TEST(exit_status)
 	fv_run_done(&r);
 }
 
-/* fv_exec_status(): the exit status is data, and the reply message stays untouched */
+/* FV_EXEC_STATUS: the exit status is data, and the reply message stays untouched */
 TEST(exit_status_quiet)
 {
 	const char *a1[] = { "sh", "-c", "echo already there >&2; exit 15", NULL };
@@ -148,7 +161,7 @@ TEST(exit_status_quiet)
 	struct fv_run r;
 
 	reset();
-	CHECK_INT(fv_exec_status(&cx, a1, 0, 10, &r), 0);
+	CHECK_INT(fv_exec(&cx, a1, opts(10, FV_EXEC_STATUS), &r), 0);
 	CHECK_INT(r.status, 15);
 	CHECK_CONTAINS(r.output, "already there");
 	CHECK_STR(cx.message, "");
@@ -156,13 +169,13 @@ TEST(exit_status_quiet)
 	fv_run_done(&r);
 
 	reset();
-	CHECK_INT(fv_exec_status(&cx, a2, 0, 1, &r), -FV_ERR_TIMEOUT);
+	CHECK_INT(fv_exec(&cx, a2, opts(1, FV_EXEC_STATUS), &r), -FV_ERR_TIMEOUT);
 	CHECK(r.timed_out);
 	CHECK_STR(cx.message, "");
 	fv_run_done(&r);
 
 	reset();
-	CHECK_INT(fv_exec_status(&cx, a3, 0, 10, &r), -ENOENT);
+	CHECK_INT(fv_exec(&cx, a3, opts(10, FV_EXEC_STATUS), &r), -ENOENT);
 	CHECK_STR(cx.message, "");
 	fv_run_done(&r);
 }
@@ -175,19 +188,19 @@ TEST(helper_not_found)
 	struct fv_run r = { 0 };
 
 	reset();
-	CHECK_INT(fv_exec(&cx, a1, 0, 10, &r), -ENOENT);
+	CHECK_INT(fv_exec(&cx, a1, opts(10, 0), &r), -ENOENT);
 	CHECK_CONTAINS(cx.message, "'flexvol-no-such-helper' not found");
 	CHECK(r.output == NULL);
 	reset();
-	CHECK_INT(fv_exec(&cx, a2, 0, 10, &r), -ENOENT);
+	CHECK_INT(fv_exec(&cx, a2, opts(10, 0), &r), -ENOENT);
 	reset();
-	CHECK_INT(fv_exec(&cx, a3, 0, 10, &r), -ENOENT);
+	CHECK_INT(fv_exec(&cx, a3, opts(10, 0), &r), -ENOENT);
 	/* the helper path is the only search path: not $PATH */
 	reset();
 	snprintf(cx.cfg.helper_path, sizeof(cx.cfg.helper_path), "/nonexistent");
 	const char *a4[] = { "sh", "-c", "true", NULL };
 
-	CHECK_INT(fv_exec(&cx, a4, 0, 10, &r), -ENOENT);
+	CHECK_INT(fv_exec(&cx, a4, opts(10, 0), &r), -ENOENT);
 }
 
 TEST(environment_and_stdin)
@@ -211,10 +224,90 @@ TEST(environment_and_stdin)
 		CHECK_CONTAINS(r.output, "/dev/null\n"); /* stdin; cat did not block */
 		/* the helper leads its own process group */
 		if (CHECK(sscanf(strstr(r.output, "/dev/null\n") ?: "", "/dev/null\n%31s\n%31s",
-				 pgid, pid) == 2))
+				 pgid, pid) == 2)) {
 			CHECK_STR(pgid, pid);
+			CHECK_INT((int)r.pgid, atoi(pgid)); /* and the call says which */
+		}
 	}
 	fv_run_done(&r);
+}
+
+struct par {
+	int i, rc;
+	struct fv_ctx cx;
+	struct fv_run r;
+};
+
+static void *par_call(void *arg)
+{
+	struct par *p = arg;
+	char script[64];
+	const char *argv[] = { "sh", "-c", script, NULL };
+	struct fv_exec_opts o = { .helper_path = "/usr/bin:/bin", .timeout_s = 60 };
+
+	snprintf(script, sizeof(script), "echo call %d; echo $$%s", p->i,
+		 p->i < 0 ? "; exec sleep 60" : "");
+	p->rc = fv_exec(&p->cx, argv, &o, &p->r);
+	return NULL;
+}
+
+/* Calls from threads at once (the provisioner's workers): each its own options, output, group */
+TEST(calls_from_threads)
+{
+	struct par p[8];
+	pthread_t t[8];
+
+	reset();
+	for (int i = 0; i < 8; i++) {
+		memset(&p[i], 0, sizeof(p[i]));
+		p[i].i = i;
+		REQUIRE(pthread_create(&t[i], NULL, par_call, &p[i]) == 0);
+	}
+	for (int i = 0; i < 8; i++) {
+		char want[64];
+
+		pthread_join(t[i], NULL);
+		CHECK_INT(p[i].rc, 0);
+		snprintf(want, sizeof(want), "call %d\n%d\n", i, (int)p[i].r.pgid);
+		CHECK_STR(p[i].r.output, want);
+		fv_run_done(&p[i].r);
+	}
+}
+
+/* fv_exec_kill_all() (kubelet's SIGTERM to a driver) ends every helper running now, at once */
+TEST(kill_all_ends_every_running_helper)
+{
+	struct par p[3];
+	pthread_t t[3];
+	uint64_t end = fv_now_ms() + 30000;
+	bool joined[3] = { false };
+	int done = 0;
+
+	reset();
+	for (int i = 0; i < 3; i++) {
+		memset(&p[i], 0, sizeof(p[i]));
+		p[i].i = -1 - i;
+		p[i].rc = 1;
+		REQUIRE(pthread_create(&t[i], NULL, par_call, &p[i]) == 0);
+	}
+	/* until each call has returned: one started after a round is killed by the next */
+	while (done < 3 && fv_now_ms() < end) {
+		fv_exec_kill_all();
+		(void)poll(NULL, 0, 50);
+		for (int i = 0; i < 3; i++)
+			if (!joined[i] && pthread_tryjoin_np(t[i], NULL) == 0) {
+				joined[i] = true;
+				done++;
+			}
+	}
+	for (int i = 0; i < 3; i++) {
+		if (!joined[i])
+			pthread_join(t[i], NULL); /* the call's own deadline ends it: the checks fail */
+		CHECK_INT(p[i].rc, -FV_ERR_HELPER);
+		CHECK_INT(p[i].r.status, 128 + SIGKILL);
+		CHECK(!p[i].r.timed_out);
+		fv_run_done(&p[i].r);
+	}
 }
 
 TEST(timeout_kills_process_group)
@@ -430,22 +523,22 @@ TEST(fork_call)
 
 	reset();
 	v = 0;
-	CHECK_INT(fv_fork_call(&cx, fn_status, &v, 10, &r), 0);
+	CHECK_INT(fv_fork_call(&cx, NULL, fn_status, &v, opts(10, 0), &r), 0);
 	CHECK_STR(r.output, "from the child\non stderr\n");
 	CHECK_STR(cx.message, "");
 	fv_run_done(&r);
 
 	/* a non-zero result is the function's answer, not a failure of the call */
 	v = 42;
-	CHECK_INT(fv_fork_call(&cx, fn_status, &v, 10, &r), 42);
+	CHECK_INT(fv_fork_call(&cx, NULL, fn_status, &v, opts(10, 0), &r), 42);
 	CHECK_STR(cx.message, "");
 	CHECK_INT(r.status, 42); /* the run records the child's real exit status */
 	fv_run_done(&r);
 
 	v = 255;
-	CHECK_INT(fv_fork_call(&cx, fn_status, &v, 10, NULL), 255);
+	CHECK_INT(fv_fork_call(&cx, NULL, fn_status, &v, opts(10, 0), NULL), 255);
 	v = 256 + 7; /* exit statuses are 8 bits */
-	CHECK_INT(fv_fork_call(&cx, fn_status, &v, 10, NULL), 7);
+	CHECK_INT(fv_fork_call(&cx, NULL, fn_status, &v, opts(10, 0), NULL), 7);
 }
 
 TEST(fork_call_timeout)
@@ -455,7 +548,7 @@ TEST(fork_call_timeout)
 
 	reset();
 	t0 = fv_now_ms();
-	CHECK_INT(fv_fork_call(&cx, fn_sleep, NULL, 1, &r), -FV_ERR_TIMEOUT);
+	CHECK_INT(fv_fork_call(&cx, NULL, fn_sleep, NULL, opts(1, 0), &r), -FV_ERR_TIMEOUT);
 	took = fv_now_ms() - t0;
 	CHECK(r.timed_out);
 	CHECK(took >= 900);
@@ -571,7 +664,7 @@ TEST(forked_call_holds_nothing_of_ours)
 	reset();
 	REQUIRE(open_leaks(&a, &b) == 0);
 	setenv("FV_UNIT_SECRET", "leak", 1);
-	CHECK_INT(fv_fork_call(&cx, fn_report, NULL, 10, &r), 0);
+	CHECK_INT(fv_fork_call(&cx, NULL, fn_report, NULL, opts(10, 0), &r), 0);
 	unsetenv("FV_UNIT_SECRET");
 	if (CHECK(r.output != NULL)) {
 		char want[512];
@@ -590,6 +683,7 @@ TEST(helper_holds_nothing_of_ours)
 	const char *argv[] = { "sh", "-c",
 			       "ls -l /proc/$$/fd; tr '\\0' '\\n' < /proc/$$/environ | sed 's/^/env /'",
 			       NULL };
+	struct fv_exec_opts keep;
 	struct fv_run r = { 0 };
 	char want[512];
 	int a, b;
@@ -597,7 +691,7 @@ TEST(helper_holds_nothing_of_ours)
 	reset();
 	REQUIRE(open_leaks(&a, &b) == 0);
 	setenv("FV_UNIT_SECRET", "leak", 1);
-	CHECK_INT(fv_exec(&cx, argv, 0, 10, &r), 0);
+	CHECK_INT(fv_exec(&cx, argv, opts(10, 0), &r), 0);
 	unsetenv("FV_UNIT_SECRET");
 	no_pipe_ids(r.output);
 	snprintf(want, sizeof(want), "%s%s", want_fds, want_env);
@@ -605,7 +699,9 @@ TEST(helper_holds_nothing_of_ours)
 	fv_run_done(&r);
 
 	/* one descriptor may be handed down on purpose: the device lock to mkfs */
-	CHECK_INT(fv_exec_fd(&cx, argv, 0, 10, a, &r), 0);
+	keep = *opts(10, 0);
+	keep.keep_fd = a;
+	CHECK_INT(fv_exec(&cx, argv, &keep, &r), 0);
 	no_pipe_ids(r.output);
 	snprintf(want, sizeof(want), "%s%d:/dev/null\n%s", want_fds, a, want_env);
 	CHECK_STR(r.output, want);
@@ -654,8 +750,8 @@ static void killed_driver_takes_child(bool forked)
 		snprintf(script, sizeof(script), "echo $$ > %s.t; mv %s.t %s; exec sleep 100",
 			 pidfile, pidfile, pidfile);
 		if (forked)
-			_exit(fv_fork_call(&cx, fn_pid_then_sleep, pidfile, 60, NULL));
-		_exit(fv_exec(&cx, argv, 0, 60, NULL) == 0 ? 0 : 1);
+			_exit(fv_fork_call(&cx, NULL, fn_pid_then_sleep, pidfile, opts(60, 0), NULL));
+		_exit(fv_exec(&cx, argv, opts(60, 0), NULL) == 0 ? 0 : 1);
 	}
 	for (end = fv_now_ms() + 10000; fv_now_ms() < end && !helper;) {
 		FILE *f = fopen(pidfile, "re");
