@@ -1,0 +1,226 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Object shapes of the provisioner's integration test (run.py registers them; issue 24).
+
+The API server stores what it accepts, not what a careful client writes: an
+empty map or list is dropped, optional fields are absent or null, strings
+reach their maximum length, quantities come in every form the grammar has.
+Each case is one family of shapes, as a table; every row is either
+provisioned correctly or refused with a ProvisioningFailed event whose
+message says what to change, and the provisioner is still the same process
+at the end (no crash, no restart).
+"""
+
+import time
+
+LOOP = "flexvol/loop"
+NFS = "flexvol/nfs"
+MiB = 1024 * 1024
+SELECTED = "volume.kubernetes.io/selected-node"
+
+
+def register(R):
+    case, check, wait_for = R.case, R.check, R.wait_for
+
+    def outcome(e, c):
+        """'pv' (provisioned and bound), ('failed', message), or None (nothing yet)."""
+        if e.pv_of(c) is not None:
+            return "pv" if e.bound(c) else None
+        ev = e.events(c, "ProvisioningFailed")
+        return ("failed", ev[0]["message"]) if ev else None
+
+    def expect(e, rows):
+        """rows: (claim, want) with want "pv", "none" (left alone: no PV, no event) or the
+        text a ProvisioningFailed message must hold.  Checks every row, then that the
+        provisioner processes still run."""
+        for c, want in rows:
+            name = c["metadata"]["name"]
+            if want == "none":
+                continue
+            got = wait_for(lambda c=c: outcome(e, c), "an outcome for claim %s" % name, 20)
+            if want == "pv":
+                check(got == "pv", "claim %s provisioned: %r" % (name, got))
+            else:
+                check(got != "pv" and want in got[1],
+                      "claim %s refused saying '%s': %r" % (name, want, got))
+                check(e.pv_of(c) is None, "no PV for the refused claim %s" % name)
+        time.sleep(1)
+        for c, want in rows:
+            if want == "none":
+                check(e.pv_of(c) is None and not e.events(c, "ProvisioningFailed"),
+                      "claim %s left alone: %r" % (c["metadata"]["name"], e.events(c)))
+        for i, p in enumerate(e.procs):
+            check(p.poll() is None, "provisioner %d still running (exit %r)" % (i, p.poll()))
+        check("SIGSEGV" not in e.all_logs() and "Assertion" not in e.all_logs(), "no crash logged")
+
+    def raw_sc(e, name, provisioner=NFS, **fields):
+        o = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+             "metadata": {"name": name}, "provisioner": provisioner}
+        o.update(fields)
+        return e.st.put("storageclasses", o)
+
+    def node(e, name, meta=None, status=True):
+        o = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+        o["metadata"].update(meta or {})
+        if status:
+            o["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+        return e.st.put("nodes", o)
+
+    def report(e, name, data):
+        o = {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": name, "namespace": "flexvol-loop"}}
+        if data is not None:
+            o["data"] = data
+        return e.st.put("configmaps", o)
+
+    def fresh(free=1 << 30):
+        return {"free": str(free), "time": str(int(time.time())), "root": "/x"}
+
+    def loop_claim(e, name, nodename, size="64Mi", **kw):
+        ann = {SELECTED: nodename} if nodename is not None else {}
+        return e.pvc(name, sc="loop", size=size, modes=kw.pop("modes", ("ReadWriteOnce",)),
+                     provisioner=LOOP, annotations=ann, **kw)
+
+    def loop_class(e, name="loop"):
+        return raw_sc(e, name, LOOP, volumeBindingMode="WaitForFirstConsumer")
+
+    @case
+    def shapes_nfs_classes(e):
+        """flexvol/nfs classes as the API server stores them: parameters absent, null or empty
+        (refused: server and share are required), empty lists present, every optional field
+        absent, names and values of the maximum length, unicode"""
+        ok = {"server": "nfs.example.com", "share": "/export"}
+        long_host = ".".join(["a" * 63] * 3 + ["b" * 61])  # 253 bytes, a valid DNS name
+        rows = [
+            ("noparams", {}, "'server' is required"),
+            ("nullparams", {"parameters": None}, "'server' is required"),
+            ("emptyparams", {"parameters": {}}, "'server' is required"),
+            ("emptylists", {"parameters": ok, "mountOptions": [], "allowedTopologies": []}, "pv"),
+            ("nulls", {"parameters": ok, "mountOptions": None, "reclaimPolicy": None,
+                       "volumeBindingMode": None, "allowVolumeExpansion": None}, "pv"),
+            ("retain", {"parameters": ok, "reclaimPolicy": "Retain"}, "pv"),
+            ("longhost", {"parameters": {"server": long_host, "share": "/export"}}, "pv"),
+            ("unicode", {"parameters": {"server": "nfs-\u00e9t\u00e9.example", "share": "/x"}},
+             "server"),
+            ("unicodeshare", {"parameters": {"server": "s", "share": "/d\u00e9j\u00e0"}}, "share"),
+            ("n" * 253, {"parameters": ok}, "pv"),
+        ]
+        for name, fields, _ in rows:
+            raw_sc(e, name, **fields)
+        e.start()
+        expect(e, [(e.pvc("c%d" % i, sc=name, provisioner=NFS), want)
+                   for i, (name, _, want) in enumerate(rows)])
+
+    @case
+    def shapes_claims(e):
+        """claims as the API server stores them: quantities 1, 100m, 1Ei, 16Ei; volumeMode
+        Block or absent; ReadWriteOncePod; a dataSourceRef to another populator; no
+        accessModes, no resources; no labels, annotations or status; names of the maximum
+        length (the default pathPattern cannot hold them: the message says what to change);
+        unicode in an annotation the pattern uses"""
+        e.sc()
+        e.sc(name="byann", params={"server": "s", "share": "/x",
+                                   "pathPattern": "${namespace}/${.PVC.annotations.team}"})
+        e.start()
+        rows = []
+
+        def claim(name, want, **kw):
+            rows.append((e.pvc(name, provisioner=NFS, **kw), want))
+            return rows[-1][0]
+
+        claim("one", "pv", size="1")
+        claim("milli", "pv", size="100m")
+        claim("exa", "pv", size="1Ei")
+        claim("block", "volumeMode Block", spec={"volumeMode": "Block"})
+        claim("nomode", "pv", spec={"volumeMode": None})
+        claim("oncepod", "pv", modes=("ReadWriteOncePod",))
+        claim("populated", "none", spec={"dataSourceRef": {"apiGroup": "populator.example.com",
+                                                           "kind": "Seed", "name": "s"}})
+        claim("nomodes", "accessModes", spec={"accessModes": None})
+        claim("noresources", "storage size", spec={"resources": None})
+        claim("emptyresources", "storage size", spec={"resources": {}})
+        claim("selectornull", "pv", spec={"selector": None, "dataSource": None,
+                                          "dataSourceRef": None})
+        bare = claim("bare", "pv")
+        del bare["metadata"]["labels"]
+        del bare["status"]
+        e.st.put("persistentvolumeclaims", bare)
+        claim("x" * 253, "shorter", ns="n" * 63)
+        claim("team", "may only hold", sc="byann", annotations={"team": "\u00e9quipe"})
+        claim("beta", "pv", sc=None, annotations={"volume.beta.kubernetes.io/storage-class": "nfs"})
+        expect(e, rows)
+        pv = e.pv_of(rows[5][0])
+        check(pv["spec"]["accessModes"] == ["ReadWriteOncePod"], "RWOP kept: %r" % pv["spec"])
+        check(e.pv_of(rows[0][0])["spec"]["capacity"] == {"storage": "1"}, "capacity as asked")
+
+    @case
+    def loop_shapes_claims(e):
+        """flexvol/loop claims: quantities 1, 100m and 1.5Mi are whole MiB (rounded up); 1Ei
+        does not fit the node; 16Ei and 2^64-1 bytes are refused as too large (2^64-1 was
+        rounded up past 2^64 to a 0-byte volume); Block refused"""
+        loop_class(e)
+        node(e, "node-a", {"labels": {"kubernetes.io/hostname": "node-a"}})
+        report(e, "node-a", fresh(1 << 40))
+        e.start("--provisioners", LOOP)
+        rows = [(loop_claim(e, "one", "node-a", size="1"), "pv"),
+                (loop_claim(e, "milli", "node-a", size="100m"), "pv"),
+                (loop_claim(e, "half", "node-a", size="1.5Mi"), "pv"),
+                (loop_claim(e, "exa", "node-a", size="1Ei"), "no room"),
+                (loop_claim(e, "over", "node-a", size="16Ei"), "too large"),
+                (loop_claim(e, "max", "node-a", size="18446744073709551615"), "too large"),
+                (loop_claim(e, "block", "node-a", spec={"volumeMode": "Block"}), "volumeMode Block"),
+                (loop_claim(e, "oncepod", "node-a", modes=("ReadWriteOncePod",)), "pv")]
+        expect(e, rows)
+        for c, mib in ((rows[0][0], 1), (rows[1][0], 1), (rows[2][0], 2)):
+            fx = e.pv_of(c)["spec"]["flexVolume"]["options"]
+            check(fx["size"] == str(mib * MiB), "%s: %r" % (c["metadata"]["name"], fx))
+
+    @case
+    def loop_shapes_nodes(e):
+        """the selected node: absent (refused, handed back), without labels, without status,
+        without metadata beyond its name (provisioned, pinned by name), a name the API
+        would not take (refused, named)"""
+        loop_class(e)
+        node(e, "bare", status=False)
+        node(e, "nolabels", {"labels": None, "annotations": None})
+        node(e, "nostatus", {"labels": {"kubernetes.io/hostname": "h-nostatus"}}, status=False)
+        node(e, "n" * 63)
+        for n in ("bare", "nolabels", "nostatus", "n" * 63):
+            report(e, n, fresh())
+        e.start("--provisioners", LOOP)
+        rows = [(loop_claim(e, "gone", "node-gone"), "node-gone does not exist"),
+                (loop_claim(e, "bare", "bare"), "pv"),
+                (loop_claim(e, "nolabels", "nolabels"), "pv"),
+                (loop_claim(e, "nostatus", "nostatus"), "pv"),
+                (loop_claim(e, "longname", "n" * 63), "pv"),
+                (loop_claim(e, "badname", "Node_A"), "Node_A"),
+                (loop_claim(e, "emptyname", ""), "selected node")]
+        expect(e, rows)
+        host = lambda c: e.pv_of(c)["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0][
+            "matchExpressions"][0]["values"]
+        check(host(rows[1][0]) == ["bare"] and host(rows[3][0]) == ["h-nostatus"],
+              "pinned by hostname label, else by name")
+
+    @case
+    def loop_shapes_reports(e):
+        """node space reports missing, without data, with free space negative or not a
+        number, with a time not a number, far in the past, in the future or at the edge of
+        the 64-bit range: refused, the message names what is wrong; a garbled image record
+        does not stop a claim that fits"""
+        loop_class(e)
+        now = int(time.time())
+        rows = [("missing", None, "has not reported"),
+                ("nodata", {}, "ConfigMap flexvol-loop/nodata"),
+                ("negfree", dict(fresh(), free="-5"), "free"),
+                ("wordfree", dict(fresh(), free="lots"), "free"),
+                ("wordtime", dict(fresh(), time="soon"), "time"),
+                ("oldtime", dict(fresh(), time=str(now - 3600)), "stale"),
+                ("future", dict(fresh(), time=str(now + 3600)), "future"),
+                ("minint", dict(fresh(), time="-9223372036854775808"), "time"),
+                ("maxint", dict(fresh(), time="9223372036854775807"), "future"),
+                ("garbled", dict(fresh(), **{"pvc-x.img": "x y", "pvc-y.img": "-1 -1"}), "pv")]
+        for n, data, _ in rows:
+            node(e, n, {"labels": {"kubernetes.io/hostname": n}})
+            if n != "missing":
+                report(e, n, data)
+        e.start("--provisioners", LOOP)
+        expect(e, [(loop_claim(e, "c-" + n, n), want) for n, _, want in rows])
