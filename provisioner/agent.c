@@ -36,11 +36,6 @@
 
 #define PV_FINALIZER "external-provisioner.volume.kubernetes.io/finalizer"
 
-static int quantity(const char *s, uint64_t *ret)
-{
-	return s && *s ? fv_parse_quantity(s, ret) : -EINVAL;
-}
-
 /*
  * The loop device bound to the file @st, if any: its number, or -1.  The
  * kernel is asked (LOOP_GET_STATUS64 on every loop device that has a
@@ -331,12 +326,13 @@ static int pvs_pass(struct fvp_agent *a, struct kube *k, int rootfd)
 			   (phase && (streq(phase, "Released") || streq(phase, "Failed")))) {
 			continue; /* Retain: the image stays as it is */
 		} else {
-			(void)quantity(jstr(opts, "size"), &size);
-			(void)quantity(jstr(jget(spec, "capacity"), "storage"), &cap);
+			(void)fvp_quantity(jstr(opts, "size"), &size);
+			(void)jquantity(jget(spec, "capacity"), "storage", &cap);
 			size = size > cap ? size : cap;
-			size = (size + 511) / 512 * 512;
-			if (size < 1024 * 1024)
+			/* what no file can be (the controller never writes it): left alone */
+			if (size < 1024 * 1024 || size > INT64_MAX - 511)
 				continue;
+			size = (size + 511) / 512 * 512;
 			r = ensure_image(rootfd, img, name, size, pre && streq(pre, "true"));
 		}
 		if (r < 0 && r != -EBUSY && !ret)

@@ -583,11 +583,6 @@ static int claim_finish_deleted(struct prov *p, json_object *pvc)
 
 /* --- expansion ---------------------------------------------------------------------------- */
 
-static int quantity(const char *s, uint64_t *ret)
-{
-	return s && *s ? fv_parse_quantity(s, ret) : -EINVAL;
-}
-
 /*
  * A bound claim of one of our backends that grows online (b->can_expand) asks
  * for more than its PV has.  Kubernetes' expand controller never loads
@@ -648,8 +643,8 @@ static int claim_resize(struct prov *p, json_object *pvc)
 	int st, r = 0;
 
 	if (!safe_name(ns) || !safe_name(name) || !safe_name(volname) ||
-	    quantity(jstr(jget(jget(spec, "resources"), "requests"), "storage"), &req) < 0 ||
-	    quantity(jstr(jget(status, "capacity"), "storage"), &stcap) < 0)
+	    jquantity(jget(jget(spec, "resources"), "requests"), "storage", &req) < 0 ||
+	    jquantity(jget(status, "capacity"), "storage", &stcap) < 0)
 		return 0;
 	/*
 	 * Nothing asked beyond what the claim has (the API refuses a request below
@@ -664,9 +659,16 @@ static int claim_resize(struct prov *p, json_object *pvc)
 		goto out;
 	}
 	b = ctl_backend(jstr(jget(jget(pv, "metadata"), "annotations"), ANN_PROVISIONED_BY));
-	if (!b || !b->can_expand || quantity(jstr(jget(jget(pv, "spec"), "capacity"), "storage"),
-					 &pvcap) < 0)
+	if (!b || !b->can_expand || jquantity(jget(jget(pv, "spec"), "capacity"), "storage",
+					      &pvcap) < 0)
 		goto out;
+	if (req > FVP_SIZE_MAX) {
+		event(&p->ev, pvc, true, "VolumeResizeFailed",
+		      "the claim asks for %s: more than a volume can hold (at most %llu MiB)",
+		      jstr(jget(jget(spec, "resources"), "requests"), "storage"),
+		      (unsigned long long)(FVP_SIZE_MAX >> 20));
+		goto out;
+	}
 	req = (req + (1 << 20) - 1) >> 20 << 20;
 	if (req < pvcap) {
 		/* lowered again while an expansion is pending (allowed after a failed one) */
