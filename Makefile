@@ -130,4 +130,4 @@ clean:
 	rm -rf $(O)
 
 # Optional lanes own their own fragments (VM lane, static build, ...).
--include $(sort $(wildcard tests/vm/*.mk deploy/*.mk provisioner/*.mk tests/kube/*.mk))
+-include $(sort $(wildcard tests/vm/*.mk deploy/*.mk provisioner/*.mk tests/kube/*.mk tests/fuzz/*.mk))
