@@ -224,3 +224,40 @@ def register(R):
                 report(e, n, data)
         e.start("--provisioners", LOOP)
         expect(e, [(loop_claim(e, "c-" + n, n), want) for n, _, want in rows])
+
+    @case
+    def shapes_leases(e):
+        """Leases another holder left, as the API server stores them: no spec, null fields, a
+        holderIdentity of 1000 bytes of unicode, leaseTransitions at the int32 maximum: each
+        taken over by a replica with leader election, its transitions still an int32 that is
+        not negative (it wrapped to -2^31, which the API server refuses), the replica alive"""
+        old = "2020-01-01T00:00:00.000000Z"
+        rows = {
+            "nospec": None,
+            "nulls": {"holderIdentity": None, "leaseDurationSeconds": None,
+                      "leaseTransitions": None, "renewTime": None},
+            "longholder": {"holderIdentity": "\u00e9" * 500, "leaseDurationSeconds": 1,
+                           "renewTime": old, "leaseTransitions": 3},
+            "maxtransitions": {"holderIdentity": "gone", "leaseDurationSeconds": 1,
+                               "renewTime": old, "leaseTransitions": 2147483647},
+        }
+        for name, spec in rows.items():
+            o = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                 "metadata": {"name": name, "namespace": "default"}}
+            if spec is not None:
+                o["spec"] = spec
+            e.st.put("leases", o)
+        e.sc()
+        for name in rows:
+            e.start("--leader-election-identity", "me-" + name, "--leader-election-name", name,
+                    "--leader-election-namespace", "default",
+                    "--leader-election-lease-duration", "3", "--leader-election-renew-deadline",
+                    "2", "--leader-election-retry-period", "1")
+        for name in rows:
+            lease = wait_for(lambda n=name: (lambda l: l if (l.get("spec") or {}).get(
+                "holderIdentity") == "me-" + n else None)(e.st.get("leases", n, "default")),
+                "replica me-%s takes Lease %s" % (name, name), 20)
+            t = lease["spec"].get("leaseTransitions")
+            check(isinstance(t, int) and 0 <= t <= 2147483647,
+                  "Lease %s: leaseTransitions %r" % (name, t))
+        expect(e, [(e.pvc("led"), "pv")])
