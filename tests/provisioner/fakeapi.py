@@ -190,8 +190,9 @@ class Store:
 
     @staticmethod
     def _bytes(q):
-        units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "": 1}
-        for u in ("Ki", "Mi", "Gi", "Ti"):
+        units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50,
+                 "Ei": 1 << 60, "": 1}
+        for u in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"):
             if q.endswith(u):
                 return int(q[:-2]) * units[u]
         return int(q)
@@ -210,12 +211,13 @@ class Store:
         want = self._bytes(spec.get("resources", {}).get("requests", {}).get("storage", "0"))
         if not spec.get("selector"):
             for pv in sorted(self.objs["persistentvolumes"].values(),
-                             key=lambda o: self._bytes(o["spec"].get("capacity", {}).get("storage", "0"))):
-                ps = pv["spec"]
+                             key=lambda o: self._bytes(((o.get("spec") or {}).get("capacity") or {})
+                                                       .get("storage", "0"))):
+                ps = pv.get("spec") or {}
                 if pv.get("status", {}).get("phase") != "Available" or ps.get("claimRef") or \
                         pv["metadata"].get("deletionTimestamp") or \
                         (ps.get("storageClassName") or "") != (cls or "") or \
-                        self._bytes(ps.get("capacity", {}).get("storage", "0")) < want or \
+                        self._bytes((ps.get("capacity") or {}).get("storage", "0")) < want or \
                         not set(spec.get("accessModes", [])) <= set(ps.get("accessModes", [])):
                     continue
                 ps["claimRef"] = {"kind": "PersistentVolumeClaim", "apiVersion": "v1",

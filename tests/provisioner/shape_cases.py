@@ -10,6 +10,7 @@ message says what to change, and the provisioner is still the same process
 at the end (no crash, no restart).
 """
 
+import os
 import time
 
 LOOP = "flexvol/loop"
@@ -261,3 +262,50 @@ def register(R):
             check(isinstance(t, int) and 0 <= t <= 2147483647,
                   "Lease %s: leaseTransitions %r" % (name, t))
         expect(e, [(e.pvc("led"), "pv")])
+
+    @case
+    def shapes_pvs(e):
+        """Released PVs of flexvol/nfs as the API stores hand-made or edited ones: no spec, no
+        status, no claimRef, no flexVolume or options, a subPath outside the share, a
+        capacity of 1Ei: the directory is not touched, a VolumeFailedDelete event says why
+        where there is something to fix, the PV is kept, the provisioner runs on"""
+        fin = ["external-provisioner.volume.kubernetes.io/finalizer"]
+        opts = {"server": "nfs.example.com", "share": "/export/k8s", "subPath": "kept"}
+        full = {"persistentVolumeReclaimPolicy": "Delete", "capacity": {"storage": "1Gi"},
+                "claimRef": {"namespace": "default", "name": "gone", "uid": "u-1"},
+                "flexVolume": {"driver": NFS, "options": dict(opts)}}
+        rows = [
+            ("nospec", None, {"phase": "Released"}, None),
+            ("nostatus", full, None, None),
+            ("noclaimref", dict(full, claimRef=None), {"phase": "Released"}, "claimRef"),
+            ("noflex", dict(full, flexVolume=None), {"phase": "Released"}, None),
+            ("nooptions", dict(full, flexVolume={"driver": NFS}), {"phase": "Released"}, None),
+            ("outside", dict(full, flexVolume={"driver": NFS, "options": dict(
+                opts, subPath="../etc")}), {"phase": "Released"}, "not a directory"),
+            ("exa", dict(full, capacity={"storage": "1Ei"}, claimRef=dict(
+                full["claimRef"], uid=None)), {"phase": "Released"}, "claimRef"),
+        ]
+        os.makedirs(os.path.join(e.root, "kept"))
+        e.sc()
+        pvs = []
+        for name, spec, status, _ in rows:
+            o = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {
+                "name": "pv-" + name, "finalizers": list(fin),
+                "annotations": {"pv.kubernetes.io/provisioned-by": NFS}}}
+            if spec is not None:
+                o["spec"] = spec
+            if status is not None:
+                o["status"] = status
+            pvs.append(e.st.put("persistentvolumes", o))
+        e.start()
+        for pv, (name, _, _, why) in zip(pvs, rows):
+            if why:
+                ev = wait_for(lambda pv=pv: e.events(pv, "VolumeFailedDelete"),
+                              "VolumeFailedDelete for PV %s" % name)
+                check(why in ev[0]["message"], "PV %s: the event says why (%s): %s" % (
+                    name, why, ev[0]["message"]))
+        time.sleep(1.5)
+        check(os.path.isdir(os.path.join(e.root, "kept")), "the directory is not touched")
+        for pv, (name, _, _, _) in zip(pvs, rows):
+            check(e.st.get("persistentvolumes", "pv-" + name) is not None, "PV %s kept" % name)
+        expect(e, [(e.pvc("after"), "pv")])
