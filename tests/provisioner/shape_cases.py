@@ -157,8 +157,8 @@ def register(R):
     def loop_shapes_claims(e):
         """flexvol/loop claims: quantities 1, 100m and 1.5Mi are whole MiB (rounded up); 1Ei
         does not fit the node; 16Ei and 2^64-1 bytes are refused as too large (2^64-1 was
-        rounded up past 2^64 to a 0-byte volume); Block refused"""
-        loop_class(e)
+        rounded up past 2^64 to a 0-byte volume), as a resize to 2^64-1; Block refused"""
+        raw_sc(e, "loop", LOOP, volumeBindingMode="WaitForFirstConsumer", allowVolumeExpansion=True)
         node(e, "node-a", {"labels": {"kubernetes.io/hostname": "node-a"}})
         report(e, "node-a", fresh(1 << 40))
         e.start("--provisioners", LOOP)
@@ -174,6 +174,14 @@ def register(R):
         for c, mib in ((rows[0][0], 1), (rows[1][0], 1), (rows[2][0], 2)):
             fx = e.pv_of(c)["spec"]["flexVolume"]["options"]
             check(fx["size"] == str(mib * MiB), "%s: %r" % (c["metadata"]["name"], fx))
+        # growing a bound claim to 2^64-1 bytes: refused as too large (it rounded up past
+        # 2^64 to 0 and was called a shrink)
+        grow = e.claim("one")
+        grow["spec"]["resources"]["requests"]["storage"] = "18446744073709551615"
+        e.st.put("persistentvolumeclaims", grow)
+        ev = wait_for(lambda: e.events(grow, "VolumeResizeFailed"), "VolumeResizeFailed")
+        check("more than a volume can hold" in ev[0]["message"], "resize: %s" % ev[0]["message"])
+        check(e.procs[0].poll() is None, "still running")
 
     @case
     def loop_shapes_nodes(e):
