@@ -483,12 +483,7 @@ int kube_request(struct kube *k, const char *method, const char *path, json_obje
 int kube_delete_uid(struct kube *k, const char *path, const char *uid, json_object **ret,
 		    char *err, size_t errlen)
 {
-	json_object *body, *pre;
-
-	if (!uid)
-		return prov_fail(err, errlen, -EINVAL, "no uid to delete by");
-	body = json_object_new_object();
-	pre = json_object_new_object();
+	json_object *body = json_object_new_object(), *pre = json_object_new_object();
 	int st;
 
 	if (!body || !pre || !uid) {
