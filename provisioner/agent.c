@@ -397,9 +397,11 @@ static int publish(struct fvp_agent *a, struct kube *k, json_object *data)
 
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/%s", a->capacity_ns, a->node);
 	st = kube_request(k, "GET", path, NULL, &cm, err, sizeof(err));
-	if (st != 200 && st != 404) {
+	if (st == 200 && !cm)
+		snprintf(err, sizeof(err), "the answer is not an object");
+	if ((st != 200 && st != 404) || (st == 200 && !cm)) {
 		log_info("reading ConfigMap %s/%s: %s", a->capacity_ns, a->node,
-			 st < 0 ? err : kube_status_message(cm));
+			 st < 0 || st == 200 ? err : kube_status_message(cm));
 		json_object_put(cm);
 		json_object_put(data);
 		return -EIO;

@@ -100,6 +100,7 @@ class Store:
         self.patches = []                   # (resource, name, subresource, patch) of every PATCH
         self.cm_paused = False              # the controller-manager has not seen new claims yet
         self.bad_list_rv = None             # a resource whose lists carry a malformed resourceVersion
+        self.raw_get = {}                   # GET path -> body: HTTP 200 with that text (not an object)
 
     # --- state changes (under the lock) -------------------------------------------------
     def _record(self, res, typ, obj):
@@ -375,6 +376,17 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if not self.authorized():
+            return
+        raw = self.store.raw_get.get(urlsplit(self.path).path)
+        if raw is not None:
+            body = raw.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            with self.store.lock:
+                self.store.requests.append((self.command, self.path, 200))
             return
         r = self.route()
         if not r:

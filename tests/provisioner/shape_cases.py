@@ -317,3 +317,27 @@ def register(R):
         for pv, (name, _, _, _) in zip(pvs, rows):
             check(e.st.get("persistentvolumes", "pv-" + name) is not None, "PV %s kept" % name)
         expect(e, [(e.pvc("after"), "pv")])
+
+    @case
+    def shapes_api_answers(e):
+        """answers of HTTP 200 that are JSON but no object (an array, a string, null), as a
+        proxy in front of the API server may give: the Lease read by a replica, the space
+        report re-read by the node agent; each is an API error (logged, retried), never an
+        abort (json_object_object_add() asserted on an array: SIGABRT)"""
+        e.sc()
+        root = os.path.join(e.tmp, "loop-node-a")
+        os.makedirs(root)
+        e.st.put("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": "node-a", "namespace": "flexvol-loop"}, "data": {"free": "1"}})
+        e.st.raw_get["/apis/coordination.k8s.io/v1/namespaces/default/leases/odd"] = "[]"
+        e.st.raw_get["/api/v1/namespaces/flexvol-loop/configmaps/node-a"] = '["x"]'
+        e.start("--leader-election-identity", "me", "--leader-election-name", "odd",
+                "--leader-election-namespace", "default")
+        e.start("--node-agent", "--node", "node-a", "--loop-root", root, "--interval", "1")
+        time.sleep(3)
+        e.st.raw_get.clear()
+        wait_for(lambda: (e.st.get("leases", "odd", "default") or {}).get("spec", {}).get(
+            "holderIdentity") == "me", "the Lease taken once it reads as one", 30)
+        wait_for(lambda: "time" in e.st.get("configmaps", "node-a", "flexvol-loop")["data"],
+                 "the agent's report published once the ConfigMap reads as one", 30)
+        expect(e, [(e.pvc("after"), "pv")])
