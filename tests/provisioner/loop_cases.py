@@ -110,7 +110,8 @@ def register(R):
                                                "values": ["host-a"]}]}], "nodeAffinity %r" % terms)
         check(pv["metadata"]["labels"] == {"flexvol/node": "node-a"}, "labels %r" % pv["metadata"])
         check(pv["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"] == LOOP, "provisioned-by")
-        check(e.events(c, "ProvisioningSucceeded"), "no ProvisioningSucceeded event")
+        # the event is posted after the PV, which the binder binds at once: wait for it
+        wait_for(lambda: e.events(c, "ProvisioningSucceeded"), "a ProvisioningSucceeded event")
         img = image_of(e, c)
         wait_for(lambda: os.path.exists(img), "the agent made the image")
         st = os.stat(img)
