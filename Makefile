@@ -149,4 +149,4 @@ clean:
 	rm -rf $(O)
 
 # Optional lanes own their own fragments (VM lane, static build, ...).
--include $(sort $(wildcard tests/vm/*.mk deploy/*.mk provisioner/*.mk tests/kube/*.mk csi/*.mk))
+-include $(sort $(wildcard tests/vm/*.mk deploy/*.mk provisioner/*.mk tests/kube/*.mk csi/*.mk tests/fuzz/*.mk))

@@ -326,11 +326,12 @@ static int pvs_pass(struct fvp_agent *a, struct kube *k, int rootfd)
 			continue; /* Retain: the image stays as it is */
 		} else {
 			(void)fvp_quantity(jstr(opts, "size"), &size);
-			(void)fvp_quantity(jstr(jget(spec, "capacity"), "storage"), &cap);
+			(void)jquantity(jget(spec, "capacity"), "storage", &cap);
 			size = size > cap ? size : cap;
-			size = (size + 511) / 512 * 512;
-			if (size < 1024 * 1024)
+			/* what no file can be (the controller never writes it): left alone */
+			if (size < 1024 * 1024 || size > INT64_MAX - 511)
 				continue;
+			size = (size + 511) / 512 * 512;
 			r = ensure_image(rootfd, img, name, size, pre && streq(pre, "true"));
 		}
 		if (r < 0 && r != -EBUSY && !ret)
@@ -395,9 +396,11 @@ static int publish(struct fvp_agent *a, struct kube *k, json_object *data)
 
 	fvp_api_path(path, sizeof(path), FVP_API_CONFIGMAP, a->capacity_ns, a->node, NULL);
 	st = kube_request(k, "GET", path, NULL, &cm, err, sizeof(err));
-	if (st != 200 && st != 404) {
+	if (st == 200 && !cm)
+		snprintf(err, sizeof(err), "the answer is not an object");
+	if ((st != 200 && st != 404) || (st == 200 && !cm)) {
 		log_info("reading ConfigMap %s/%s: %s", a->capacity_ns, a->node,
-			 st < 0 ? err : kube_status_message(cm));
+			 st < 0 || st == 200 ? err : kube_status_message(cm));
 		json_object_put(cm);
 		json_object_put(data);
 		return -EIO;

@@ -71,8 +71,3 @@ const char *fvp_api_select(char *buf, size_t len, enum fvp_api_kind kind, const 
 	escape(buf, len, n, value);
 	return buf;
 }
-
-int fvp_quantity(const char *s, uint64_t *ret)
-{
-	return s && *s ? fv_parse_quantity(s, ret) : -EINVAL;
-}

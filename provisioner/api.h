@@ -59,10 +59,6 @@ const char *fvp_api_path(char *buf, size_t len, enum fvp_api_kind kind, const ch
 const char *fvp_api_select(char *buf, size_t len, enum fvp_api_kind kind, const char *key,
 			   const char *value);
 
-/*
- * fvp_quantity() - a Kubernetes quantity ("10Gi") in bytes.
- * Returns: 0, or -EINVAL when @s is NULL, empty or not a quantity.
- */
-int fvp_quantity(const char *s, uint64_t *ret);
+/* Quantities are read by fvp_quantity() in jsonutil.h, the API's own grammar. */
 
 #endif

@@ -184,6 +184,39 @@ static bool in_topology(json_object *sc, json_object *node)
 }
 
 /*
+ * What is wrong with node @node's space report @data, in words for an event,
+ * or NULL with the free bytes in *@free_b: "free" a byte count, "time"
+ * seconds since the epoch within LOOP_REPORT_MAX_AGE of now either way.
+ */
+static const char *report_problem(json_object *data, uint64_t *free_b, char *buf, size_t len)
+{
+	const char *f = jstr(data, "free"), *t = jstr(data, "time");
+	uint64_t when, now = (uint64_t)time(NULL);
+
+	if (!data)
+		return "empty";
+	if (fvp_quantity(f, free_b) < 0) {
+		snprintf(buf, len, "unreadable: its free space '%.40s' is not a byte count", f ?: "");
+		return buf;
+	}
+	if (!t || fv_parse_u64(t, &when) < 0) {
+		snprintf(buf, len, "unreadable: its time '%.40s' is not seconds since the epoch",
+			 t ?: "");
+		return buf;
+	}
+	if (when > now && when - now > LOOP_REPORT_MAX_AGE) {
+		snprintf(buf, len, "from the future (its time %.40s is %llu s ahead: is that node's "
+			 "clock right?)", t, (unsigned long long)(when - now));
+		return buf;
+	}
+	if (when < now && now - when > LOOP_REPORT_MAX_AGE) {
+		snprintf(buf, len, "stale (written %llu s ago)", (unsigned long long)(now - when));
+		return buf;
+	}
+	return NULL;
+}
+
+/*
  * Is there room for @size more bytes on @node?  What its agent reports
  * (free space, each image's allocated bytes) against what is promised to
  * the node's other PVs: a PV whose image is not there yet may take its
@@ -193,11 +226,10 @@ static int check_room(const struct fvp_site *s, const struct loop_class *c, cons
 		      const char *pv_name, uint64_t size, char *err, size_t errlen)
 {
 	json_object *cm = NULL, *list = NULL, *data, *items;
-	char path[FVP_API_PATH_MAX], label[80];
+	char path[FVP_API_PATH_MAX], label[80], why[160];
 	uint64_t free_b, promised = 0, allocated;
 	unsigned long long a, b;
-	const char *t;
-	long long when;
+	const char *problem;
 	int r;
 
 	fvp_api_path(path, sizeof(path), FVP_API_CONFIGMAP, s->capacity_ns, node, NULL);
@@ -209,16 +241,15 @@ static int check_room(const struct fvp_site *s, const struct loop_class *c, cons
 				 "node %s has not reported its loop root's space (ConfigMap %s/%s "
 				 "missing: is the flexvol node agent running there?)",
 				 node, s->capacity_ns, node);
-	data = jget(cm, "data");
-	t = jstr(data, "time");
-	when = t ? strtoll(t, NULL, 10) : 0;
-	if (fvp_quantity(jstr(data, "free"), &free_b) < 0 || llabs((long long)time(NULL) - when) >
-								 LOOP_REPORT_MAX_AGE) {
+	data = jobj(cm, "data");
+	problem = report_problem(data, &free_b, why, sizeof(why));
+	if (problem) {
+		r = prov_fail(err, errlen, -ENOSPC,
+			      "node %s's space report is %s (ConfigMap %s/%s): is the flexvol node "
+			      "agent running there?",
+			      node, problem, s->capacity_ns, node);
 		json_object_put(cm);
-		return prov_fail(err, errlen, -ENOSPC,
-				 "node %s's space report is %s (ConfigMap %s/%s): is the flexvol node "
-				 "agent running there?",
-				 node, t ? "stale" : "unreadable", s->capacity_ns, node);
+		return r;
 	}
 	if (!c->overcommit) {
 		fvp_node_label(node, label, sizeof(label));
@@ -241,10 +272,13 @@ static int check_room(const struct fvp_site *s, const struct loop_class *c, cons
 			if (!name || streq(name, pv_name) ||
 			    !streq(jstr(jget(jget(pv, "metadata"), "annotations"),
 					"pv.kubernetes.io/provisioned-by") ?: "", LOOP_PROVISIONER) ||
-			    fvp_quantity(jstr(jget(jget(pv, "spec"), "capacity"), "storage"), &cap) < 0)
+			    jquantity(jget(jget(pv, "spec"), "capacity"), "storage", &cap) < 0)
 				continue;
 			allocated = rec && sscanf(rec, "%llu %llu", &a, &b) == 2 ? b : 0;
-			promised += cap > allocated ? cap - allocated : 0;
+			/* saturating: many huge PVs (hand-made ones too) must not wrap to room */
+			if (__builtin_add_overflow(promised, cap > allocated ? cap - allocated : 0,
+						   &promised))
+				promised = UINT64_MAX;
 		}
 	}
 	json_object_put(list);
@@ -294,7 +328,8 @@ static int loop_prepare(const struct fvp_site *s, json_object *sc, json_object *
 {
 	json_object *meta = jget(pvc, "metadata"), *node = NULL, *opts;
 	const char *nodename = jstr(jget(meta, "annotations"), "volume.kubernetes.io/selected-node"),
-		   *uid = jstr(meta, "uid"), *host;
+		   *uid = jstr(meta, "uid"), *host,
+		   *req = jstr(jget(jget(jget(pvc, "spec"), "resources"), "requests"), "storage");
 	char path[FVP_API_PATH_MAX], label[80], num[32], msg[FVP_ERR_MAX];
 	struct loop_class c;
 	uint64_t size;
@@ -304,13 +339,23 @@ static int loop_prepare(const struct fvp_site *s, json_object *sc, json_object *
 	r = loop_class_parse(sc, &c, msg, sizeof(msg));
 	if (r < 0)
 		return prov_fail(err, errlen, r, "StorageClass '%s': %s", c.name, msg);
-	if (!nodename || !safe_name(nodename))
+	if (!nodename || !*nodename)
 		return prov_fail(err, errlen, -EINVAL, "the claim has no selected node");
+	if (!safe_name(nodename))
+		return prov_fail(err, errlen, -EINVAL,
+				 "the selected node '%.253s' is not a node name (a DNS subdomain): "
+				 "annotation %s", nodename, "volume.kubernetes.io/selected-node");
 	if (!uid || !safe_name(uid) || strlen(uid) > 64)
 		return prov_fail(err, errlen, -EINVAL, "the claim has no usable uid");
-	if (fvp_quantity(jstr(jget(jget(jget(pvc, "spec"), "resources"), "requests"), "storage"),
-		     &size) < 0 || !size)
-		return prov_fail(err, errlen, -EINVAL, "the claim's storage request is not a size");
+	r = fvp_quantity(req, &size);
+	if (r == -ERANGE || (r == 0 && size > FVP_SIZE_MAX))
+		return prov_fail(err, errlen, -EINVAL,
+				 "the claim's storage request %s is too large: a loop image holds at "
+				 "most %llu MiB", req, (unsigned long long)(FVP_SIZE_MAX / MiB));
+	if (r < 0 || !size)
+		return prov_fail(err, errlen, -EINVAL,
+				 "the claim's storage request '%.64s' is not a size (a quantity such as "
+				 "10Gi)", req ?: "");
 	/* the loop driver wants whole sectors and at least 1Mi: whole MiB, rounded up */
 	size = (size + MiB - 1) / MiB * MiB;
 	fvp_api_path(path, sizeof(path), FVP_API_NODE, NULL, nodename, NULL);

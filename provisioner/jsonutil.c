@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* JSON helpers for API objects: see jsonutil.h. */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -38,6 +40,95 @@ void jset(json_object *o, const char *key, const char *val)
 {
 	if (val)
 		json_object_object_add(o, key, json_object_new_string(val));
+}
+
+/*
+ * The quantity grammar of Kubernetes (k8s.io/apimachinery resource.Quantity):
+ * digits with an optional fraction, then a binary suffix (Ki .. Ei), a
+ * decimal one (n u m "" k M G T P E) or an exponent (e3, E-2).  The value in
+ * whole bytes is rounded up, as Quantity.Value() does: "100m" is 1 byte.
+ * More than 36 significant digits is -ERANGE (no byte count needs them).
+ */
+static bool digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+int fvp_quantity(const char *s, uint64_t *ret)
+{
+	static const struct {
+		const char *sfx;
+		unsigned int bin; /* a power of two */
+		int e10;	  /* or a power of ten */
+	} sfx[] = {
+		{ "Ki", 10, 0 }, { "Mi", 20, 0 }, { "Gi", 30, 0 }, { "Ti", 40, 0 }, { "Pi", 50, 0 },
+		{ "Ei", 60, 0 }, { "n", 0, -9 },  { "u", 0, -6 },  { "m", 0, -3 },  { "", 0, 0 },
+		{ "k", 0, 3 },	 { "M", 0, 6 },	  { "G", 0, 9 },   { "T", 0, 12 },  { "P", 0, 15 },
+		{ "E", 0, 18 },
+	};
+	unsigned __int128 v = 0, q = 1;
+	const char *p = s;
+	bool digits = false, dot = false;
+	int e10 = 0;
+	size_t i;
+
+	if (!s || strlen(s) > 64)
+		return -EINVAL;
+	if (*p == '+')
+		p++;
+	for (; digit(*p) || (*p == '.' && !dot); p++) {
+		if (*p == '.') {
+			dot = true;
+			continue;
+		}
+		/* 10^36 < 2^120: room for a binary suffix below 2^128, and far past 2^64 */
+		if (v > (unsigned __int128)1e36)
+			return -ERANGE;
+		v = v * 10 + (unsigned int)(*p - '0');
+		e10 -= dot;
+		digits = true;
+	}
+	if (!digits)
+		return -EINVAL;
+	if ((*p == 'e' || *p == 'E') && (digit(p[1]) || ((p[1] == '-' || p[1] == '+') && digit(p[2])))) {
+		char *end;
+		long x = strtol(p + 1, &end, 10);
+
+		if (*end || x < -100 || x > 100)
+			return -EINVAL;
+		e10 += (int)x;
+	} else {
+		for (i = 0; i < ARRAY_SIZE(sfx) && !streq(p, sfx[i].sfx); i++)
+			;
+		if (i == ARRAY_SIZE(sfx))
+			return -EINVAL;
+		if (v > (~(unsigned __int128)0 >> sfx[i].bin))
+			return -ERANGE;
+		v <<= sfx[i].bin;
+		e10 += sfx[i].e10;
+	}
+	for (; e10 > 0 && v; e10--) {
+		if (v > UINT64_MAX)
+			return -ERANGE;
+		v *= 10;
+	}
+	for (; e10 < 0 && q <= (unsigned __int128)1e36; e10++)
+		q *= 10;
+	if (e10 < 0) /* a fraction of a byte smaller than 10^-37: one byte */
+		v = v ? 1 : 0;
+	else
+		v = v / q + (v % q != 0);
+	if (v > UINT64_MAX)
+		return -ERANGE;
+	*ret = (uint64_t)v;
+	return 0;
+}
+
+int jquantity(json_object *o, const char *key, uint64_t *ret)
+{
+	const char *s = jstr(o, key);
+
+	return s ? fvp_quantity(s, ret) : -EINVAL;
 }
 
 bool jarray_has(json_object *arr, const char *s)

@@ -3,7 +3,8 @@
  * Small json-c helpers for reading API objects: a missing member or one of
  * the wrong type reads as NULL, so a chain like jstr2(pvc, "spec",
  * "volumeName") never needs its own checks.  Nothing here allocates except
- * jset (which adds to @o) and does no I/O.
+ * jset (which adds to @o) and does no I/O; numbers the API writes as
+ * strings (quantities) are read by fvp_quantity().
  */
 #ifndef FVP_JSONUTIL_H
 #define FVP_JSONUTIL_H
@@ -11,6 +12,7 @@
 #include <json-c/json.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Member @key of object @o, or NULL. */
 json_object *jget(json_object *o, const char *key);
@@ -26,6 +28,16 @@ const char *jstr(json_object *o, const char *key);
 const char *jstr2(json_object *o, const char *a, const char *b);
 /* Add string member @key = @val to @o (nothing when @val is NULL). */
 void jset(json_object *o, const char *key, const char *val);
+/*
+ * fvp_quantity() - a Kubernetes quantity ("1", "100m", "1.5Gi", "1e3") in
+ * bytes, rounded up to a whole byte as the API's Quantity.Value() does.
+ * Returns 0, -EINVAL (not a quantity, or negative), -ERANGE (2^64 bytes or more).
+ */
+int fvp_quantity(const char *s, uint64_t *ret);
+/* The largest volume a provisioner makes: whole MiB that an off_t holds (an image's size). */
+#define FVP_SIZE_MAX ((uint64_t)INT64_MAX >> 20 << 20)
+/* The quantity in string member @key of @o: as fvp_quantity(); -EINVAL when absent. */
+int jquantity(json_object *o, const char *key, uint64_t *ret);
 /* Is the string @s an element of the array @arr? */
 bool jarray_has(json_object *arr, const char *s);
 

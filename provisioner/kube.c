@@ -32,11 +32,15 @@
 #define RETRY_AFTER_TRIES 3
 #define RETRY_AFTER_MAX_S 30
 
+struct kube_stream {
+	json_tokener *tok;
+	size_t event_bytes; /* of the event being parsed */
+};
+
 struct kube_watch {
 	CURL *h;
 	struct curl_slist *hdrs;
-	json_tokener *tok;
-	size_t event_bytes;
+	struct kube_stream *stream;
 	kube_event_fn fn;
 	void *userdata;
 	bool stopped; /* the callback asked to stop */
@@ -321,6 +325,11 @@ static json_object *parse_json(const char *s, size_t n)
 	if (!tok)
 		return NULL;
 	o = json_tokener_parse_ex(tok, s, (int)n);
+	/* every answer of the API is an object (the resource, a list, a Status) */
+	if (o && !json_object_is_type(o, json_type_object)) {
+		json_object_put(o);
+		o = NULL;
+	}
 	if (o && json_tokener_get_parse_end(tok) < n && strspn(s + json_tokener_get_parse_end(tok), " \r\n\t") !=
 	    n - json_tokener_get_parse_end(tok)) {
 		json_object_put(o);
@@ -514,50 +523,85 @@ static void watch_free(struct kube_watch *w)
 		explicit_bzero(l->data, strlen(l->data));
 	curl_slist_free_all(w->hdrs);
 	explicit_bzero(w->token, sizeof(w->token));
-	if (w->tok)
-		json_tokener_free(w->tok);
+	kube_stream_free(w->stream);
 	free(w);
 }
 
-/* Watch bodies are a stream of JSON objects, one per event (newline separated). */
-static size_t watch_write(char *data, size_t size, size_t nmemb, void *arg)
+struct kube_stream *kube_stream_new(void)
 {
-	struct kube_watch *w = arg;
-	size_t n = size * nmemb, off = 0;
+	struct kube_stream *s = calloc(1, sizeof(*s));
+
+	if (s && !(s->tok = json_tokener_new_ex(JSON_DEPTH))) {
+		free(s);
+		s = NULL;
+	}
+	return s;
+}
+
+void kube_stream_free(struct kube_stream *s)
+{
+	if (!s)
+		return;
+	json_tokener_free(s->tok);
+	free(s);
+}
+
+/* Watch bodies are a stream of JSON objects, one per event (newline separated). */
+int kube_stream_feed(struct kube_stream *s, const char *data, size_t n, kube_event_fn fn,
+		     void *userdata)
+{
+	size_t off = 0;
 
 	while (off < n) {
 		json_object *ev, *type, *obj;
 		size_t end;
+		int r;
 
 		/* skip the separators json-c would otherwise count as a parse start */
-		if (w->event_bytes == 0) {
+		if (s->event_bytes == 0) {
 			while (off < n && strchr(" \r\n\t", data[off]))
 				off++;
 			if (off >= n)
 				break;
 		}
-		ev = json_tokener_parse_ex(w->tok, data + off, (int)(n - off));
-		end = json_tokener_get_parse_end(w->tok);
+		ev = json_tokener_parse_ex(s->tok, data + off, (int)(n - off));
+		end = json_tokener_get_parse_end(s->tok);
 		if (!ev) {
-			if (json_tokener_get_error(w->tok) != json_tokener_continue)
-				return 0; /* garbage: end the watch, the caller re-lists */
-			w->event_bytes += n - off;
-			if (w->event_bytes > EVENT_MAX)
-				return 0;
+			/* garbage (a JSON null too): end the watch, the caller re-lists */
+			if (json_tokener_get_error(s->tok) != json_tokener_continue)
+				return -EBADMSG;
+			s->event_bytes += n - off;
+			if (s->event_bytes > EVENT_MAX)
+				return -EBADMSG;
 			break;
 		}
 		off += end;
-		w->event_bytes = 0;
-		json_tokener_reset(w->tok);
-		if (json_object_object_get_ex(ev, "type", &type) &&
-		    json_object_is_type(type, json_type_string) &&
-		    json_object_object_get_ex(ev, "object", &obj) &&
-		    w->fn(w->userdata, json_object_get_string(type), obj) < 0) {
-			json_object_put(ev);
-			w->stopped = true;
-			return 0;
-		}
+		s->event_bytes = 0;
+		json_tokener_reset(s->tok);
+		/* an event that is not {"type": "...", "object": {...}} is skipped */
+		r = json_object_object_get_ex(ev, "type", &type) &&
+				    json_object_is_type(type, json_type_string) &&
+				    json_object_object_get_ex(ev, "object", &obj) &&
+				    json_object_is_type(obj, json_type_object) ?
+			    fn(userdata, json_object_get_string(type), obj) :
+			    0;
 		json_object_put(ev);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static size_t watch_write(char *data, size_t size, size_t nmemb, void *arg)
+{
+	struct kube_watch *w = arg;
+	size_t n = size * nmemb;
+	int r = kube_stream_feed(w->stream, data, n, w->fn, w->userdata);
+
+	if (r < 0) {
+		/* garbage ends the watch as an error; a callback's stop ends it cleanly */
+		w->stopped = r != -EBADMSG;
+		return 0;
 	}
 	return n;
 }
@@ -582,9 +626,9 @@ int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *use
 	if (!w)
 		return -ENOMEM;
 	w->h = curl_easy_init();
-	w->tok = json_tokener_new_ex(JSON_DEPTH);
+	w->stream = kube_stream_new();
 	r = headers(k, NULL, w->token, &w->hdrs, err, sizeof(err));
-	if (r < 0 || !w->h || !w->tok) {
+	if (r < 0 || !w->h || !w->stream) {
 		watch_free(w);
 		return r < 0 ? r : -ENOMEM;
 	}

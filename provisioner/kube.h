@@ -40,7 +40,7 @@ void kube_free(struct kube *k);
 /*
  * kube_request() - @method @path (with query) and an optional JSON @body.
  * Returns the HTTP status (>= 100) with the parsed body in *ret (NULL when
- * the body is not JSON; may be NULL when not wanted), or -errno for a
+ * the body is not a JSON object; may be NULL when not wanted), or -errno for a
  * transport failure (message in @err).
  */
 int kube_request(struct kube *k, const char *method, const char *path, struct json_object *body,
@@ -62,6 +62,18 @@ const char *kube_status_message(struct json_object *status);
 
 /* --- watches ------------------------------------------------------------------------------ */
 
+/*
+ * The decoder of a watch body (a stream of {"type","object"} JSON objects,
+ * cut anywhere into pieces), on its own for the fuzz target
+ * (tests/fuzz/fuzz-watch.c) and the watches below: kube_stream_feed() hands
+ * every whole event whose object is a JSON object to @fn and keeps a
+ * partial one for the next piece.  Returns 0, -EBADMSG (not such a stream,
+ * or one event past 16 MiB: the watch must end), or @fn's <0.
+ */
+struct kube_stream;
+struct kube_stream *kube_stream_new(void);
+void kube_stream_free(struct kube_stream *s);
+
 struct kube_watch;
 
 /*
@@ -77,6 +89,9 @@ typedef int (*kube_event_fn)(void *userdata, const char *type, struct json_objec
  * is the server's text), -E2BIG past WATCH_MAX.  A caller that adds several
  * and fails half-way must kube_watch_clear() before it tries again.
  */
+int kube_stream_feed(struct kube_stream *s, const char *data, size_t n, kube_event_fn fn,
+		     void *userdata);
+
 int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *userdata,
 		   unsigned int timeout_s, struct kube_watch **ret);
 

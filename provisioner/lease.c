@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Leader election on a Lease: see lease.h. */
 #include <errno.h>
+#include <limits.h>
 #include <json-c/json.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -13,6 +14,7 @@
 #include "flag.h"
 #include "fv/macro.h"
 #include "api.h"
+#include "fv/util.h"
 #include "events.h"
 #include "jsonutil.h"
 #include "kube.h"
@@ -28,8 +30,13 @@ struct fvp_lease {
 	pthread_t thread;
 	bool thread_started;
 	volatile int quit;
-	/* the record as last seen, and when (our monotonic clock) it last changed */
-	char seen_holder[256], seen_renew[64], seen_rv[64];
+	/*
+	 * the record as last seen (a hash of holder, renewTime, resourceVersion: a
+	 * copy cut to a buffer's size would never equal a longer holder, which would
+	 * then never expire), and when (our monotonic clock) it last changed
+	 */
+	char seen_holder[256]; /* for the log */
+	uint64_t seen_sig;
 	uint64_t seen_at;
 	bool seen_any;
 };
@@ -102,11 +109,20 @@ static void observe(struct fvp_lease *l, json_object *lease)
 	const char *h = jstr(spec, "holderIdentity") ?: "", *rt = jstr(spec, "renewTime") ?: "",
 		   *rv = jstr2(lease, "metadata", "resourceVersion") ?: "";
 
-	if (!l->seen_any || !streq(h, l->seen_holder) || !streq(rt, l->seen_renew) ||
-	    !streq(rv, l->seen_rv)) {
-		snprintf(l->seen_holder, sizeof(l->seen_holder), "%s", h);
-		snprintf(l->seen_renew, sizeof(l->seen_renew), "%s", rt);
-		snprintf(l->seen_rv, sizeof(l->seen_rv), "%s", rv);
+	uint64_t sig = fv_hash64(h) ^ (fv_hash64(rt) * 0x9e3779b97f4a7c15ULL) ^
+		       (fv_hash64(rv) * 0xff51afd7ed558ccdULL);
+
+	if (!l->seen_any || sig != l->seen_sig) {
+		size_t n = (size_t)snprintf(l->seen_holder, sizeof(l->seen_holder), "%s", h);
+
+		/* a long holder is cut for the log, between UTF-8 characters, never in one */
+		if (n >= sizeof(l->seen_holder)) {
+			n = sizeof(l->seen_holder) - 1;
+			while (n > 0 && ((unsigned char)h[n] & 0xc0) == 0x80)
+				n--;
+			l->seen_holder[n] = '\0';
+		}
+		l->seen_sig = sig;
 		l->seen_at = mono_ms();
 		l->seen_any = true;
 	}
@@ -183,8 +199,11 @@ static int try_once(struct fvp_lease *l, bool release)
 			      json_object_get_int(jget(spec, "leaseTransitions")) :
 			      0;
 	acquired = streq(holder, l->cfg.identity) ? jstr(spec, "acquireTime") : NULL;
-	if (!release && !streq(holder, l->cfg.identity))
+	/* an int32 the API checks is not negative: it stays at its maximum, never wraps */
+	if (!release && !streq(holder, l->cfg.identity) && transitions >= 0 && transitions < INT_MAX)
 		transitions++;
+	else if (transitions < 0)
+		transitions = 0;
 	ls = release ? new_spec(l, "", 1, acquired, transitions) :
 		       new_spec(l, l->cfg.identity, l->cfg.duration_s, acquired, transitions);
 	if (!ls) {

@@ -123,6 +123,14 @@ static const char *lookup(const char *var, size_t n, json_object *pvc, const cha
 	return v;
 }
 
+/* What to change when a claim's values make the path too long (names up to 253 bytes are valid). */
+static const char *too_long_hint(json_object *pvc)
+{
+	return pvc ? " for this claim: give it a shorter name (or namespace, label, annotation), "
+		     "or use a class whose pathPattern puts fewer or shorter values in one "
+		     "directory name, such as ${namespace}/${pv}" : "";
+}
+
 static bool bad_component(const char *c, size_t n)
 {
 	return !n || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.');
@@ -193,7 +201,8 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 		}
 		if (o + vn + 1 > outlen || o + vn > FVP_PATH_MAX)
 			return prov_fail(err, errlen, -ENAMETOOLONG,
-				    "pathPattern: the path is longer than %d bytes", FVP_PATH_MAX);
+				    "pathPattern: the path is longer than %d bytes%s", FVP_PATH_MAX,
+				    too_long_hint(pvc));
 		memcpy(out + o, v, vn);
 		o += vn;
 		out[o] = '\0';
@@ -201,8 +210,8 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 			comp += vn;
 		if (comp > COMPONENT_MAX)
 			return prov_fail(err, errlen, -ENAMETOOLONG,
-				    "pathPattern: a directory name is longer than %d bytes",
-				    COMPONENT_MAX);
+				    "pathPattern: a directory name is longer than %d bytes%s",
+				    COMPONENT_MAX, too_long_hint(pvc));
 	}
 	if (!pvc && !comp_var && bad_component(out + o - comp, comp))
 		return prov_fail(err, errlen, -EINVAL, "pathPattern: empty, '.' or '..' directory in '%s'",

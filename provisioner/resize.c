@@ -71,8 +71,8 @@ int fvp_ctl_claim_resize(struct prov *p, json_object *pvc)
 	int st, r = 0;
 
 	if (!safe_name(ns) || !safe_name(name) || !safe_name(volname) ||
-	    fvp_quantity(jstr(jget(jget(spec, "resources"), "requests"), "storage"), &req) < 0 ||
-	    fvp_quantity(jstr(jget(status, "capacity"), "storage"), &stcap) < 0)
+	    jquantity(jget(jget(spec, "resources"), "requests"), "storage", &req) < 0 ||
+	    jquantity(jget(status, "capacity"), "storage", &stcap) < 0)
 		return 0;
 	/*
 	 * Nothing asked beyond what the claim has (the API refuses a request below
@@ -87,9 +87,16 @@ int fvp_ctl_claim_resize(struct prov *p, json_object *pvc)
 		goto out;
 	}
 	b = ctl_backend(jstr(jget(jget(pv, "metadata"), "annotations"), ANN_PROVISIONED_BY));
-	if (!b || !b->can_expand || fvp_quantity(jstr(jget(jget(pv, "spec"), "capacity"), "storage"),
-					 &pvcap) < 0)
+	if (!b || !b->can_expand || jquantity(jget(jget(pv, "spec"), "capacity"), "storage",
+					      &pvcap) < 0)
 		goto out;
+	if (req > FVP_SIZE_MAX) {
+		event(&p->ev, pvc, true, "VolumeResizeFailed",
+		      "the claim asks for %s: more than a volume can hold (at most %llu MiB)",
+		      jstr(jget(jget(spec, "resources"), "requests"), "storage"),
+		      (unsigned long long)(FVP_SIZE_MAX >> 20));
+		goto out;
+	}
 	req = (req + (1 << 20) - 1) >> 20 << 20;
 	if (req < pvcap) {
 		/* lowered again while an expansion is pending (allowed after a failed one) */

@@ -100,6 +100,7 @@ class Store:
         self.patches = []                   # (resource, name, subresource, patch) of every PATCH
         self.cm_paused = False              # the controller-manager has not seen new claims yet
         self.bad_list_rv = None             # a resource whose lists carry a malformed resourceVersion
+        self.raw_get = {}                   # GET path -> body: HTTP 200 with that text (not an object)
 
     # --- state changes (under the lock) -------------------------------------------------
     def _record(self, res, typ, obj):
@@ -190,8 +191,9 @@ class Store:
 
     @staticmethod
     def _bytes(q):
-        units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "": 1}
-        for u in ("Ki", "Mi", "Gi", "Ti"):
+        units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50,
+                 "Ei": 1 << 60, "": 1}
+        for u in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"):
             if q.endswith(u):
                 return int(q[:-2]) * units[u]
         return int(q)
@@ -210,12 +212,13 @@ class Store:
         want = self._bytes(spec.get("resources", {}).get("requests", {}).get("storage", "0"))
         if not spec.get("selector"):
             for pv in sorted(self.objs["persistentvolumes"].values(),
-                             key=lambda o: self._bytes(o["spec"].get("capacity", {}).get("storage", "0"))):
-                ps = pv["spec"]
+                             key=lambda o: self._bytes(((o.get("spec") or {}).get("capacity") or {})
+                                                       .get("storage", "0"))):
+                ps = pv.get("spec") or {}
                 if pv.get("status", {}).get("phase") != "Available" or ps.get("claimRef") or \
                         pv["metadata"].get("deletionTimestamp") or \
                         (ps.get("storageClassName") or "") != (cls or "") or \
-                        self._bytes(ps.get("capacity", {}).get("storage", "0")) < want or \
+                        self._bytes((ps.get("capacity") or {}).get("storage", "0")) < want or \
                         not set(spec.get("accessModes", [])) <= set(ps.get("accessModes", [])):
                     continue
                 ps["claimRef"] = {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
@@ -373,6 +376,17 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if not self.authorized():
+            return
+        raw = self.store.raw_get.get(urlsplit(self.path).path)
+        if raw is not None:
+            body = raw.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            with self.store.lock:
+                self.store.requests.append((self.command, self.path, 200))
             return
         r = self.route()
         if not r:

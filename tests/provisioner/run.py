@@ -1281,6 +1281,11 @@ import loop_cases  # noqa: E402
 
 loop_cases.register(sys.modules[__name__])
 
+# object shapes the API server accepts, one family per case (issue 24)
+import shape_cases  # noqa: E402
+
+shape_cases.register(sys.modules[__name__])
+
 
 def main():
     ap = argparse.ArgumentParser()

@@ -12,6 +12,7 @@
 #include "unit.h"
 #include "api.h"
 #include "dir.h"
+#include "jsonutil.h"
 #include "params.h"
 #include "queue.h"
 
@@ -107,6 +108,55 @@ TEST(subpath_check)
 	CHECK(!fvp_check_subpath("a/"));
 	CHECK(!fvp_check_subpath("a//b"));
 	CHECK(!fvp_check_subpath("a b"));
+}
+
+/* Kubernetes quantities in bytes, rounded up as Quantity.Value() (issue 24) */
+TEST(quantity_as_the_api_reads_it)
+{
+	static const struct {
+		const char *s;
+		int r;
+		uint64_t v;
+	} t[] = {
+		{ "1", 0, 1 },
+		{ "100m", 0, 1 },
+		{ "1500m", 0, 2 },
+		{ "0.5", 0, 1 },
+		{ ".5", 0, 1 },
+		{ "1.5Mi", 0, 1572864 },
+		{ "1.5k", 0, 1500 },
+		{ "1e3", 0, 1000 },
+		{ "1E", 0, 1000000000000000000ULL },
+		{ "1e-3", 0, 1 },
+		{ "1E-40", 0, 1 },
+		{ "1n", 0, 1 },
+		{ "0", 0, 0 },
+		{ "+5", 0, 5 },
+		{ "1Ei", 0, 1ULL << 60 },
+		{ "15.5Ei", 0, 31ULL << 59 },
+		{ "18446744073709551615", 0, UINT64_MAX },
+		{ "18446744073709551616", -ERANGE, 0 },
+		{ "16Ei", -ERANGE, 0 },
+		{ "1e20", -ERANGE, 0 },
+		{ "1000000000000000000000000000000000000000", -ERANGE, 0 },
+		{ "", -EINVAL, 0 },
+		{ "-5", -EINVAL, 0 },
+		{ "m", -EINVAL, 0 },
+		{ "1e", -EINVAL, 0 },
+		{ "1ki", -EINVAL, 0 },
+		{ "1 Gi", -EINVAL, 0 },
+		{ "1..5", -EINVAL, 0 },
+		{ "1e1000", -EINVAL, 0 },
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(t); i++) {
+		uint64_t v = 0;
+
+		CHECK_INT(fvp_quantity(t[i].s, &v), t[i].r);
+		if (t[i].r == 0)
+			CHECK_U64(v, t[i].v);
+	}
+	CHECK_INT(fvp_quantity(NULL, &(uint64_t){ 0 }), -EINVAL);
 }
 
 static int class_parse(const char *json, struct fvp_class *c, char *err, json_object **keep)
