@@ -91,9 +91,9 @@ static int owner_of(int fd, char *buf, size_t len)
 static void set_owner(int fd, const char *img, const char *pv)
 {
 	if (fsetxattr(fd, FV_LOOP_OWNER_XATTR, pv, strlen(pv), XATTR_CREATE) == 0)
-		log_info("image %s: owner record %s", img, pv);
+		fvp_log_info("image %s: owner record %s", img, pv);
 	else if (errno != EEXIST)
-		log_info("image %s: cannot record its owner %s: %s", img, pv, strerror(errno));
+		fvp_log_info("image %s: cannot record its owner %s: %s", img, pv, strerror(errno));
 }
 
 /* Allocate every block of @fd up to its size (a no-op on a fully allocated file). */
@@ -103,11 +103,11 @@ static int allocate(int fd, const char *img, const struct stat *st)
 		return 0;
 	/* mode 0 allocates the holes only: data already written stays as it is */
 	if (fallocate(fd, 0, 0, st->st_size) < 0) {
-		log_info("image %s: cannot preallocate %lld bytes: %s", img, (long long)st->st_size,
+		fvp_log_info("image %s: cannot preallocate %lld bytes: %s", img, (long long)st->st_size,
 			 strerror(errno));
 		return NEG_ERRNO();
 	}
-	log_info("image %s: %lld bytes preallocated", img, (long long)st->st_size);
+	fvp_log_info("image %s: %lld bytes preallocated", img, (long long)st->st_size);
 	return 0;
 }
 
@@ -130,11 +130,11 @@ static int ensure_image(int rootfd, const char *img, const char *pv, uint64_t si
 
 			/* no room: nothing half-made stays behind (an empty file holds no data) */
 			(void)unlinkat(rootfd, img, 0);
-			log_info("image %s for %s: cannot make %llu bytes: %s", img, pv,
+			fvp_log_info("image %s for %s: cannot make %llu bytes: %s", img, pv,
 				 (unsigned long long)size, strerror(-r));
 			return r;
 		}
-		log_info("image %s for %s: made, %llu bytes, %s", img, pv, (unsigned long long)size,
+		fvp_log_info("image %s for %s: made, %llu bytes, %s", img, pv, (unsigned long long)size,
 			 prealloc ? "preallocated" : "sparse");
 		return 0;
 	}
@@ -143,7 +143,7 @@ static int ensure_image(int rootfd, const char *img, const char *pv, uint64_t si
 	close(TAKE_FD(fd));
 	fd = fv_open_regular_beneath(rootfd, img, O_RDWR, &st);
 	if (fd < 0) {
-		log_info("image %s for %s: %s", img, pv,
+		fvp_log_info("image %s for %s: %s", img, pv,
 			 fd == -EMEDIUMTYPE ? "not a regular file, left alone" : strerror(-fd));
 		return fd;
 	}
@@ -159,32 +159,32 @@ static int ensure_image(int rootfd, const char *img, const char *pv, uint64_t si
 }
 
 /* Delete PV @pv, by uid (never a PV re-created under the same name). */
-static int delete_pv(struct kube *k, json_object *pv)
+static int delete_pv(struct fvp_kube *k, json_object *pv)
 {
-	const char *name = jstr2(pv, "metadata", "name");
+	const char *name = fvp_jstr2(pv, "metadata", "name");
 	json_object *reply = NULL;
 	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
 
 	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
-	st = kube_delete_uid(k, path, jstr2(pv, "metadata", "uid"), &reply, err, sizeof(err));
+	st = fvp_kube_delete_uid(k, path, fvp_jstr2(pv, "metadata", "uid"), &reply, err, sizeof(err));
 	if (st == 200 || st == 202 || st == 404)
-		log_info("PV %s deleted", name);
+		fvp_log_info("PV %s deleted", name);
 	else
-		log_info("PV %s: delete failed: %s", name, st < 0 ? err : kube_status_message(reply));
+		fvp_log_info("PV %s: delete failed: %s", name, st < 0 ? err : fvp_kube_status_message(reply));
 	json_object_put(reply);
 	return st == 200 || st == 202 || st == 404 ? 0 : -EIO;
 }
 
 /* Remove the deletion-protection finalizer from @pv (if it has it): its asset is gone. */
-static int drop_finalizer(struct kube *k, json_object *pv)
+static int drop_finalizer(struct fvp_kube *k, json_object *pv)
 {
-	json_object *f = jget(jget(pv, "metadata"), "finalizers"), *nf, *m, *body, *reply = NULL;
-	const char *name = jstr2(pv, "metadata", "name");
+	json_object *f = fvp_jget(fvp_jget(pv, "metadata"), "finalizers"), *nf, *m, *body, *reply = NULL;
+	const char *name = fvp_jstr2(pv, "metadata", "name");
 	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
 
-	if (!jarray_has(f, FVP_PV_FINALIZER))
+	if (!fvp_jarray_has(f, FVP_PV_FINALIZER))
 		return 0;
 	body = json_object_new_object();
 	m = json_object_new_object();
@@ -203,15 +203,15 @@ static int drop_finalizer(struct kube *k, json_object *pv)
 			json_object_array_add(nf, json_object_get(v));
 	}
 	/* the resourceVersion makes a concurrent change a 409: the next pass tries again */
-	jset(m, "resourceVersion", jstr2(pv, "metadata", "resourceVersion"));
+	fvp_jset(m, "resourceVersion", fvp_jstr2(pv, "metadata", "resourceVersion"));
 	json_object_object_add(m, "finalizers", nf);
 	json_object_object_add(body, "metadata", m);
 	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
-	st = kube_request(k, "PATCH", path, body, &reply, err, sizeof(err));
+	st = fvp_kube_request(k, "PATCH", path, body, &reply, err, sizeof(err));
 	json_object_put(body);
 	if (st != 200 && st != 404)
-		log_info("PV %s: removing its finalizer: %s", name,
-			 st < 0 ? err : kube_status_message(reply));
+		fvp_log_info("PV %s: removing its finalizer: %s", name,
+			 st < 0 ? err : fvp_kube_status_message(reply));
 	json_object_put(reply);
 	return st == 200 || st == 404 ? 0 : -EIO;
 }
@@ -222,10 +222,10 @@ static int drop_finalizer(struct kube *k, json_object *pv)
  * with a warning event on the PV; an image held by a loop device is tried
  * again at the next pass (kubelet is still tearing down).
  */
-static int reclaim(struct fvp_agent *a, struct kube *k, int rootfd, json_object *pv,
+static int reclaim(struct fvp_agent *a, struct fvp_kube *k, int rootfd, json_object *pv,
 		   const char *img)
 {
-	const char *name = jstr2(pv, "metadata", "name");
+	const char *name = fvp_jstr2(pv, "metadata", "name");
 	_cleanup_close_ int fd = -1;
 	struct stat st, now;
 	char have[256];
@@ -233,19 +233,19 @@ static int reclaim(struct fvp_agent *a, struct kube *k, int rootfd, json_object 
 
 	fd = fv_open_regular_beneath(rootfd, img, O_RDONLY, &st);
 	if (fd == -ENOENT) {
-		log_info("PV %s released: image %s is not on node %s (never made, or removed)", name,
+		fvp_log_info("PV %s released: image %s is not on node %s (never made, or removed)", name,
 			 img, a->node);
 		goto pv;
 	}
 	if (fd < 0) {
-		event(&a->ev, pv, true, "VolumeFailedDelete",
+		fvp_event(&a->ev, pv, true, "VolumeFailedDelete",
 		      "image %s on node %s is %s: not removed", img, a->node,
 		      fd == -EMEDIUMTYPE ? "not a regular file" : strerror(-fd));
 		return fd;
 	}
 	r = owner_of(fd, have, sizeof(have));
 	if (r < 0 || !streq(have, name)) {
-		event(&a->ev, pv, true, "VolumeFailedDelete",
+		fvp_event(&a->ev, pv, true, "VolumeFailedDelete",
 		      "image %s on node %s is not removed: its owner record (%s) %s%s%s", img,
 		      a->node, FV_LOOP_OWNER_XATTR,
 		      r == -ENODATA ? "is missing" : r < 0 ? "cannot be read: " : "names ",
@@ -255,7 +255,7 @@ static int reclaim(struct fvp_agent *a, struct kube *k, int rootfd, json_object 
 	}
 	nr = bound_to(&st);
 	if (nr >= 0) {
-		log_info("PV %s released: image %s is still bound to /dev/loop%d; next pass", name,
+		fvp_log_info("PV %s released: image %s is still bound to /dev/loop%d; next pass", name,
 			 img, nr);
 		return -EBUSY;
 	}
@@ -265,11 +265,11 @@ static int reclaim(struct fvp_agent *a, struct kube *k, int rootfd, json_object 
 		return -EAGAIN;
 	if (unlinkat(rootfd, img, 0) < 0 && errno != ENOENT) {
 		r = NEG_ERRNO();
-		event(&a->ev, pv, true, "VolumeFailedDelete", "image %s on node %s: %s", img,
+		fvp_event(&a->ev, pv, true, "VolumeFailedDelete", "image %s on node %s: %s", img,
 		      a->node, strerror(-r));
 		return r;
 	}
-	log_info("PV %s released: image %s removed from node %s", name, img, a->node);
+	fvp_log_info("PV %s released: image %s removed from node %s", name, img, a->node);
 pv:
 	r = drop_finalizer(k, pv);
 	return r < 0 ? r : delete_pv(k, pv);
@@ -277,56 +277,56 @@ pv:
 
 static bool pv_reclaimable(json_object *pv)
 {
-	const char *phase = jstr2(pv, "status", "phase"),
-		   *policy = jstr2(pv, "spec", "persistentVolumeReclaimPolicy");
+	const char *phase = fvp_jstr2(pv, "status", "phase"),
+		   *policy = fvp_jstr2(pv, "spec", "persistentVolumeReclaimPolicy");
 
 	if (!policy || !streq(policy, "Delete"))
 		return false;
 	if (phase && (streq(phase, "Released") || streq(phase, "Failed")))
 		return true;
 	/* deleted while not bound (the finalizer keeps it for us) */
-	return jget(jget(pv, "metadata"), "deletionTimestamp") && (!phase || !streq(phase, "Bound"));
+	return fvp_jget(fvp_jget(pv, "metadata"), "deletionTimestamp") && (!phase || !streq(phase, "Bound"));
 }
 
 /* Every PV of this node's label: images made, preallocated, reclaimed. */
-static int pvs_pass(struct fvp_agent *a, struct kube *k, int rootfd)
+static int pvs_pass(struct fvp_agent *a, struct fvp_kube *k, int rootfd)
 {
 	json_object *list = NULL, *items;
 	char path[FVP_API_PATH_MAX], label[80], err[FVP_KUBE_ERR_MAX];
 	int st, ret = 0;
 
 	fvp_node_label(a->node, label, sizeof(label));
-	fvp_api_select(path, sizeof(path), FVP_API_PV, LOOP_LABEL_NODE, label);
-	st = kube_request(k, "GET", path, NULL, &list, err, sizeof(err));
+	fvp_api_select(path, sizeof(path), FVP_API_PV, FVP_LOOP_LABEL_NODE, label);
+	st = fvp_kube_request(k, "GET", path, NULL, &list, err, sizeof(err));
 	if (st != 200 || !list) {
-		log_info("listing this node's PVs: %s", st < 0 ? err : kube_status_message(list));
+		fvp_log_info("listing this node's PVs: %s", st < 0 ? err : fvp_kube_status_message(list));
 		json_object_put(list);
 		return -EIO;
 	}
-	items = jget(list, "items");
+	items = fvp_jget(list, "items");
 	for (size_t i = 0; items && json_object_is_type(items, json_type_array) &&
 			   i < json_object_array_length(items);
 	     i++) {
-		json_object *pv = json_object_array_get_idx(items, i), *spec = jget(pv, "spec");
-		json_object *fx = jget(spec, "flexVolume"), *opts = jget(fx, "options");
-		const char *name = jstr2(pv, "metadata", "name"), *img = jstr(opts, "file"),
-			   *by = jstr(jget(jget(pv, "metadata"), "annotations"), ANN_PROVISIONED_BY),
-			   *phase = jstr2(pv, "status", "phase"), *pre = jstr(opts, "preallocate");
+		json_object *pv = json_object_array_get_idx(items, i), *spec = fvp_jget(pv, "spec");
+		json_object *fx = fvp_jget(spec, "flexVolume"), *opts = fvp_jget(fx, "options");
+		const char *name = fvp_jstr2(pv, "metadata", "name"), *img = fvp_jstr(opts, "file"),
+			   *by = fvp_jstr(fvp_jget(fvp_jget(pv, "metadata"), "annotations"), FVP_ANN_PROVISIONED_BY),
+			   *phase = fvp_jstr2(pv, "status", "phase"), *pre = fvp_jstr(opts, "preallocate");
 		uint64_t size = 0, cap = 0;
 		int r;
 
-		if (!by || !streq(by, LOOP_PROVISIONER) || !jstr(fx, "driver") ||
-		    !streq(jstr(fx, "driver"), LOOP_DRIVER) || !safe_name(name) ||
+		if (!by || !streq(by, FVP_LOOP_PROVISIONER) || !fvp_jstr(fx, "driver") ||
+		    !streq(fvp_jstr(fx, "driver"), FVP_LOOP_DRIVER) || !fvp_safe_name(name) ||
 		    !fvp_loop_image_name(img))
 			continue;
 		if (pv_reclaimable(pv)) {
 			r = reclaim(a, k, rootfd, pv, img);
-		} else if (jget(jget(pv, "metadata"), "deletionTimestamp") ||
+		} else if (fvp_jget(fvp_jget(pv, "metadata"), "deletionTimestamp") ||
 			   (phase && (streq(phase, "Released") || streq(phase, "Failed")))) {
 			continue; /* Retain: the image stays as it is */
 		} else {
-			(void)fvp_quantity(jstr(opts, "size"), &size);
-			(void)jquantity(jget(spec, "capacity"), "storage", &cap);
+			(void)fvp_quantity(fvp_jstr(opts, "size"), &size);
+			(void)fvp_jquantity(fvp_jget(spec, "capacity"), "storage", &cap);
 			size = size > cap ? size : cap;
 			/* what no file can be (the controller never writes it): left alone */
 			if (size < 1024 * 1024 || size > INT64_MAX - 511)
@@ -354,7 +354,7 @@ static json_object *report(struct fvp_agent *a, int rootfd)
 	if (!data)
 		return NULL;
 	if (fstatvfs(rootfd, &vfs) < 0) {
-		log_info("loop root %s: statvfs: %s", a->loop_root, strerror(errno));
+		fvp_log_info("loop root %s: statvfs: %s", a->loop_root, strerror(errno));
 		json_object_put(data);
 		return NULL;
 	}
@@ -374,33 +374,33 @@ static json_object *report(struct fvp_agent *a, int rootfd)
 			continue;
 		snprintf(num, sizeof(num), "%lld %llu", (long long)st.st_size,
 			 (unsigned long long)st.st_blocks * 512);
-		jset(data, e->d_name, num);
+		fvp_jset(data, e->d_name, num);
 	}
 	closedir(d);
 	snprintf(num, sizeof(num), "%llu", (unsigned long long)vfs.f_bavail * vfs.f_frsize);
-	jset(data, "free", num);
+	fvp_jset(data, "free", num);
 	snprintf(num, sizeof(num), "%llu", (unsigned long long)vfs.f_blocks * vfs.f_frsize);
-	jset(data, "size", num);
+	fvp_jset(data, "size", num);
 	snprintf(num, sizeof(num), "%lld", (long long)time(NULL));
-	jset(data, "time", num);
-	jset(data, "root", a->loop_root);
+	fvp_jset(data, "time", num);
+	fvp_jset(data, "root", a->loop_root);
 	return data;
 }
 
 /* Create or replace the ConfigMap named after the node with @data (taken). */
-static int publish(struct fvp_agent *a, struct kube *k, json_object *data)
+static int publish(struct fvp_agent *a, struct fvp_kube *k, json_object *data)
 {
 	json_object *cm = NULL, *reply = NULL, *m, *labels;
 	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
 
 	fvp_api_path(path, sizeof(path), FVP_API_CONFIGMAP, a->capacity_ns, a->node, NULL);
-	st = kube_request(k, "GET", path, NULL, &cm, err, sizeof(err));
+	st = fvp_kube_request(k, "GET", path, NULL, &cm, err, sizeof(err));
 	if (st == 200 && !cm)
 		snprintf(err, sizeof(err), "the answer is not an object");
 	if ((st != 200 && st != 404) || (st == 200 && !cm)) {
-		log_info("reading ConfigMap %s/%s: %s", a->capacity_ns, a->node,
-			 st < 0 || st == 200 ? err : kube_status_message(cm));
+		fvp_log_info("reading ConfigMap %s/%s: %s", a->capacity_ns, a->node,
+			 st < 0 || st == 200 ? err : fvp_kube_status_message(cm));
 		json_object_put(cm);
 		json_object_put(data);
 		return -EIO;
@@ -417,26 +417,26 @@ static int publish(struct fvp_agent *a, struct kube *k, json_object *data)
 			json_object_put(data);
 			return -ENOMEM;
 		}
-		jset(cm, "apiVersion", "v1");
-		jset(cm, "kind", "ConfigMap");
-		jset(m, "name", a->node);
-		jset(m, "namespace", a->capacity_ns);
-		jset(labels, "app.kubernetes.io/part-of", "flexvol");
-		jset(labels, "app.kubernetes.io/component", "loop-capacity");
+		fvp_jset(cm, "apiVersion", "v1");
+		fvp_jset(cm, "kind", "ConfigMap");
+		fvp_jset(m, "name", a->node);
+		fvp_jset(m, "namespace", a->capacity_ns);
+		fvp_jset(labels, "app.kubernetes.io/part-of", "flexvol");
+		fvp_jset(labels, "app.kubernetes.io/component", "loop-capacity");
 		json_object_object_add(m, "labels", labels);
 		json_object_object_add(cm, "metadata", m);
 	}
 	json_object_object_add(cm, "data", data);
 	if (st == 404) {
 		fvp_api_path(path, sizeof(path), FVP_API_CONFIGMAP, a->capacity_ns, NULL, NULL);
-		st = kube_request(k, "POST", path, cm, &reply, err, sizeof(err));
+		st = fvp_kube_request(k, "POST", path, cm, &reply, err, sizeof(err));
 	} else {
 		/* a whole replacement: images gone since the last report drop out */
-		st = kube_request(k, "PUT", path, cm, &reply, err, sizeof(err));
+		st = fvp_kube_request(k, "PUT", path, cm, &reply, err, sizeof(err));
 	}
 	if (st != 200 && st != 201)
-		log_info("publishing ConfigMap %s/%s: %s", a->capacity_ns, a->node,
-			 st < 0 ? err : kube_status_message(reply));
+		fvp_log_info("publishing ConfigMap %s/%s: %s", a->capacity_ns, a->node,
+			 st < 0 ? err : fvp_kube_status_message(reply));
 	json_object_put(reply);
 	json_object_put(cm);
 	return st == 200 || st == 201 ? 0 : -EIO;
@@ -447,7 +447,7 @@ static int publish(struct fvp_agent *a, struct kube *k, json_object *data)
  * by less than 1%, and is that younger than REPUBLISH_S?  Then the write is
  * skipped: one ConfigMap update per node every few seconds would be a steady
  * load on etcd for nothing.  The reader does not believe a report older than
- * LOOP_REPORT_MAX_AGE, so it is refreshed well before that.
+ * FVP_LOOP_REPORT_MAX_AGE, so it is refreshed well before that.
  */
 #define REPUBLISH_S 60
 
@@ -457,7 +457,7 @@ static time_t last_t;
 
 static bool unchanged(json_object *data)
 {
-	unsigned long long f = strtoull(jstr(data, "free") ?: "0", NULL, 10);
+	unsigned long long f = strtoull(fvp_jstr(data, "free") ?: "0", NULL, 10);
 	uint64_t sig = 0;
 	bool same;
 
@@ -481,14 +481,14 @@ static bool unchanged(json_object *data)
 	return same;
 }
 
-int fvp_agent_pass(struct fvp_agent *a, struct kube *k)
+int fvp_agent_pass(struct fvp_agent *a, struct fvp_kube *k)
 {
 	_cleanup_close_ int rootfd = open(a->loop_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	json_object *data;
 	int r, w;
 
 	if (rootfd < 0) {
-		log_info("loop root %s: %s", a->loop_root, strerror(errno));
+		fvp_log_info("loop root %s: %s", a->loop_root, strerror(errno));
 		return NEG_ERRNO();
 	}
 	r = pvs_pass(a, k, rootfd);
@@ -505,15 +505,15 @@ int fvp_agent_pass(struct fvp_agent *a, struct kube *k)
 	return w ?: r;
 }
 
-int fvp_agent_run(struct fvp_agent *a, struct kube *k, volatile int *stopping)
+int fvp_agent_run(struct fvp_agent *a, struct fvp_kube *k, volatile int *stopping)
 {
-	log_info("node agent on %s: loop root %s, report in ConfigMap %s/%s every %u s", a->node,
+	fvp_log_info("node agent on %s: loop root %s, report in ConfigMap %s/%s every %u s", a->node,
 		 a->loop_root, a->capacity_ns, a->node, a->interval_s);
 	while (!*stopping) {
 		(void)fvp_agent_pass(a, k);
 		for (unsigned int i = 0; i < a->interval_s * 10 && !*stopping; i++)
 			usleep(100000);
 	}
-	log_info("node agent stopping");
+	fvp_log_info("node agent stopping");
 	return 0;
 }

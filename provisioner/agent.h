@@ -16,14 +16,14 @@
  *
  * Polling, not watching: a pass is one list of a handful of PVs and one
  * directory read; the report must be refreshed anyway (the controller does
- * not believe one older than LOOP_REPORT_MAX_AGE).
+ * not believe one older than FVP_LOOP_REPORT_MAX_AGE).
  */
 #ifndef FVP_AGENT_H
 #define FVP_AGENT_H
 
 #include "events.h"
 
-struct kube;
+struct fvp_kube;
 
 struct fvp_agent {
 	const char *node;	 /* this node's name */
@@ -34,9 +34,9 @@ struct fvp_agent {
 };
 
 /* One pass.  Returns 0, or <0 when the API or the loop root failed (logged). */
-int fvp_agent_pass(struct fvp_agent *a, struct kube *k);
+int fvp_agent_pass(struct fvp_agent *a, struct fvp_kube *k);
 
 /* Passes every interval_s until *stopping. */
-int fvp_agent_run(struct fvp_agent *a, struct kube *k, volatile int *stopping);
+int fvp_agent_run(struct fvp_agent *a, struct fvp_kube *k, volatile int *stopping);
 
 #endif

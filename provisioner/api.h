@@ -20,13 +20,13 @@
 
 /*
  * A request path: the longest is a namespaced object's subresource, two
- * names of at most 253 bytes (safe_name()) and fewer than 100 fixed bytes.
+ * names of at most 253 bytes (fvp_safe_name()) and fewer than 100 fixed bytes.
  */
 #define FVP_API_PATH_MAX 600
 
 /* A quantity we write, "<bytes / 2^20>Mi": at most 20 digits and the suffix. */
 #define FVP_QUANTITY_MAX 32
-/* A time as rfc3339() writes it, "2026-01-02T03:04:05Z". */
+/* A time as fvp_rfc3339() writes it, "2026-01-02T03:04:05Z". */
 #define FVP_TIME_MAX 32
 
 /* The kinds of object the provisioner reads or writes. */
@@ -43,7 +43,7 @@ enum fvp_api_kind {
 /*
  * fvp_api_path() - the path of object @name of @kind in namespace @ns (NULL
  * for a cluster-wide kind), or of the collection when @name is NULL, with
- * "/@sub" appended when @sub is not NULL ("status").  Names that safe_name()
+ * "/@sub" appended when @sub is not NULL ("status").  Names that fvp_safe_name()
  * accepts always fit in FVP_API_PATH_MAX; a longer one is cut as snprintf()
  * cuts.
  * Returns: @buf.

@@ -44,7 +44,7 @@ void fvp_node_label(const char *node, char *buf, size_t len)
 
 	/* a label value: at most 63 of [a-z0-9.-], alphanumeric at both ends; a node name
 	 * (a DNS subdomain) is one when short enough, a hash stands in for a longer one */
-	if (n <= 63 && safe_name(node))
+	if (n <= 63 && fvp_safe_name(node))
 		snprintf(buf, len, "%s", node);
 	else
 		snprintf(buf, len, "h-%016llx", (unsigned long long)fv_hash64(node));
@@ -54,7 +54,7 @@ bool fvp_loop_image_name(const char *name)
 {
 	size_t n = name ? strlen(name) : 0;
 
-	if (n < 9 || n >= LOOP_IMAGE_MAX || strncmp(name, "pvc-", 4) || strcmp(name + n - 4, ".img"))
+	if (n < 9 || n >= FVP_LOOP_IMAGE_MAX || strncmp(name, "pvc-", 4) || strcmp(name + n - 4, ".img"))
 		return false;
 	for (size_t i = 4; i < n - 4; i++)
 		if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
@@ -78,17 +78,17 @@ static int parse_bool(const char *s, bool *ret)
 
 static int loop_class_parse(json_object *sc, struct loop_class *c, char *err, size_t errlen)
 {
-	json_object *params = jobj(sc, "parameters"), *mo = jget(sc, "mountOptions");
-	const char *mode = jstr(sc, "volumeBindingMode"), *fstype = NULL;
+	json_object *params = fvp_jobj(sc, "parameters"), *mo = fvp_jget(sc, "mountOptions");
+	const char *mode = fvp_jstr(sc, "volumeBindingMode"), *fstype = NULL;
 
 	memset(c, 0, sizeof(*c));
-	c->name = jstr2(sc, "metadata", "name");
+	c->name = fvp_jstr2(sc, "metadata", "name");
 	if (!mode || !streq(mode, "WaitForFirstConsumer"))
-		return prov_fail(err, errlen, -EINVAL,
+		return fvp_fail(err, errlen, -EINVAL,
 				 "volumeBindingMode must be WaitForFirstConsumer: a loop volume lives "
 				 "on one node, which the scheduler picks first");
 	if (mo && json_object_is_type(mo, json_type_array) && json_object_array_length(mo))
-		return prov_fail(err, errlen, -EINVAL,
+		return fvp_fail(err, errlen, -EINVAL,
 				 "mountOptions are not supported: kubelet refuses mount options on "
 				 "FlexVolume PVs");
 	/* no map at all: every default (the API server drops an empty one) */
@@ -100,24 +100,24 @@ static int loop_class_parse(json_object *sc, struct loop_class *c, char *err, si
 
 			if (streq(key, "fsType") || streq(key, CSI_FSTYPE)) {
 				if (!streq(v, "ext4") && !streq(v, "xfs"))
-					return prov_fail(err, errlen, -EINVAL,
+					return fvp_fail(err, errlen, -EINVAL,
 							 "parameter %s must be ext4 or xfs: '%s'", key, v);
 				/* as the CSI external-provisioner: one key or the other */
 				if (fstype)
-					return prov_fail(err, errlen, -EINVAL,
+					return fvp_fail(err, errlen, -EINVAL,
 							 "parameters fsType and %s both given: use one",
 							 CSI_FSTYPE);
 				fstype = v;
 			} else if (streq(key, "preallocate")) {
 				if (parse_bool(v, &c->preallocate) < 0)
-					return prov_fail(err, errlen, -EINVAL,
+					return fvp_fail(err, errlen, -EINVAL,
 							 "parameter preallocate must be true or false: '%s'", v);
 			} else if (streq(key, "overcommit")) {
 				if (parse_bool(v, &c->overcommit) < 0)
-					return prov_fail(err, errlen, -EINVAL,
+					return fvp_fail(err, errlen, -EINVAL,
 							 "parameter overcommit must be true or false: '%s'", v);
 			} else {
-				return prov_fail(err, errlen, -EINVAL,
+				return fvp_fail(err, errlen, -EINVAL,
 						 "unknown parameter '%s' (flexvol/loop knows fsType, "
 						 "preallocate, overcommit)", key);
 			}
@@ -143,13 +143,13 @@ static int get(const struct fvp_site *s, const char *path, json_object **ret, ch
 	int st;
 
 	*ret = NULL;
-	st = kube_request(s->k, "GET", path, NULL, ret, e, sizeof(e));
+	st = fvp_kube_request(s->k, "GET", path, NULL, ret, e, sizeof(e));
 	if (st == 200 && *ret)
 		return 0;
 	if (st < 0)
-		return prov_fail(err, errlen, -EIO, "GET %s: %s", path, e);
-	st = st == 404 ? 1 : prov_fail(err, errlen, -EIO, "GET %s: HTTP %d %s", path, st,
-					   kube_status_message(*ret));
+		return fvp_fail(err, errlen, -EIO, "GET %s: %s", path, e);
+	st = st == 404 ? 1 : fvp_fail(err, errlen, -EIO, "GET %s: HTTP %d %s", path, st,
+					   fvp_kube_status_message(*ret));
 	json_object_put(*ret);
 	*ret = NULL;
 	return st;
@@ -158,23 +158,23 @@ static int get(const struct fvp_site *s, const char *path, json_object **ret, ch
 /* Does @node match one term of the class's allowedTopologies (or has it none)? */
 static bool in_topology(json_object *sc, json_object *node)
 {
-	json_object *terms = jget(sc, "allowedTopologies"),
-		    *labels = jget(jget(node, "metadata"), "labels");
+	json_object *terms = fvp_jget(sc, "allowedTopologies"),
+		    *labels = fvp_jget(fvp_jget(node, "metadata"), "labels");
 
 	if (!terms || !json_object_is_type(terms, json_type_array) ||
 	    !json_object_array_length(terms))
 		return true;
 	for (size_t i = 0; i < json_object_array_length(terms); i++) {
-		json_object *exprs = jget(json_object_array_get_idx(terms, i), "matchLabelExpressions");
+		json_object *exprs = fvp_jget(json_object_array_get_idx(terms, i), "matchLabelExpressions");
 		bool all = true;
 
 		for (size_t j = 0; exprs && json_object_is_type(exprs, json_type_array) &&
 				   j < json_object_array_length(exprs);
 		     j++) {
 			json_object *e = json_object_array_get_idx(exprs, j);
-			const char *key = jstr(e, "key"), *have = key ? jstr(labels, key) : NULL;
+			const char *key = fvp_jstr(e, "key"), *have = key ? fvp_jstr(labels, key) : NULL;
 
-			if (!have || !jarray_has(jget(e, "values"), have))
+			if (!have || !fvp_jarray_has(fvp_jget(e, "values"), have))
 				all = false;
 		}
 		if (all)
@@ -186,11 +186,11 @@ static bool in_topology(json_object *sc, json_object *node)
 /*
  * What is wrong with node @node's space report @data, in words for an event,
  * or NULL with the free bytes in *@free_b: "free" a byte count, "time"
- * seconds since the epoch within LOOP_REPORT_MAX_AGE of now either way.
+ * seconds since the epoch within FVP_LOOP_REPORT_MAX_AGE of now either way.
  */
 static const char *report_problem(json_object *data, uint64_t *free_b, char *buf, size_t len)
 {
-	const char *f = jstr(data, "free"), *t = jstr(data, "time");
+	const char *f = fvp_jstr(data, "free"), *t = fvp_jstr(data, "time");
 	uint64_t when, now = (uint64_t)time(NULL);
 
 	if (!data)
@@ -204,12 +204,12 @@ static const char *report_problem(json_object *data, uint64_t *free_b, char *buf
 			 t ?: "");
 		return buf;
 	}
-	if (when > now && when - now > LOOP_REPORT_MAX_AGE) {
+	if (when > now && when - now > FVP_LOOP_REPORT_MAX_AGE) {
 		snprintf(buf, len, "from the future (its time %.40s is %llu s ahead: is that node's "
 			 "clock right?)", t, (unsigned long long)(when - now));
 		return buf;
 	}
-	if (when < now && now - when > LOOP_REPORT_MAX_AGE) {
+	if (when < now && now - when > FVP_LOOP_REPORT_MAX_AGE) {
 		snprintf(buf, len, "stale (written %llu s ago)", (unsigned long long)(now - when));
 		return buf;
 	}
@@ -237,14 +237,14 @@ static int check_room(const struct fvp_site *s, const struct loop_class *c, cons
 	if (r < 0)
 		return r;
 	if (r == 1)
-		return prov_fail(err, errlen, -ENOSPC,
+		return fvp_fail(err, errlen, -ENOSPC,
 				 "node %s has not reported its loop root's space (ConfigMap %s/%s "
 				 "missing: is the flexvol node agent running there?)",
 				 node, s->capacity_ns, node);
-	data = jobj(cm, "data");
+	data = fvp_jobj(cm, "data");
 	problem = report_problem(data, &free_b, why, sizeof(why));
 	if (problem) {
-		r = prov_fail(err, errlen, -ENOSPC,
+		r = fvp_fail(err, errlen, -ENOSPC,
 			      "node %s's space report is %s (ConfigMap %s/%s): is the flexvol node "
 			      "agent running there?",
 			      node, problem, s->capacity_ns, node);
@@ -253,26 +253,26 @@ static int check_room(const struct fvp_site *s, const struct loop_class *c, cons
 	}
 	if (!c->overcommit) {
 		fvp_node_label(node, label, sizeof(label));
-		fvp_api_select(path, sizeof(path), FVP_API_PV, LOOP_LABEL_NODE, label);
+		fvp_api_select(path, sizeof(path), FVP_API_PV, FVP_LOOP_LABEL_NODE, label);
 		r = get(s, path, &list, err, errlen);
 		if (r != 0) {
 			json_object_put(cm);
-			return r < 0 ? r : prov_fail(err, errlen, -EIO, "cannot list PVs");
+			return r < 0 ? r : fvp_fail(err, errlen, -EIO, "cannot list PVs");
 		}
-		items = jget(list, "items");
+		items = fvp_jget(list, "items");
 		for (size_t i = 0; items && json_object_is_type(items, json_type_array) &&
 				   i < json_object_array_length(items);
 		     i++) {
 			json_object *pv = json_object_array_get_idx(items, i);
-			json_object *opts = jget(jget(jget(pv, "spec"), "flexVolume"), "options");
-			const char *name = jstr2(pv, "metadata", "name"), *img = jstr(opts, "file"),
-				   *rec = img ? jstr(data, img) : NULL;
+			json_object *opts = fvp_jget(fvp_jget(fvp_jget(pv, "spec"), "flexVolume"), "options");
+			const char *name = fvp_jstr2(pv, "metadata", "name"), *img = fvp_jstr(opts, "file"),
+				   *rec = img ? fvp_jstr(data, img) : NULL;
 			uint64_t cap;
 
 			if (!name || streq(name, pv_name) ||
-			    !streq(jstr(jget(jget(pv, "metadata"), "annotations"),
-					"pv.kubernetes.io/provisioned-by") ?: "", LOOP_PROVISIONER) ||
-			    jquantity(jget(jget(pv, "spec"), "capacity"), "storage", &cap) < 0)
+			    !streq(fvp_jstr(fvp_jget(fvp_jget(pv, "metadata"), "annotations"),
+					"pv.kubernetes.io/provisioned-by") ?: "", FVP_LOOP_PROVISIONER) ||
+			    fvp_jquantity(fvp_jget(fvp_jget(pv, "spec"), "capacity"), "storage", &cap) < 0)
 				continue;
 			allocated = rec && sscanf(rec, "%llu %llu", &a, &b) == 2 ? b : 0;
 			/* saturating: many huge PVs (hand-made ones too) must not wrap to room */
@@ -284,7 +284,7 @@ static int check_room(const struct fvp_site *s, const struct loop_class *c, cons
 	json_object_put(list);
 	json_object_put(cm);
 	if (size > free_b || promised > free_b - size)
-		return prov_fail(err, errlen, -ENOSPC,
+		return fvp_fail(err, errlen, -ENOSPC,
 				 "node %s has no room for %llu MiB: %llu MiB free in its loop root, "
 				 "%llu MiB of it promised to other volumes%s",
 				 node, (unsigned long long)(size / MiB),
@@ -311,8 +311,8 @@ static json_object *node_affinity(const char *hostname)
 		json_object_put(vals);
 		return NULL;
 	}
-	jset(e, "key", "kubernetes.io/hostname");
-	jset(e, "operator", "In");
+	fvp_jset(e, "key", "kubernetes.io/hostname");
+	fvp_jset(e, "operator", "In");
 	json_object_array_add(vals, json_object_new_string(hostname));
 	json_object_object_add(e, "values", vals);
 	json_object_array_add(exprs, e);
@@ -326,10 +326,10 @@ static json_object *node_affinity(const char *hostname)
 static int loop_prepare(const struct fvp_site *s, json_object *sc, json_object *pvc,
 			const char *pv_name, struct fvp_volume *vol, char *err, size_t errlen)
 {
-	json_object *meta = jget(pvc, "metadata"), *node = NULL, *opts;
-	const char *nodename = jstr(jget(meta, "annotations"), "volume.kubernetes.io/selected-node"),
-		   *uid = jstr(meta, "uid"), *host,
-		   *req = jstr(jget(jget(jget(pvc, "spec"), "resources"), "requests"), "storage");
+	json_object *meta = fvp_jget(pvc, "metadata"), *node = NULL, *opts;
+	const char *nodename = fvp_jstr(fvp_jget(meta, "annotations"), "volume.kubernetes.io/selected-node"),
+		   *uid = fvp_jstr(meta, "uid"), *host,
+		   *req = fvp_jstr(fvp_jget(fvp_jget(fvp_jget(pvc, "spec"), "resources"), "requests"), "storage");
 	char path[FVP_API_PATH_MAX], label[80], num[32], msg[FVP_ERR_MAX];
 	struct loop_class c;
 	uint64_t size;
@@ -338,22 +338,22 @@ static int loop_prepare(const struct fvp_site *s, json_object *sc, json_object *
 	memset(vol, 0, sizeof(*vol));
 	r = loop_class_parse(sc, &c, msg, sizeof(msg));
 	if (r < 0)
-		return prov_fail(err, errlen, r, "StorageClass '%s': %s", c.name, msg);
+		return fvp_fail(err, errlen, r, "StorageClass '%s': %s", c.name, msg);
 	if (!nodename || !*nodename)
-		return prov_fail(err, errlen, -EINVAL, "the claim has no selected node");
-	if (!safe_name(nodename))
-		return prov_fail(err, errlen, -EINVAL,
+		return fvp_fail(err, errlen, -EINVAL, "the claim has no selected node");
+	if (!fvp_safe_name(nodename))
+		return fvp_fail(err, errlen, -EINVAL,
 				 "the selected node '%.253s' is not a node name (a DNS subdomain): "
 				 "annotation %s", nodename, "volume.kubernetes.io/selected-node");
-	if (!uid || !safe_name(uid) || strlen(uid) > 64)
-		return prov_fail(err, errlen, -EINVAL, "the claim has no usable uid");
+	if (!uid || !fvp_safe_name(uid) || strlen(uid) > 64)
+		return fvp_fail(err, errlen, -EINVAL, "the claim has no usable uid");
 	r = fvp_quantity(req, &size);
 	if (r == -ERANGE || (r == 0 && size > FVP_SIZE_MAX))
-		return prov_fail(err, errlen, -EINVAL,
+		return fvp_fail(err, errlen, -EINVAL,
 				 "the claim's storage request %s is too large: a loop image holds at "
 				 "most %llu MiB", req, (unsigned long long)(FVP_SIZE_MAX / MiB));
 	if (r < 0 || !size)
-		return prov_fail(err, errlen, -EINVAL,
+		return fvp_fail(err, errlen, -EINVAL,
 				 "the claim's storage request '%.64s' is not a size (a quantity such as "
 				 "10Gi)", req ?: "");
 	/* the loop driver wants whole sectors and at least 1Mi: whole MiB, rounded up */
@@ -363,15 +363,15 @@ static int loop_prepare(const struct fvp_site *s, json_object *sc, json_object *
 	if (r < 0)
 		return r;
 	if (r == 1)
-		return prov_fail(err, errlen, -ENOSPC, "the selected node %s does not exist",
+		return fvp_fail(err, errlen, -ENOSPC, "the selected node %s does not exist",
 				 nodename);
 	if (!in_topology(sc, node)) {
 		json_object_put(node);
-		return prov_fail(err, errlen, -ENOSPC,
+		return fvp_fail(err, errlen, -ENOSPC,
 				 "node %s is not in StorageClass '%s' allowedTopologies", nodename,
 				 c.name);
 	}
-	host = jstr(jget(jget(node, "metadata"), "labels"), "kubernetes.io/hostname");
+	host = fvp_jstr(fvp_jget(fvp_jget(node, "metadata"), "labels"), "kubernetes.io/hostname");
 	vol->node_affinity = node_affinity(host ? host : nodename);
 	json_object_put(node);
 	r = check_room(s, &c, nodename, pv_name, size, err, errlen);
@@ -389,15 +389,15 @@ static int loop_prepare(const struct fvp_site *s, json_object *sc, json_object *
 	}
 	snprintf(vol->asset, sizeof(vol->asset), "pvc-%s.img", uid);
 	snprintf(num, sizeof(num), "%llu", (unsigned long long)size);
-	jset(opts, "file", vol->asset);
-	jset(opts, "size", num);
+	fvp_jset(opts, "file", vol->asset);
+	fvp_jset(opts, "size", num);
 	if (c.preallocate)
-		jset(opts, "preallocate", "true");
-	jset(vol->flex_volume, "driver", LOOP_DRIVER);
-	jset(vol->flex_volume, "fsType", c.fstype);
+		fvp_jset(opts, "preallocate", "true");
+	fvp_jset(vol->flex_volume, "driver", FVP_LOOP_DRIVER);
+	fvp_jset(vol->flex_volume, "fsType", c.fstype);
 	json_object_object_add(vol->flex_volume, "options", opts);
 	fvp_node_label(nodename, label, sizeof(label));
-	jset(vol->labels, LOOP_LABEL_NODE, label);
+	fvp_jset(vol->labels, FVP_LOOP_LABEL_NODE, label);
 	snprintf(vol->capacity, sizeof(vol->capacity), "%lluMi", (unsigned long long)(size / MiB));
 	vol->on_delete = "delete";
 	snprintf(vol->where, sizeof(vol->where), "image %s of %s on node %s (%s)", vol->asset,
@@ -419,7 +419,7 @@ static int loop_cleanup(const struct fvp_site *s, json_object *sc, json_object *
 {
 	(void)s, (void)sc, (void)pvc, (void)pv_name;
 	/* no PV, so no node agent made an image for it: nothing to remove */
-	return prov_fail(err, errlen, 0, "no image is made before its PV exists");
+	return fvp_fail(err, errlen, 0, "no image is made before its PV exists");
 }
 
 static int loop_reclaim(const struct fvp_site *s, json_object *pv, const char *on_delete,
@@ -427,11 +427,11 @@ static int loop_reclaim(const struct fvp_site *s, json_object *pv, const char *o
 {
 	/* node_local: the controller leaves reclaim to the node agent (agent.c) */
 	(void)s, (void)pv, (void)on_delete, (void)done, (void)donelen;
-	return prov_fail(err, errlen, 1, "the node agent removes flexvol/loop images");
+	return fvp_fail(err, errlen, 1, "the node agent removes flexvol/loop images");
 }
 
 const struct fvp_backend fvp_backend_loop = {
-	.name = LOOP_PROVISIONER,
+	.name = FVP_LOOP_PROVISIONER,
 	.can_expand = true,
 	.node_local = true,
 	.class_check = loop_class_check,

@@ -49,7 +49,7 @@ static int nfs_class_check(const struct fvp_site *s, json_object *sc, char *err,
 	if (r < 0)
 		return r;
 	if (!our_share(s, c.server, c.share))
-		return prov_fail(err, errlen, 1, "class %s names %s:%s, this instance serves %s",
+		return fvp_fail(err, errlen, 1, "class %s names %s:%s, this instance serves %s",
 				 c.name, c.server, c.share, s->share);
 	return 0;
 }
@@ -72,13 +72,13 @@ static int nfs_prepare(const struct fvp_site *s, json_object *sc, json_object *p
 	if (r == 0)
 		r = fvp_pv_options(&c, vol->asset, &options, msg, sizeof(msg));
 	if (r < 0)
-		return prov_fail(err, errlen, r, "StorageClass '%s': %s", c.name, msg);
+		return fvp_fail(err, errlen, r, "StorageClass '%s': %s", c.name, msg);
 	vol->flex_volume = json_object_new_object();
 	if (!vol->flex_volume) {
 		json_object_put(options);
 		return -ENOMEM;
 	}
-	jset(vol->flex_volume, "driver", FVP_PROVISIONER);
+	fvp_jset(vol->flex_volume, "driver", FVP_PROVISIONER);
 	if (c.read_only)
 		json_object_object_add(vol->flex_volume, "readOnly", json_object_new_boolean(1));
 	json_object_object_add(vol->flex_volume, "options", options);
@@ -94,44 +94,44 @@ static int dir_fail(char *err, size_t errlen, int r, const char *what, const cha
 	switch (r) {
 	case -FVP_E_UNOWNED:
 		if (making)
-			return prov_fail(err, errlen, r,
+			return fvp_fail(err, errlen, r,
 					 "%s '%s': it exists already and has no owner record, so it "
 					 "may be someone else's; not reused (remove it, or set the "
 					 "class parameter adoptExisting: \"true\" to adopt such "
 					 "directories)", what, sub);
-		return prov_fail(err, errlen, r,
+		return fvp_fail(err, errlen, r,
 				 "%s '%s': it has no owner record, so this provisioner did not make "
 				 "it for this volume; not touched (PVs made before owner records: "
 				 "--record-owners)", what, sub);
 	case -FVP_E_OWNED:
-		return prov_fail(err, errlen, r, "%s '%s': it is owned by claim %s (PV %s), not this one",
+		return fvp_fail(err, errlen, r, "%s '%s': it is owned by claim %s (PV %s), not this one",
 				 what, sub, other->claim, other->pv[0] ? other->pv : "?");
 	case -FVP_E_NESTED:
-		return prov_fail(err, errlen, r,
+		return fvp_fail(err, errlen, r,
 				 "%s '%s': it would be inside the directory of another volume, '%s'",
 				 what, sub, inside && *inside ? inside : "?");
 	case -FVP_E_HOLDS:
-		return prov_fail(err, errlen, r, "%s '%s': it holds the directories of other "
+		return fvp_fail(err, errlen, r, "%s '%s': it holds the directories of other "
 				 "volumes; not adopted", what, sub);
 	case -EBADMSG:
-		return prov_fail(err, errlen, r, "%s '%s': its owner record is not one of ours; not "
+		return fvp_fail(err, errlen, r, "%s '%s': its owner record is not one of ours; not "
 				 "touched", what, sub);
 	case -ENOTDIR:
 	case -ELOOP:
-		return prov_fail(err, errlen, r, "%s '%s': a symlink or a file is in the way "
+		return fvp_fail(err, errlen, r, "%s '%s': a symlink or a file is in the way "
 				 "(symlinks are never followed)", what, sub);
 	case -EXDEV:
-		return prov_fail(err, errlen, r, "%s '%s': another mount is in the way", what, sub);
+		return fvp_fail(err, errlen, r, "%s '%s': another mount is in the way", what, sub);
 	default:
-		return prov_fail(err, errlen, r, "%s '%s': %s", what, sub, strerror(-r));
+		return fvp_fail(err, errlen, r, "%s '%s': %s", what, sub, strerror(-r));
 	}
 }
 
 static int nfs_create(const struct fvp_site *s, json_object *sc, json_object *pvc,
 		      const struct fvp_volume *vol, enum fvp_made *made, char *err, size_t errlen)
 {
-	const char *ns = jstr2(pvc, "metadata", "namespace"), *name = jstr2(pvc, "metadata", "name"),
-		   *uid = jstr2(pvc, "metadata", "uid");
+	const char *ns = fvp_jstr2(pvc, "metadata", "namespace"), *name = fvp_jstr2(pvc, "metadata", "name"),
+		   *uid = fvp_jstr2(pvc, "metadata", "uid");
 	struct fvp_owner other;
 	struct fvp_class c;
 	enum fvp_dir_made m = FVP_DIR_NEW;
@@ -148,14 +148,14 @@ static int nfs_create(const struct fvp_site *s, json_object *sc, json_object *pv
 	if (r < 0)
 		return dir_fail(err, errlen, r, "cannot create directory", vol->asset, true, &other,
 				inside);
-	log_info("claim %s/%s: directory %s %s (mode %04o%s)", ns, name, vol->asset,
+	fvp_log_info("claim %s/%s: directory %s %s (mode %04o%s)", ns, name, vol->asset,
 		 m == FVP_DIR_NEW ? "created" : m == FVP_DIR_OURS ? "made before for this claim, kept" :
 		 "adopted", (unsigned int)(m == FVP_DIR_ADOPTED ? 0 : c.mode),
 		 m == FVP_DIR_ADOPTED ? ", as it was" : c.has_uid || c.has_gid ? ", owner set" : "");
 	*made = m == FVP_DIR_NEW ? FVP_MADE_NEW : m == FVP_DIR_OURS ? FVP_MADE_BEFORE :
 		FVP_MADE_ADOPTED;
 	if (m == FVP_DIR_ADOPTED)
-		prov_fail(err, errlen, 0, "directory '%s' existed without an owner record and was "
+		fvp_fail(err, errlen, 0, "directory '%s' existed without an owner record and was "
 			  "adopted (class parameter adoptExisting); its mode and owner are as they were",
 			  vol->asset);
 	return 0;
@@ -164,7 +164,7 @@ static int nfs_create(const struct fvp_site *s, json_object *sc, json_object *pv
 static int nfs_cleanup(const struct fvp_site *s, json_object *sc, json_object *pvc,
 		       const char *pv_name, char *err, size_t errlen)
 {
-	const char *uid = jstr2(pvc, "metadata", "uid");
+	const char *uid = fvp_jstr2(pvc, "metadata", "uid");
 	char sub[FVP_PATH_MAX + 1];
 	struct fvp_owner other;
 	struct fvp_class c;
@@ -173,45 +173,45 @@ static int nfs_cleanup(const struct fvp_site *s, json_object *sc, json_object *p
 	if (fvp_class_parse(sc, &c, err, errlen) < 0)
 		return 1;
 	if (!our_share(s, c.server, c.share))
-		return prov_fail(err, errlen, 1, "class %s is not on this instance's share", c.name);
+		return fvp_fail(err, errlen, 1, "class %s is not on this instance's share", c.name);
 	if (fvp_path_expand(c.path_pattern, pvc, pv_name, sub, sizeof(sub), err, errlen) < 0)
 		return 1;
 	r = fvp_dir_remove_empty(s->rootfd, sub, uid ? uid : "", &other);
 	if (r == -ENOTEMPTY)
-		return prov_fail(err, errlen, 1, "directory %s is not empty: kept", sub);
+		return fvp_fail(err, errlen, 1, "directory %s is not empty: kept", sub);
 	if (r == -FVP_E_UNOWNED || r == -FVP_E_OWNED || r == -EBADMSG) {
 		dir_fail(err, errlen, r, "directory", sub, false, &other, NULL);
 		return 1;
 	}
 	if (r < 0)
-		return prov_fail(err, errlen, r, "directory %s not removed: %s", sub, strerror(-r));
-	return prov_fail(err, errlen, 0, "directory %s removed (if it was there and empty)", sub);
+		return fvp_fail(err, errlen, r, "directory %s not removed: %s", sub, strerror(-r));
+	return fvp_fail(err, errlen, 0, "directory %s removed (if it was there and empty)", sub);
 }
 
 static int nfs_reclaim(const struct fvp_site *s, json_object *pv, const char *on_delete,
 		       char *done, size_t donelen, char *err, size_t errlen)
 {
-	json_object *spec = jget(pv, "spec"), *fx = jget(spec, "flexVolume"),
-		    *opts = jget(fx, "options");
-	const char *sub = jstr(opts, "subPath"), *claim = jstr2(spec, "claimRef", "uid");
+	json_object *spec = fvp_jget(pv, "spec"), *fx = fvp_jget(spec, "flexVolume"),
+		    *opts = fvp_jget(fx, "options");
+	const char *sub = fvp_jstr(opts, "subPath"), *claim = fvp_jstr2(spec, "claimRef", "uid");
 	char archived[FVP_PATH_MAX + 64] = "";
 	enum fvp_on_delete action = FVP_ARCHIVE;
 	struct fvp_owner other;
 	int r;
 
-	if (!jstr(fx, "driver") || !streq(jstr(fx, "driver"), FVP_PROVISIONER))
-		return prov_fail(err, errlen, 1, "not a %s volume", FVP_PROVISIONER);
-	if (!our_share(s, jstr(opts, "server"), jstr(opts, "share")))
-		return prov_fail(err, errlen, 1, "not on this instance's share");
+	if (!fvp_jstr(fx, "driver") || !streq(fvp_jstr(fx, "driver"), FVP_PROVISIONER))
+		return fvp_fail(err, errlen, 1, "not a %s volume", FVP_PROVISIONER);
+	if (!our_share(s, fvp_jstr(opts, "server"), fvp_jstr(opts, "share")))
+		return fvp_fail(err, errlen, 1, "not on this instance's share");
 	if (!fvp_check_subpath(sub))
-		return prov_fail(err, errlen, -EINVAL,
+		return fvp_fail(err, errlen, -EINVAL,
 				 "subPath '%s' is not a directory this provisioner made; not touched",
 				 sub ? sub : "");
 	if (!claim || !*claim)
-		return prov_fail(err, errlen, -EINVAL, "the PV has no claimRef.uid: its owner is "
+		return fvp_fail(err, errlen, -EINVAL, "the PV has no claimRef.uid: its owner is "
 				 "unknown; directory %s not touched", sub);
 	if (on_delete && fvp_on_delete_parse(on_delete, &action) < 0)
-		return prov_fail(err, errlen, -EINVAL,
+		return fvp_fail(err, errlen, -EINVAL,
 				 "onDelete '%s' is not archive, delete or retain; nothing done",
 				 on_delete);
 	switch (action) {
@@ -237,20 +237,20 @@ static int nfs_reclaim(const struct fvp_site *s, json_object *pv, const char *on
 
 static int nfs_record_owner(const struct fvp_site *s, json_object *pv, char *err, size_t errlen)
 {
-	json_object *spec = jget(pv, "spec"), *fx = jget(spec, "flexVolume"),
-		    *opts = jget(fx, "options");
-	const char *sub = jstr(opts, "subPath"), *claim = jstr2(spec, "claimRef", "uid"),
-		   *name = jstr2(pv, "metadata", "name");
+	json_object *spec = fvp_jget(pv, "spec"), *fx = fvp_jget(spec, "flexVolume"),
+		    *opts = fvp_jget(fx, "options");
+	const char *sub = fvp_jstr(opts, "subPath"), *claim = fvp_jstr2(spec, "claimRef", "uid"),
+		   *name = fvp_jstr2(pv, "metadata", "name");
 	struct fvp_owner other;
 	int r;
 
-	if (!jstr(fx, "driver") || !streq(jstr(fx, "driver"), FVP_PROVISIONER) ||
-	    !our_share(s, jstr(opts, "server"), jstr(opts, "share")) || !fvp_check_subpath(sub) ||
+	if (!fvp_jstr(fx, "driver") || !streq(fvp_jstr(fx, "driver"), FVP_PROVISIONER) ||
+	    !our_share(s, fvp_jstr(opts, "server"), fvp_jstr(opts, "share")) || !fvp_check_subpath(sub) ||
 	    !claim || !*claim || !name)
 		return 0;
 	r = fvp_dir_record(s->rootfd, sub, claim, name, &other);
 	if (r == 1)
-		return prov_fail(err, errlen, 1, "owner record written for directory %s (claim %s)",
+		return fvp_fail(err, errlen, 1, "owner record written for directory %s (claim %s)",
 				 sub, claim);
 	if (r == 0 || r == -ENOENT)
 		return 0;

@@ -137,21 +137,21 @@ int fvp_childcall_main(const char *fdstr)
 	}
 	job = json_tokener_parse(text);
 	free(text);
-	which = json_object_get_int(jget(job, "call"));
+	which = json_object_get_int(fvp_jget(job, "call"));
 	for (size_t i = 0; fvp_backends[i]; i++)
-		if (streq(fvp_backends[i]->name, jstr(job, "backend") ?: ""))
+		if (streq(fvp_backends[i]->name, fvp_jstr(job, "backend") ?: ""))
 			j.b = fvp_backends[i];
 	if (!job || !j.b || which < CREATE || which > RECORD_OWNER)
 		return 127;
 	j.call = (enum call)which;
-	s.root = jstr(job, "root");
-	s.share = jstr(job, "share");
-	j.sc = jget(job, "sc");
-	j.obj = jget(job, "obj");
-	j.pv_name = jstr(job, "pv_name");
-	j.on_delete = jstr(job, "on_delete");
-	if (jstr(job, "asset")) {
-		snprintf(vol.asset, sizeof(vol.asset), "%s", jstr(job, "asset"));
+	s.root = fvp_jstr(job, "root");
+	s.share = fvp_jstr(job, "share");
+	j.sc = fvp_jget(job, "sc");
+	j.obj = fvp_jget(job, "obj");
+	j.pv_name = fvp_jstr(job, "pv_name");
+	j.on_delete = fvp_jstr(job, "on_delete");
+	if (fvp_jstr(job, "asset")) {
+		snprintf(vol.asset, sizeof(vol.asset), "%s", fvp_jstr(job, "asset"));
 		j.vol = &vol;
 	}
 	if (s.root) {
@@ -193,17 +193,17 @@ static int run(struct job *j, enum fvp_made *made, char *done, size_t donelen, c
 		goto answer;
 	}
 	if (!self_exe[0])
-		return prov_fail(err, errlen, -ENOENT, "%s: no path to this program to run it by "
+		return fvp_fail(err, errlen, -ENOENT, "%s: no path to this program to run it by "
 				 "(start it by an absolute path, or with /proc mounted)",
 				 names[j->call]);
 	job = job_json(j);
 	if (!job)
-		return prov_fail(err, errlen, -ENOMEM, "%s: out of memory", names[j->call]);
+		return fvp_fail(err, errlen, -ENOMEM, "%s: out of memory", names[j->call]);
 	text = json_object_to_json_string_ext(job, JSON_C_TO_STRING_PLAIN);
 	len = strlen(text);
 	fd = memfd_create("flexvol-childcall", MFD_CLOEXEC);
 	if (fd < 0 || write(fd, text, len) != (ssize_t)len) {
-		r = prov_fail(err, errlen, NEG_ERRNO(), "%s: cannot hand it to its child: %m",
+		r = fvp_fail(err, errlen, NEG_ERRNO(), "%s: cannot hand it to its child: %m",
 			      names[j->call]);
 		json_object_put(job);
 		if (fd >= 0)
@@ -224,16 +224,16 @@ static int run(struct job *j, enum fvp_made *made, char *done, size_t donelen, c
 	close(fd);
 	if (r == -FV_ERR_TIMEOUT) {
 		fvp_metrics_inc(FVP_M_FS_TIMEOUTS);
-		return prov_fail(err, errlen, -ETIMEDOUT,
+		return fvp_fail(err, errlen, -ETIMEDOUT,
 				 "the %s did not finish within %u s (killed; retried later, it "
 				 "continues where it stopped)", names[j->call], j->site->fs_timeout_s);
 	}
 	if (r < 0 && r != -FV_ERR_HELPER)
-		return prov_fail(err, errlen, r, "cannot start the %s: %s", names[j->call],
+		return fvp_fail(err, errlen, r, "cannot start the %s: %s", names[j->call],
 				 strerror(-r));
 	if (!answered)
 		/* the child ran no call: its setup failed (status 127) or it was killed */
-		return prov_fail(err, errlen, -ECHILD, "the %s's child ended with status %d before "
+		return fvp_fail(err, errlen, -ECHILD, "the %s's child ended with status %d before "
 				 "it answered", names[j->call], status);
 	r = o.r;
 answer:

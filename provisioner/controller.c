@@ -39,7 +39,7 @@ double fvp_ctl_now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-const struct fvp_backend *ctl_backend(const char *name)
+const struct fvp_backend *fvp_ctl_backend(const char *name)
 {
 	for (size_t i = 0; name && fvp_backends[i]; i++)
 		if (streq(fvp_backends[i]->name, name) && fvp_backend_enabled(fvp_backends[i]))
@@ -54,7 +54,7 @@ const struct fvp_backend *ctl_backend(const char *name)
  * and names one of our backends, 0 when it is absent or someone else's, <0 on
  * an API error.
  */
-int fvp_ctl_get_class(struct prov *p, const char *name, json_object **ret,
+int fvp_ctl_get_class(struct fvp_prov *p, const char *name, json_object **ret,
 		      const struct fvp_backend **ret_b)
 {
 	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
@@ -63,12 +63,12 @@ int fvp_ctl_get_class(struct prov *p, const char *name, json_object **ret,
 	int st;
 
 	*ret = NULL;
-	if (!safe_name(name))
+	if (!fvp_safe_name(name))
 		return 0;
 	fvp_api_path(path, sizeof(path), FVP_API_CLASS, NULL, name, NULL);
-	st = kube_request(p->k, "GET", path, NULL, &sc, err, sizeof(err));
+	st = fvp_kube_request(p->k, "GET", path, NULL, &sc, err, sizeof(err));
 	if (st < 0) {
-		log_info("cannot read StorageClass %s: %s", name, err);
+		fvp_log_info("cannot read StorageClass %s: %s", name, err);
 		return st;
 	}
 	if (st == 404) {
@@ -76,12 +76,12 @@ int fvp_ctl_get_class(struct prov *p, const char *name, json_object **ret,
 		return 0;
 	}
 	if (st != 200 || !sc) {
-		log_info("cannot read StorageClass %s: HTTP %d %s", name, st,
-			 kube_status_message(sc));
+		fvp_log_info("cannot read StorageClass %s: HTTP %d %s", name, st,
+			 fvp_kube_status_message(sc));
 		json_object_put(sc);
 		return -EIO;
 	}
-	b = ctl_backend(jstr(sc, "provisioner"));
+	b = fvp_ctl_backend(fvp_jstr(sc, "provisioner"));
 	if (!b) {
 		json_object_put(sc);
 		return 0;
@@ -101,22 +101,22 @@ int fvp_ctl_get_class(struct prov *p, const char *name, json_object **ret,
  * the watch and this is tried again.  Returns 0 with the updated object in
  * *ret (may be NULL), 1 when the object is gone, <0.
  */
-int fvp_ctl_update_finalizer(struct prov *p, json_object *obj, const char *fin, bool on,
+int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *fin, bool on,
 			     json_object **ret)
 {
 	json_object *copy = NULL, *meta, *f, *nf, *reply = NULL;
-	const char *ns = jstr2(obj, "metadata", "namespace"), *name = jstr2(obj, "metadata", "name");
+	const char *ns = fvp_jstr2(obj, "metadata", "namespace"), *name = fvp_jstr2(obj, "metadata", "name");
 	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
 
 	if (ret)
 		*ret = NULL;
-	if ((ns && !safe_name(ns)) || !safe_name(name))
+	if ((ns && !fvp_safe_name(ns)) || !fvp_safe_name(name))
 		return -EINVAL;
 	if (json_object_deep_copy(obj, &copy, NULL) < 0 || !copy)
 		return -ENOMEM;
-	meta = jget(copy, "metadata");
-	f = jget(meta, "finalizers");
+	meta = fvp_jget(copy, "metadata");
+	f = fvp_jget(meta, "finalizers");
 	nf = json_object_new_array();
 	if (!nf) {
 		json_object_put(copy);
@@ -135,7 +135,7 @@ int fvp_ctl_update_finalizer(struct prov *p, json_object *obj, const char *fin, 
 		json_object_array_add(nf, json_object_new_string(fin));
 	json_object_object_add(meta, "finalizers", nf);
 	fvp_api_path(path, sizeof(path), ns ? FVP_API_PVC : FVP_API_PV, ns, name, NULL);
-	st = kube_request(p->k, "PUT", path, copy, &reply, err, sizeof(err));
+	st = fvp_kube_request(p->k, "PUT", path, copy, &reply, err, sizeof(err));
 	json_object_put(copy);
 	if (st == 200) {
 		if (ret)
@@ -149,12 +149,12 @@ int fvp_ctl_update_finalizer(struct prov *p, json_object *obj, const char *fin, 
 		return 1;
 	}
 	if (st < 0)
-		log_info("%s %s%s%s: %s finalizer %s: %s", ns ? "claim" : "PV", ns ? ns : "",
+		fvp_log_info("%s %s%s%s: %s finalizer %s: %s", ns ? "claim" : "PV", ns ? ns : "",
 			 ns ? "/" : "", name, on ? "adding the" : "removing the", fin, err);
 	else if (st != 409)
-		log_info("%s %s%s%s: %s finalizer %s: HTTP %d %s", ns ? "claim" : "PV", ns ? ns : "",
+		fvp_log_info("%s %s%s%s: %s finalizer %s: HTTP %d %s", ns ? "claim" : "PV", ns ? ns : "",
 			 ns ? "/" : "", name, on ? "adding the" : "removing the", fin, st,
-			 kube_status_message(reply));
+			 fvp_kube_status_message(reply));
 	json_object_put(reply);
 	return st == 409 ? -EAGAIN : -EIO;
 }
@@ -163,7 +163,7 @@ int fvp_ctl_update_finalizer(struct prov *p, json_object *obj, const char *fin, 
  * PATCH @path with the merge patch @patch (taken).  Returns the HTTP status
  * or <0; logs what failed as @what.
  */
-int fvp_ctl_patch(struct prov *p, const char *path, json_object *patch, const char *what)
+int fvp_ctl_patch(struct fvp_prov *p, const char *path, json_object *patch, const char *what)
 {
 	json_object *reply = NULL;
 	char err[FVP_KUBE_ERR_MAX];
@@ -171,12 +171,12 @@ int fvp_ctl_patch(struct prov *p, const char *path, json_object *patch, const ch
 
 	if (!patch)
 		return -ENOMEM;
-	st = kube_request(p->k, "PATCH", path, patch, &reply, err, sizeof(err));
+	st = fvp_kube_request(p->k, "PATCH", path, patch, &reply, err, sizeof(err));
 	json_object_put(patch);
 	if (st < 0)
-		log_info("%s: %s", what, err);
+		fvp_log_info("%s: %s", what, err);
 	else if (st != 200)
-		log_info("%s: HTTP %d %s", what, st, kube_status_message(reply));
+		fvp_log_info("%s: HTTP %d %s", what, st, fvp_kube_status_message(reply));
 	json_object_put(reply);
 	return st;
 }

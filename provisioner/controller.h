@@ -15,23 +15,23 @@
 #include "backend.h"
 #include "events.h"
 
-#define ANN_PROVISIONED_BY "pv.kubernetes.io/provisioned-by"
-#define ANN_ON_DELETE "flexvol/on-delete"
-#define ANN_SP "volume.kubernetes.io/storage-provisioner"
-#define ANN_SP_BETA "volume.beta.kubernetes.io/storage-provisioner"
-#define ANN_CLASS_BETA "volume.beta.kubernetes.io/storage-class"
-#define ANN_SELECTED_NODE "volume.kubernetes.io/selected-node"
+#define FVP_ANN_PROVISIONED_BY "pv.kubernetes.io/provisioned-by"
+#define FVP_ANN_ON_DELETE "flexvol/on-delete"
+#define FVP_ANN_SP "volume.kubernetes.io/storage-provisioner"
+#define FVP_ANN_SP_BETA "volume.beta.kubernetes.io/storage-provisioner"
+#define FVP_ANN_CLASS_BETA "volume.beta.kubernetes.io/storage-class"
+#define FVP_ANN_SELECTED_NODE "volume.kubernetes.io/selected-node"
 
 /* Our PV's name: "pvc-" and the claim's uid (at most 64 bytes, checked). */
 #define FVP_PV_NAME_MAX 128
 /* A log line's subject: a claim, a PV and a quantity, names of up to 253 bytes. */
 #define FVP_CTL_WHAT_MAX 800
 
-struct kube;
+struct fvp_kube;
 struct fvp_queue;
 
-struct prov {
-	struct kube *k;
+struct fvp_prov {
+	struct fvp_kube *k;
 	struct fvp_site site;
 	bool record_owners;  /* --record-owners: write missing owner records of our PVs */
 	struct fvp_events ev;
@@ -47,17 +47,17 @@ struct prov {
 };
 
 /* The backend serving provisioner @name, or NULL. */
-const struct fvp_backend *ctl_backend(const char *name);
+const struct fvp_backend *fvp_ctl_backend(const char *name);
 
 /*
  * One claim or PV as the API has it now (from a list or a watch event),
  * called by a worker (runner.c).  0: done; <0: try again after the object's
  * backoff; >0: try again after that many seconds.
  */
-int ctl_claim_changed(struct prov *p, json_object *pvc);
-int ctl_claim_deleted(struct prov *p, json_object *pvc);
-int ctl_pv_changed(struct prov *p, json_object *pv);
-int ctl_pv_deleted(struct prov *p, json_object *pv);
+int fvp_ctl_claim_changed(struct fvp_prov *p, json_object *pvc);
+int fvp_ctl_claim_deleted(struct fvp_prov *p, json_object *pvc);
+int fvp_ctl_pv_changed(struct fvp_prov *p, json_object *pv);
+int fvp_ctl_pv_deleted(struct fvp_prov *p, json_object *pv);
 
 /*
  * Shared by the flows (provision.c, resize.c, reclaim.c), in controller.c
@@ -72,7 +72,7 @@ double fvp_ctl_now_s(void);
  * and names one of our backends, 0 when it is absent or someone else's, <0 on
  * an API error.
  */
-int fvp_ctl_get_class(struct prov *p, const char *name, json_object **ret,
+int fvp_ctl_get_class(struct fvp_prov *p, const char *name, json_object **ret,
 		      const struct fvp_backend **ret_b);
 
 /*
@@ -81,24 +81,24 @@ int fvp_ctl_get_class(struct prov *p, const char *name, json_object **ret,
  * object in *ret (may be NULL), 1 when the object is gone, -EAGAIN on a
  * conflict (the newer object comes by the watch), <0.
  */
-int fvp_ctl_update_finalizer(struct prov *p, json_object *obj, const char *fin, bool on,
+int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *fin, bool on,
 			     json_object **ret);
 
 /* PATCH @path with the merge patch @patch (taken): the HTTP status or <0; logs as @what. */
-int fvp_ctl_patch(struct prov *p, const char *path, json_object *patch, const char *what);
+int fvp_ctl_patch(struct fvp_prov *p, const char *path, json_object *patch, const char *what);
 
 /* {"a":{"b":{"c":v}}} with v a string, or null when @v is NULL; NULL when out of memory. */
 json_object *fvp_ctl_nest3(const char *a, const char *b, const char *c, const char *v);
 
-/* A bound claim asking for more than its PV has (resize.c): as ctl_claim_changed(). */
-int fvp_ctl_claim_resize(struct prov *p, json_object *pvc);
+/* A bound claim asking for more than its PV has (resize.c): as fvp_ctl_claim_changed(). */
+int fvp_ctl_claim_resize(struct fvp_prov *p, json_object *pvc);
 
 struct fvp_gauges;
 
 /* The queue's and the lease's gauges for metrics.c (runner.c). */
-void ctl_gauges(void *p, struct fvp_gauges *g);
+void fvp_ctl_gauges(void *p, struct fvp_gauges *g);
 
 /* List, watch and work until *stopping (runner.c). */
-int ctl_run(struct prov *p, volatile int *stopping);
+int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping);
 
 #endif

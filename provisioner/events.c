@@ -19,7 +19,7 @@
 /* One log line: a message and its subject (an event's, or a request's error). */
 #define LOG_LINE_MAX 2048
 
-void log_info(const char *fmt, ...)
+void fvp_log_info(const char *fmt, ...)
 {
 	char stamp[FVP_TIME_MAX], line[LOG_LINE_MAX];
 	time_t now = time(NULL);
@@ -48,7 +48,7 @@ static unsigned long hash_str(const char *a, const char *b)
 /* the cache below is shared by the worker threads */
 static pthread_mutex_t sent_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Was this exact event for this object sent within EVENT_REPEAT_S?  Records it otherwise. */
+/* Was this exact event for this object sent within FVP_EVENT_REPEAT_S?  Records it otherwise. */
 static bool event_repeated(struct fvp_events *ev, const char *uid, const char *reason,
 			   const char *msg)
 {
@@ -58,9 +58,9 @@ static bool event_repeated(struct fvp_events *ev, const char *uid, const char *r
 	bool repeated = false;
 
 	pthread_mutex_lock(&sent_lock);
-	for (size_t i = 0; i < EVENT_CACHE; i++) {
+	for (size_t i = 0; i < FVP_EVENT_CACHE; i++) {
 		if (streq(ev->sent[i].key, uid)) {
-			if (ev->sent[i].hash == h && now - ev->sent[i].when < EVENT_REPEAT_S)
+			if (ev->sent[i].hash == h && now - ev->sent[i].when < FVP_EVENT_REPEAT_S)
 				repeated = true;
 			slot = i;
 			break;
@@ -77,12 +77,12 @@ static bool event_repeated(struct fvp_events *ev, const char *uid, const char *r
 	return repeated;
 }
 
-void event(struct fvp_events *evs, json_object *obj, bool warning, const char *reason,
+void fvp_event(struct fvp_events *evs, json_object *obj, bool warning, const char *reason,
 	   const char *fmt, ...)
 {
-	json_object *meta = jget(obj, "metadata"), *ev, *m, *io, *src, *reply = NULL;
-	const char *ns = jstr(meta, "namespace"), *name = jstr(meta, "name"),
-		   *uid = jstr(meta, "uid");
+	json_object *meta = fvp_jget(obj, "metadata"), *ev, *m, *io, *src, *reply = NULL;
+	const char *ns = fvp_jstr(meta, "namespace"), *name = fvp_jstr(meta, "name"),
+		   *uid = fvp_jstr(meta, "uid");
 	/* a claim has a namespace; a PV has none and its events go to "default", as client-go's */
 	bool is_pv = !ns;
 	const char *evns = is_pv ? "default" : ns;
@@ -96,13 +96,13 @@ void event(struct fvp_events *evs, json_object *obj, bool warning, const char *r
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	if (is_pv)
-		log_info("%s PV %s: %s", reason, name ? name : "?", msg);
+		fvp_log_info("%s PV %s: %s", reason, name ? name : "?", msg);
 	else
-		log_info("%s %s/%s: %s", reason, ns, name ? name : "?", msg);
-	if (!evs->k || !safe_name(evns) || !name || !uid || event_repeated(evs, uid, reason, msg))
+		fvp_log_info("%s %s/%s: %s", reason, ns, name ? name : "?", msg);
+	if (!evs->k || !fvp_safe_name(evns) || !name || !uid || event_repeated(evs, uid, reason, msg))
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	rfc3339(now, sizeof(now));
+	fvp_rfc3339(now, sizeof(now));
 	/* client-go's naming: <object>.<unix nanoseconds in hex> */
 	snprintf(evname, sizeof(evname), "%.200s.%llx", name,
 		 (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
@@ -117,35 +117,35 @@ void event(struct fvp_events *evs, json_object *obj, bool warning, const char *r
 		json_object_put(src);
 		return;
 	}
-	jset(ev, "apiVersion", "v1");
-	jset(ev, "kind", "Event");
-	jset(m, "name", evname);
-	jset(m, "namespace", evns);
+	fvp_jset(ev, "apiVersion", "v1");
+	fvp_jset(ev, "kind", "Event");
+	fvp_jset(m, "name", evname);
+	fvp_jset(m, "namespace", evns);
 	json_object_object_add(ev, "metadata", m);
-	jset(io, "apiVersion", "v1");
-	jset(io, "kind", is_pv ? "PersistentVolume" : "PersistentVolumeClaim");
-	jset(io, "namespace", ns);
-	jset(io, "name", name);
-	jset(io, "uid", uid);
-	jset(io, "resourceVersion", jstr(meta, "resourceVersion"));
+	fvp_jset(io, "apiVersion", "v1");
+	fvp_jset(io, "kind", is_pv ? "PersistentVolume" : "PersistentVolumeClaim");
+	fvp_jset(io, "namespace", ns);
+	fvp_jset(io, "name", name);
+	fvp_jset(io, "uid", uid);
+	fvp_jset(io, "resourceVersion", fvp_jstr(meta, "resourceVersion"));
 	json_object_object_add(ev, "involvedObject", io);
-	jset(ev, "reason", reason);
-	jset(ev, "message", msg);
-	jset(ev, "type", warning ? "Warning" : "Normal");
-	jset(src, "component", "flexvol-provisioner");
+	fvp_jset(ev, "reason", reason);
+	fvp_jset(ev, "message", msg);
+	fvp_jset(ev, "type", warning ? "Warning" : "Normal");
+	fvp_jset(src, "component", "flexvol-provisioner");
 	json_object_object_add(ev, "source", src);
-	jset(ev, "firstTimestamp", now);
-	jset(ev, "lastTimestamp", now);
+	fvp_jset(ev, "firstTimestamp", now);
+	fvp_jset(ev, "lastTimestamp", now);
 	json_object_object_add(ev, "count", json_object_new_int(1));
-	jset(ev, "reportingComponent", "flexvol-provisioner");
-	jset(ev, "reportingInstance", evs->identity);
+	fvp_jset(ev, "reportingComponent", "flexvol-provisioner");
+	fvp_jset(ev, "reportingInstance", evs->identity);
 	fvp_api_path(path, sizeof(path), FVP_API_EVENT, evns, NULL, NULL);
-	st = kube_request(evs->k, "POST", path, ev, &reply, err, sizeof(err));
+	st = fvp_kube_request(evs->k, "POST", path, ev, &reply, err, sizeof(err));
 	if (st < 0)
-		log_info("event %s for %s/%s not sent: %s", reason, evns, name, err);
+		fvp_log_info("event %s for %s/%s not sent: %s", reason, evns, name, err);
 	else if (st != 201 && st != 200)
-		log_info("event %s for %s/%s not sent: HTTP %d %s", reason, evns, name, st,
-			 kube_status_message(reply));
+		fvp_log_info("event %s for %s/%s not sent: HTTP %d %s", reason, evns, name, st,
+			 fvp_kube_status_message(reply));
 	json_object_put(reply);
 	json_object_put(ev);
 }

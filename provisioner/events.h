@@ -2,7 +2,7 @@
 /*
  * What the provisioner tells: one log line per action on stderr (kubectl
  * logs), and Events on claims and PVs, each the same event for the same
- * object at most every EVENT_REPEAT_S.
+ * object at most every FVP_EVENT_REPEAT_S.
  */
 #ifndef FVP_EVENTS_H
 #define FVP_EVENTS_H
@@ -13,28 +13,28 @@
 
 #include "fv/macro.h"
 
-#define EVENT_REPEAT_S 600 /* the same event for the same object at most every 10 min */
-#define EVENT_CACHE 256
+#define FVP_EVENT_REPEAT_S 600 /* the same event for the same object at most every 10 min */
+#define FVP_EVENT_CACHE 256
 
-struct kube;
+struct fvp_kube;
 
 struct fvp_events {
-	struct kube *k;
+	struct fvp_kube *k;
 	char identity[256]; /* the pod's host name: reportingInstance */
 	struct {
 		char key[96];
 		unsigned long hash;
 		time_t when;
-	} sent[EVENT_CACHE];
+	} sent[FVP_EVENT_CACHE];
 };
 
-void log_info(const char *fmt, ...) _printf_(1, 2);
+void fvp_log_info(const char *fmt, ...) _printf_(1, 2);
 
 /*
  * Post an Event about @obj (a claim or a PV, its kind read from the object)
  * and log it.  @warning: type Warning, else Normal.
  */
-void event(struct fvp_events *ev, json_object *obj, bool warning, const char *reason,
+void fvp_event(struct fvp_events *ev, json_object *obj, bool warning, const char *reason,
 	   const char *fmt, ...) _printf_(5, 6);
 
 #endif

@@ -7,12 +7,12 @@
 #ifndef FVP_FLAG_H
 #define FVP_FLAG_H
 
-static inline int flag_get(const volatile int *f)
+static inline int fvp_flag_get(const volatile int *f)
 {
 	return __atomic_load_n(f, __ATOMIC_ACQUIRE);
 }
 
-static inline void flag_set(volatile int *f, int v)
+static inline void fvp_flag_set(volatile int *f, int v)
 {
 	__atomic_store_n(f, v, __ATOMIC_RELEASE);
 }

@@ -165,7 +165,7 @@ static void *loop(void *arg)
 {
 	struct fvp_httpd *h = arg;
 
-	while (!flag_get(&h->quit)) {
+	while (!fvp_flag_get(&h->quit)) {
 		struct pollfd pf = { .fd = h->fd, .events = POLLIN };
 		int c;
 
@@ -196,11 +196,11 @@ int fvp_httpd_start(const struct fvp_httpd_config *cfg, struct fvp_httpd **ret, 
 
 	if (!colon || !colon[1] || strlen(colon + 1) >= sizeof(port) ||
 	    strspn(colon + 1, "0123456789") != strlen(colon + 1))
-		return prov_fail(err, errlen, -EINVAL,
+		return fvp_fail(err, errlen, -EINVAL,
 				 "--http-endpoint '%s': HOST:PORT, [V6]:PORT or :PORT", cfg->address);
 	hn = (size_t)(colon - cfg->address);
 	if (hn >= sizeof(host))
-		return prov_fail(err, errlen, -EINVAL, "--http-endpoint '%s': host too long",
+		return fvp_fail(err, errlen, -EINVAL, "--http-endpoint '%s': host too long",
 				 cfg->address);
 	memcpy(host, cfg->address, hn);
 	host[hn] = '\0';
@@ -217,7 +217,7 @@ int fvp_httpd_start(const struct fvp_httpd_config *cfg, struct fvp_httpd **ret, 
 		r = getaddrinfo("0.0.0.0", port, &hints, &ai);
 	}
 	if (r != 0 || !ai)
-		return prov_fail(err, errlen, -EINVAL, "--http-endpoint '%s': %s", cfg->address,
+		return fvp_fail(err, errlen, -EINVAL, "--http-endpoint '%s': %s", cfg->address,
 				 gai_strerror(r));
 	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0 && !host[0] && ai->ai_family == AF_INET6) {
@@ -225,13 +225,13 @@ int fvp_httpd_start(const struct fvp_httpd_config *cfg, struct fvp_httpd **ret, 
 		freeaddrinfo(ai);
 		hints.ai_family = AF_INET;
 		if (getaddrinfo("0.0.0.0", port, &hints, &ai) != 0)
-			return prov_fail(err, errlen, -EINVAL, "--http-endpoint '%s'", cfg->address);
+			return fvp_fail(err, errlen, -EINVAL, "--http-endpoint '%s'", cfg->address);
 		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	}
 	if (fd < 0) {
 		r = NEG_ERRNO();
 		freeaddrinfo(ai);
-		return prov_fail(err, errlen, r, "--http-endpoint: socket: %s", strerror(-r));
+		return fvp_fail(err, errlen, r, "--http-endpoint: socket: %s", strerror(-r));
 	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (ai->ai_family == AF_INET6 && !host[0])
@@ -240,7 +240,7 @@ int fvp_httpd_start(const struct fvp_httpd_config *cfg, struct fvp_httpd **ret, 
 		r = NEG_ERRNO();
 		freeaddrinfo(ai);
 		close(fd);
-		return prov_fail(err, errlen, r, "--http-endpoint '%s': %s", cfg->address,
+		return fvp_fail(err, errlen, r, "--http-endpoint '%s': %s", cfg->address,
 				 strerror(-r));
 	}
 	freeaddrinfo(ai);
@@ -261,9 +261,9 @@ int fvp_httpd_start(const struct fvp_httpd_config *cfg, struct fvp_httpd **ret, 
 	if (r < 0) {
 		close(fd);
 		free(h);
-		return prov_fail(err, errlen, r, "cannot start the HTTP thread: %s", strerror(-r));
+		return fvp_fail(err, errlen, r, "cannot start the HTTP thread: %s", strerror(-r));
 	}
-	log_info("serving /metrics, /healthz, /readyz on http://%s", shown);
+	fvp_log_info("serving /metrics, /healthz, /readyz on http://%s", shown);
 	*ret = h;
 	return 0;
 }
@@ -272,7 +272,7 @@ void fvp_httpd_stop(struct fvp_httpd *h)
 {
 	if (!h)
 		return;
-	flag_set(&h->quit, 1);
+	fvp_flag_set(&h->quit, 1);
 	pthread_join(h->thread, NULL);
 	close(h->fd);
 	free(h);

@@ -8,7 +8,7 @@
 #include "fv/macro.h"
 #include "jsonutil.h"
 
-json_object *jget(json_object *o, const char *key)
+json_object *fvp_jget(json_object *o, const char *key)
 {
 	json_object *v;
 
@@ -17,26 +17,26 @@ json_object *jget(json_object *o, const char *key)
 		       NULL;
 }
 
-json_object *jobj(json_object *o, const char *key)
+json_object *fvp_jobj(json_object *o, const char *key)
 {
-	json_object *v = jget(o, key);
+	json_object *v = fvp_jget(o, key);
 
 	return json_object_is_type(v, json_type_object) ? v : NULL;
 }
 
-const char *jstr(json_object *o, const char *key)
+const char *fvp_jstr(json_object *o, const char *key)
 {
-	json_object *v = jget(o, key);
+	json_object *v = fvp_jget(o, key);
 
 	return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
 }
 
-const char *jstr2(json_object *o, const char *a, const char *b)
+const char *fvp_jstr2(json_object *o, const char *a, const char *b)
 {
-	return jstr(jget(o, a), b);
+	return fvp_jstr(fvp_jget(o, a), b);
 }
 
-void jset(json_object *o, const char *key, const char *val)
+void fvp_jset(json_object *o, const char *key, const char *val)
 {
 	if (val)
 		json_object_object_add(o, key, json_object_new_string(val));
@@ -124,14 +124,14 @@ int fvp_quantity(const char *s, uint64_t *ret)
 	return 0;
 }
 
-int jquantity(json_object *o, const char *key, uint64_t *ret)
+int fvp_jquantity(json_object *o, const char *key, uint64_t *ret)
 {
-	const char *s = jstr(o, key);
+	const char *s = fvp_jstr(o, key);
 
 	return s ? fvp_quantity(s, ret) : -EINVAL;
 }
 
-bool jarray_has(json_object *arr, const char *s)
+bool fvp_jarray_has(json_object *arr, const char *s)
 {
 	for (size_t i = 0; arr && json_object_is_type(arr, json_type_array) &&
 			   i < json_object_array_length(arr);
@@ -144,7 +144,7 @@ bool jarray_has(json_object *arr, const char *s)
 	return false;
 }
 
-bool safe_name(const char *s)
+bool fvp_safe_name(const char *s)
 {
 	size_t n = s ? strlen(s) : 0;
 
@@ -157,7 +157,7 @@ bool safe_name(const char *s)
 	return true;
 }
 
-void rfc3339(char *buf, size_t len)
+void fvp_rfc3339(char *buf, size_t len)
 {
 	time_t now = time(NULL);
 	struct tm tm;

@@ -32,7 +32,7 @@
 #define RETRY_AFTER_TRIES 3
 #define RETRY_AFTER_MAX_S 30
 
-struct kube_stream {
+struct fvp_kube_stream {
 	json_tokener *tok;
 	size_t event_bytes; /* of the event being parsed */
 };
@@ -40,15 +40,15 @@ struct kube_stream {
 struct kube_watch {
 	CURL *h;
 	struct curl_slist *hdrs;
-	struct kube_stream *stream;
-	kube_event_fn fn;
+	struct fvp_kube_stream *stream;
+	fvp_kube_event_fn fn;
 	void *userdata;
 	bool stopped; /* the callback asked to stop */
 	char errbuf[CURL_ERROR_SIZE];
 	char token[TOKEN_MAX]; /* the one sent: a 401 marks it stale */
 };
 
-struct kube {
+struct fvp_kube {
 	char *server;
 	char *token_file;
 	char *ca_file;
@@ -89,7 +89,7 @@ static int check_server(const char *url, char *err, size_t errlen)
 	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
 	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
 	    curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host) {
-		r = prov_fail(err, errlen, -EINVAL, "--server is not a URL with a host: '%s'", url);
+		r = fvp_fail(err, errlen, -EINVAL, "--server is not a URL with a host: '%s'", url);
 		goto out;
 	}
 	(void)curl_url_get(u, CURLUPART_USER, &user, 0);
@@ -97,7 +97,7 @@ static int check_server(const char *url, char *err, size_t errlen)
 	(void)curl_url_get(u, CURLUPART_QUERY, &query, 0);
 	(void)curl_url_get(u, CURLUPART_FRAGMENT, &frag, 0);
 	if (user || pass || query || frag) {
-		r = prov_fail(err, errlen, -EINVAL,
+		r = fvp_fail(err, errlen, -EINVAL,
 			      "--server must be a URL scheme://host[:port][/path], without user, password, "
 			      "query or fragment: '%s'", url);
 		goto out;
@@ -109,7 +109,7 @@ static int check_server(const char *url, char *err, size_t errlen)
 	    ((inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127) ||
 	     streq(host, "[::1]") || streq(host, "localhost")))
 		goto out;
-	r = prov_fail(err, errlen, -EINVAL,
+	r = fvp_fail(err, errlen, -EINVAL,
 		      "--server must be an https:// URL (http:// only for 127.0.0.1, [::1] or "
 		      "localhost): '%s'", url);
 out:
@@ -123,9 +123,9 @@ out:
 	return r;
 }
 
-int kube_new(const struct kube_config *cfg, struct kube **ret, char *err, size_t errlen)
+int fvp_kube_new(const struct fvp_kube_config *cfg, struct fvp_kube **ret, char *err, size_t errlen)
 {
-	struct kube *k;
+	struct fvp_kube *k;
 	size_t n;
 	int r;
 
@@ -133,7 +133,7 @@ int kube_new(const struct kube_config *cfg, struct kube **ret, char *err, size_t
 	if (r < 0)
 		return r;
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
-		return prov_fail(err, errlen, -ENOMEM, "curl_global_init failed");
+		return fvp_fail(err, errlen, -ENOMEM, "curl_global_init failed");
 	k = calloc(1, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
@@ -147,7 +147,7 @@ int kube_new(const struct kube_config *cfg, struct kube **ret, char *err, size_t
 	k->multi = curl_multi_init();
 	if (!k->server || (cfg->token_file && !k->token_file) || (cfg->ca_file && !k->ca_file) ||
 	    !k->multi) {
-		kube_free(k);
+		fvp_kube_free(k);
 		return -ENOMEM;
 	}
 	n = strlen(k->server);
@@ -157,7 +157,7 @@ int kube_new(const struct kube_config *cfg, struct kube **ret, char *err, size_t
 	return 0;
 }
 
-void kube_free(struct kube *k)
+void fvp_kube_free(struct fvp_kube *k)
 {
 	if (!k)
 		return;
@@ -182,7 +182,7 @@ void kube_free(struct kube *k)
  * re-read never sends a token that is known to be refused and never reads
  * the file for nothing.
  */
-static int token_locked(struct kube *k, char *err, size_t errlen)
+static int token_locked(struct fvp_kube *k, char *err, size_t errlen)
 {
 	char buf[TOKEN_MAX];
 	FILE *f;
@@ -192,7 +192,7 @@ static int token_locked(struct kube *k, char *err, size_t errlen)
 		return 0;
 	f = fopen(k->token_file, "re");
 	if (!f)
-		return prov_fail(err, errlen, NEG_ERRNO(), "cannot read the token file '%s': %m",
+		return fvp_fail(err, errlen, NEG_ERRNO(), "cannot read the token file '%s': %m",
 			    k->token_file);
 	n = fread(buf, 1, sizeof(buf) - 1, f);
 	fclose(f);
@@ -201,7 +201,7 @@ static int token_locked(struct kube *k, char *err, size_t errlen)
 	buf[n] = '\0';
 	if (!n || strpbrk(buf, "\r\n")) {
 		explicit_bzero(buf, sizeof(buf));
-		return prov_fail(err, errlen, -EINVAL, "the token file '%s' is empty or not one line",
+		return fvp_fail(err, errlen, -EINVAL, "the token file '%s' is empty or not one line",
 			    k->token_file);
 	}
 	memcpy(k->token, buf, n + 1);
@@ -212,7 +212,7 @@ static int token_locked(struct kube *k, char *err, size_t errlen)
 }
 
 /* A 401 with the token @used (a prefix is enough): read the file again next time. */
-static void token_refused(struct kube *k, const char *used)
+static void token_refused(struct fvp_kube *k, const char *used)
 {
 	pthread_mutex_lock(&k->lock);
 	if (k->token_file && streq(k->token, used))
@@ -220,7 +220,7 @@ static void token_refused(struct kube *k, const char *used)
 	pthread_mutex_unlock(&k->lock);
 }
 
-unsigned long kube_token_reads(struct kube *k)
+unsigned long fvp_kube_token_reads(struct fvp_kube *k)
 {
 	unsigned long n;
 
@@ -234,7 +234,7 @@ unsigned long kube_token_reads(struct kube *k)
  * The request headers, with the current token (re-read first when stale);
  * the token used is copied to @used (TOKEN_MAX bytes) to recognise a 401 for it.
  */
-static int headers(struct kube *k, const char *ctype, char *used, struct curl_slist **ret, char *err,
+static int headers(struct fvp_kube *k, const char *ctype, char *used, struct curl_slist **ret, char *err,
 		   size_t errlen)
 {
 	struct curl_slist *h = NULL, *t;
@@ -268,7 +268,7 @@ static int headers(struct kube *k, const char *ctype, char *used, struct curl_sl
 	return h ? 0 : -ENOMEM;
 }
 
-static void common_opts(struct kube *k, CURL *h, const char *url)
+static void common_opts(struct fvp_kube *k, CURL *h, const char *url)
 {
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -339,7 +339,7 @@ static json_object *parse_json(const char *s, size_t n)
 	return o;
 }
 
-static CURL *handle_get(struct kube *k)
+static CURL *handle_get(struct fvp_kube *k)
 {
 	CURL *h = NULL;
 
@@ -350,7 +350,7 @@ static CURL *handle_get(struct kube *k)
 	return h ? h : curl_easy_init();
 }
 
-static void handle_put(struct kube *k, CURL *h)
+static void handle_put(struct fvp_kube *k, CURL *h)
 {
 	pthread_mutex_lock(&k->lock);
 	if (k->nidle < HANDLES_MAX) {
@@ -363,9 +363,9 @@ static void handle_put(struct kube *k, CURL *h)
 }
 
 /* Sleep @s seconds, or less when *k->stop becomes true. */
-static void wait_s(struct kube *k, unsigned int s)
+static void wait_s(struct fvp_kube *k, unsigned int s)
 {
-	for (unsigned int i = 0; i < s * 10 && !(k->stop && flag_get(k->stop)); i++) {
+	for (unsigned int i = 0; i < s * 10 && !(k->stop && fvp_flag_get(k->stop)); i++) {
 		struct timespec ts = { 0, 100 * 1000 * 1000 };
 
 		nanosleep(&ts, NULL);
@@ -373,7 +373,7 @@ static void wait_s(struct kube *k, unsigned int s)
 }
 
 /* One try: the status, the Retry-After seconds (or -1) in *retry_after, the token used in @used. */
-static int request_once(struct kube *k, CURL *h, const char *method, const char *url,
+static int request_once(struct fvp_kube *k, CURL *h, const char *method, const char *url,
 			const char *path, const char *data, json_object **ret, long *retry_after,
 			char *used, char *err, size_t errlen)
 {
@@ -413,7 +413,7 @@ static int request_once(struct kube *k, CURL *h, const char *method, const char 
 	curl_slist_free_all(hdrs);
 	if (c != CURLE_OK) {
 		free(b.p);
-		return prov_fail(err, errlen, c == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO,
+		return fvp_fail(err, errlen, c == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO,
 			    "%s %s: %s", method, path,
 			    b.too_big ? "response too large" : errbuf[0] ? errbuf : curl_easy_strerror(c));
 	}
@@ -427,7 +427,7 @@ static int request_once(struct kube *k, CURL *h, const char *method, const char 
 	return (int)status;
 }
 
-int kube_request(struct kube *k, const char *method, const char *path, json_object *body,
+int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, json_object *body,
 		 json_object **ret, char *err, size_t errlen)
 {
 	_cleanup_free_ char *url = NULL;
@@ -467,7 +467,7 @@ int kube_request(struct kube *k, const char *method, const char *path, json_obje
 			continue;
 		}
 		if ((st == 429 || (st >= 500 && retry_after >= 0)) && tries + 1 < RETRY_AFTER_TRIES &&
-		    !(k->stop && flag_get(k->stop))) {
+		    !(k->stop && fvp_flag_get(k->stop))) {
 			/* the server said when: wait that long (at least a second) */
 			wait_s(k, retry_after > 0 ? (unsigned int)retry_after : 1);
 			continue;
@@ -480,7 +480,7 @@ int kube_request(struct kube *k, const char *method, const char *path, json_obje
 	return st;
 }
 
-int kube_delete_uid(struct kube *k, const char *path, const char *uid, json_object **ret,
+int fvp_kube_delete_uid(struct fvp_kube *k, const char *path, const char *uid, json_object **ret,
 		    char *err, size_t errlen)
 {
 	json_object *body = json_object_new_object(), *pre = json_object_new_object();
@@ -496,12 +496,12 @@ int kube_delete_uid(struct kube *k, const char *path, const char *uid, json_obje
 	json_object_object_add(body, "kind", json_object_new_string("DeleteOptions"));
 	json_object_object_add(pre, "uid", json_object_new_string(uid));
 	json_object_object_add(body, "preconditions", pre);
-	st = kube_request(k, "DELETE", path, body, ret, err, errlen);
+	st = fvp_kube_request(k, "DELETE", path, body, ret, err, errlen);
 	json_object_put(body);
 	return st;
 }
 
-const char *kube_status_message(json_object *status)
+const char *fvp_kube_status_message(json_object *status)
 {
 	json_object *m;
 
@@ -523,13 +523,13 @@ static void watch_free(struct kube_watch *w)
 		explicit_bzero(l->data, strlen(l->data));
 	curl_slist_free_all(w->hdrs);
 	explicit_bzero(w->token, sizeof(w->token));
-	kube_stream_free(w->stream);
+	fvp_kube_stream_free(w->stream);
 	free(w);
 }
 
-struct kube_stream *kube_stream_new(void)
+struct fvp_kube_stream *fvp_kube_stream_new(void)
 {
-	struct kube_stream *s = calloc(1, sizeof(*s));
+	struct fvp_kube_stream *s = calloc(1, sizeof(*s));
 
 	if (s && !(s->tok = json_tokener_new_ex(JSON_DEPTH))) {
 		free(s);
@@ -538,7 +538,7 @@ struct kube_stream *kube_stream_new(void)
 	return s;
 }
 
-void kube_stream_free(struct kube_stream *s)
+void fvp_kube_stream_free(struct fvp_kube_stream *s)
 {
 	if (!s)
 		return;
@@ -547,7 +547,7 @@ void kube_stream_free(struct kube_stream *s)
 }
 
 /* Watch bodies are a stream of JSON objects, one per event (newline separated). */
-int kube_stream_feed(struct kube_stream *s, const char *data, size_t n, kube_event_fn fn,
+int fvp_kube_stream_feed(struct fvp_kube_stream *s, const char *data, size_t n, fvp_kube_event_fn fn,
 		     void *userdata)
 {
 	size_t off = 0;
@@ -596,7 +596,7 @@ static size_t watch_write(char *data, size_t size, size_t nmemb, void *arg)
 {
 	struct kube_watch *w = arg;
 	size_t n = size * nmemb;
-	int r = kube_stream_feed(w->stream, data, n, w->fn, w->userdata);
+	int r = fvp_kube_stream_feed(w->stream, data, n, w->fn, w->userdata);
 
 	if (r < 0) {
 		/* garbage ends the watch as an error; a callback's stop ends it cleanly */
@@ -606,7 +606,7 @@ static size_t watch_write(char *data, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
-int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *userdata,
+int fvp_kube_watch_add(struct fvp_kube *k, const char *path, fvp_kube_event_fn fn, void *userdata,
 		   unsigned int timeout_s, struct kube_watch **ret)
 {
 	_cleanup_free_ char *url = NULL;
@@ -626,7 +626,7 @@ int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *use
 	if (!w)
 		return -ENOMEM;
 	w->h = curl_easy_init();
-	w->stream = kube_stream_new();
+	w->stream = fvp_kube_stream_new();
 	r = headers(k, NULL, w->token, &w->hdrs, err, sizeof(err));
 	if (r < 0 || !w->h || !w->stream) {
 		watch_free(w);
@@ -655,7 +655,7 @@ int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *use
 	return 0;
 }
 
-void kube_watch_clear(struct kube *k)
+void fvp_kube_watch_clear(struct fvp_kube *k)
 {
 	for (size_t i = 0; i < k->nwatches; i++) {
 		curl_multi_remove_handle(k->multi, k->watches[i]->h);
@@ -666,7 +666,7 @@ void kube_watch_clear(struct kube *k)
 }
 
 /* Remove and free watch @w only (the others keep streaming). */
-static void watch_remove(struct kube *k, struct kube_watch *w)
+static void watch_remove(struct fvp_kube *k, struct kube_watch *w)
 {
 	for (size_t i = 0; i < k->nwatches; i++) {
 		if (k->watches[i] != w)
@@ -679,19 +679,19 @@ static void watch_remove(struct kube *k, struct kube_watch *w)
 	}
 }
 
-int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), void *userdata,
+int fvp_kube_watch_run(struct fvp_kube *k, volatile int *stop, int (*after)(void *), void *userdata,
 		   void **ended, char *err, size_t errlen)
 {
 	int running = 1, r = 0;
 
 	*ended = NULL;
-	while (!flag_get(stop)) {
+	while (!fvp_flag_get(stop)) {
 		CURLMcode mc = curl_multi_perform(k->multi, &running);
 		CURLMsg *msg;
 		int left;
 
 		if (mc != CURLM_OK) {
-			r = prov_fail(err, errlen, -EIO, "watch: %s", curl_multi_strerror(mc));
+			r = fvp_fail(err, errlen, -EIO, "watch: %s", curl_multi_strerror(mc));
 			break;
 		}
 		/* events were queued by the callbacks: handle them outside libcurl */
@@ -709,16 +709,16 @@ int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), voi
 			if (w && w->stopped)
 				r = 0;
 			else if (msg->data.result == CURLE_OK)
-				r = prov_fail(err, errlen, 0, "watch ended by the server");
+				r = fvp_fail(err, errlen, 0, "watch ended by the server");
 			else if (msg->data.result == CURLE_HTTP_RETURNED_ERROR && status == 401) {
 				if (w)
 					token_refused(k, w->token);
-				r = prov_fail(err, errlen, -EACCES, "watch: HTTP 401 (token refused)");
+				r = fvp_fail(err, errlen, -EACCES, "watch: HTTP 401 (token refused)");
 			} else if (msg->data.result == CURLE_HTTP_RETURNED_ERROR)
-				r = prov_fail(err, errlen, status == 410 ? -ESTALE : -EIO,
+				r = fvp_fail(err, errlen, status == 410 ? -ESTALE : -EIO,
 					 "watch: HTTP %ld", status);
 			else
-				r = prov_fail(err, errlen, -EIO, "watch: %s",
+				r = fvp_fail(err, errlen, -EIO, "watch: %s",
 					 w && w->errbuf[0] ? w->errbuf :
 							     curl_easy_strerror(msg->data.result));
 			if (w) {
@@ -730,15 +730,15 @@ int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), voi
 			break;
 		}
 		if (!running) {
-			r = prov_fail(err, errlen, 0, "no watch running");
+			r = fvp_fail(err, errlen, 0, "no watch running");
 			break;
 		}
 		mc = curl_multi_poll(k->multi, NULL, 0, 1000, NULL);
 		if (mc != CURLM_OK) {
-			r = prov_fail(err, errlen, -EIO, "watch: %s", curl_multi_strerror(mc));
+			r = fvp_fail(err, errlen, -EIO, "watch: %s", curl_multi_strerror(mc));
 			break;
 		}
 	}
-	kube_watch_clear(k);
+	fvp_kube_watch_clear(k);
 	return r;
 }

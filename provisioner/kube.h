@@ -5,7 +5,7 @@
  * file at the first request and again after a 401: bound service-account
  * tokens rotate); plain http:// only for a loopback server (tests).
  *
- * kube_request() may be called from several threads at once (each call
+ * fvp_kube_request() may be called from several threads at once (each call
  * takes an idle connection handle or makes one); the watch functions belong
  * to one thread.  A 429 (or a 5xx with Retry-After) is waited out as the
  * server asks and retried a few times, as client-go does.
@@ -23,9 +23,9 @@
 #define FVP_KUBE_ERR_MAX 1024
 
 struct json_object;
-struct kube;
+struct fvp_kube;
 
-struct kube_config {
+struct fvp_kube_config {
 	const char *server;	  /* https://host:port (or http://127.0.0.1:port) */
 	const char *token_file;	  /* or NULL: no Authorization header */
 	const char *ca_file;	  /* or NULL: the system CAs */
@@ -34,72 +34,72 @@ struct kube_config {
 };
 
 /* Returns 0 and *ret, or -EINVAL with a message in @err (bad server URL). */
-int kube_new(const struct kube_config *cfg, struct kube **ret, char *err, size_t errlen);
-void kube_free(struct kube *k);
+int fvp_kube_new(const struct fvp_kube_config *cfg, struct fvp_kube **ret, char *err, size_t errlen);
+void fvp_kube_free(struct fvp_kube *k);
 
 /*
- * kube_request() - @method @path (with query) and an optional JSON @body.
+ * fvp_kube_request() - @method @path (with query) and an optional JSON @body.
  * Returns the HTTP status (>= 100) with the parsed body in *ret (NULL when
  * the body is not a JSON object; may be NULL when not wanted), or -errno for a
  * transport failure (message in @err).
  */
-int kube_request(struct kube *k, const char *method, const char *path, struct json_object *body,
+int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, struct json_object *body,
 		 struct json_object **ret, char *err, size_t errlen);
 
 /*
- * kube_delete_uid() - DELETE @path, only if the object there still has
+ * fvp_kube_delete_uid() - DELETE @path, only if the object there still has
  * @uid (a DeleteOptions precondition: a 409 rather than the deletion of an
- * object re-created under the same name).  Returns as kube_request().
+ * object re-created under the same name).  Returns as fvp_kube_request().
  */
-int kube_delete_uid(struct kube *k, const char *path, const char *uid, struct json_object **ret,
+int fvp_kube_delete_uid(struct fvp_kube *k, const char *path, const char *uid, struct json_object **ret,
 		    char *err, size_t errlen);
 
 /* How often the token file was read (tests, metrics). */
-unsigned long kube_token_reads(struct kube *k);
+unsigned long fvp_kube_token_reads(struct fvp_kube *k);
 
 /* The "message" of an API Status body, or "". */
-const char *kube_status_message(struct json_object *status);
+const char *fvp_kube_status_message(struct json_object *status);
 
 /* --- watches ------------------------------------------------------------------------------ */
 
 /*
  * The decoder of a watch body (a stream of {"type","object"} JSON objects,
  * cut anywhere into pieces), on its own for the fuzz target
- * (tests/fuzz/fuzz-watch.c) and the watches below: kube_stream_feed() hands
+ * (tests/fuzz/fuzz-watch.c) and the watches below: fvp_kube_stream_feed() hands
  * every whole event whose object is a JSON object to @fn and keeps a
  * partial one for the next piece.  Returns 0, -EBADMSG (not such a stream,
  * or one event past 16 MiB: the watch must end), or @fn's <0.
  */
-struct kube_stream;
-struct kube_stream *kube_stream_new(void);
-void kube_stream_free(struct kube_stream *s);
+struct fvp_kube_stream;
+struct fvp_kube_stream *fvp_kube_stream_new(void);
+void fvp_kube_stream_free(struct fvp_kube_stream *s);
 
 struct kube_watch;
 
 /*
  * Called for every {"type","object"} event, from inside libcurl: queue it
- * (json_object_get) and act on it in the @after hook of kube_watch_run().
+ * (json_object_get) and act on it in the @after hook of fvp_kube_watch_run().
  * Return <0 to end the watch.
  */
-typedef int (*kube_event_fn)(void *userdata, const char *type, struct json_object *object);
+typedef int (*fvp_kube_event_fn)(void *userdata, const char *type, struct json_object *object);
 
 /*
  * Start watching @path ("/api/v1/persistentvolumes?watch=1&resourceVersion=...").
  * -EINVAL for a path with bytes that do not belong in a URL (a resourceVersion
  * is the server's text), -E2BIG past WATCH_MAX.  A caller that adds several
- * and fails half-way must kube_watch_clear() before it tries again.
+ * and fails half-way must fvp_kube_watch_clear() before it tries again.
  */
-int kube_stream_feed(struct kube_stream *s, const char *data, size_t n, kube_event_fn fn,
+int fvp_kube_stream_feed(struct fvp_kube_stream *s, const char *data, size_t n, fvp_kube_event_fn fn,
 		     void *userdata);
 
-int kube_watch_add(struct kube *k, const char *path, kube_event_fn fn, void *userdata,
+int fvp_kube_watch_add(struct fvp_kube *k, const char *path, fvp_kube_event_fn fn, void *userdata,
 		   unsigned int timeout_s, struct kube_watch **ret);
 
 /* End and free every added watch (a watch set that failed half-way through starting). */
-void kube_watch_clear(struct kube *k);
+void fvp_kube_watch_clear(struct fvp_kube *k);
 
 /*
- * kube_watch_run() - run every added watch until one of them ends (server
+ * fvp_kube_watch_run() - run every added watch until one of them ends (server
  * closed, timed out, HTTP error, transport error, or the callback said
  * stop), @after returned <0, or *@stop becomes true.  @after runs after
  * every round of transfers, outside libcurl's callbacks (it may make
@@ -109,7 +109,7 @@ void kube_watch_clear(struct kube *k);
  * -ESTALE for HTTP 410, -EACCES for 401 (the token is read again before the
  * next request), -errno otherwise (message in @err).
  */
-int kube_watch_run(struct kube *k, volatile int *stop, int (*after)(void *), void *userdata,
+int fvp_kube_watch_run(struct fvp_kube *k, volatile int *stop, int (*after)(void *), void *userdata,
 		   void **ended, char *err, size_t errlen);
 
 #endif

@@ -22,7 +22,7 @@
 #include "metrics.h"
 
 struct fvp_lease {
-	struct kube *k;
+	struct fvp_kube *k;
 	struct fvp_lease_config cfg;
 	volatile int *stop;
 	void (*lost)(void *ud);
@@ -45,7 +45,7 @@ static volatile int held;
 
 bool fvp_lease_held(void)
 {
-	return flag_get(&held);
+	return fvp_flag_get(&held);
 }
 
 static uint64_t mono_ms(void)
@@ -77,9 +77,9 @@ static void sleep_s(struct fvp_lease *l, unsigned int s, bool jitter)
 	/* client-go waits retryPeriod * (1 + up to 1.2) for candidates: spread them out */
 	unsigned int ms = s * 1000 + (jitter ? (unsigned int)(rand() % (int)(s * 1200 + 1)) : 0);
 
-	for (unsigned int i = 0; i < ms / 100 && !flag_get(l->stop) && !flag_get(&l->quit); i++) {
+	for (unsigned int i = 0; i < ms / 100 && !fvp_flag_get(l->stop) && !fvp_flag_get(&l->quit); i++) {
 		if (l->cfg.heartbeat)
-			flag_set(l->cfg.heartbeat, (int)(mono_ms() / 1000));
+			fvp_flag_set(l->cfg.heartbeat, (int)(mono_ms() / 1000));
 		usleep(100000);
 	}
 }
@@ -93,10 +93,10 @@ static json_object *new_spec(struct fvp_lease *l, const char *holder, unsigned i
 	if (!spec)
 		return NULL;
 	micro_time(now, sizeof(now));
-	jset(spec, "holderIdentity", holder);
+	fvp_jset(spec, "holderIdentity", holder);
 	json_object_object_add(spec, "leaseDurationSeconds", json_object_new_int((int)duration));
-	jset(spec, "acquireTime", acquired ? acquired : now);
-	jset(spec, "renewTime", now);
+	fvp_jset(spec, "acquireTime", acquired ? acquired : now);
+	fvp_jset(spec, "renewTime", now);
 	json_object_object_add(spec, "leaseTransitions", json_object_new_int(transitions));
 	(void)l;
 	return spec;
@@ -105,9 +105,9 @@ static json_object *new_spec(struct fvp_lease *l, const char *holder, unsigned i
 /* Remember @lease's record; when it differs from the last one seen, it changed now. */
 static void observe(struct fvp_lease *l, json_object *lease)
 {
-	json_object *spec = jget(lease, "spec");
-	const char *h = jstr(spec, "holderIdentity") ?: "", *rt = jstr(spec, "renewTime") ?: "",
-		   *rv = jstr2(lease, "metadata", "resourceVersion") ?: "";
+	json_object *spec = fvp_jget(lease, "spec");
+	const char *h = fvp_jstr(spec, "holderIdentity") ?: "", *rt = fvp_jstr(spec, "renewTime") ?: "",
+		   *rv = fvp_jstr2(lease, "metadata", "resourceVersion") ?: "";
 
 	uint64_t sig = fv_hash64(h) ^ (fv_hash64(rt) * 0x9e3779b97f4a7c15ULL) ^
 		       (fv_hash64(rv) * 0xff51afd7ed558ccdULL);
@@ -141,7 +141,7 @@ static int try_once(struct fvp_lease *l, bool release)
 	int st, dur, transitions;
 
 	fvp_api_path(path, sizeof(path), FVP_API_LEASE, l->cfg.ns, l->cfg.name, NULL);
-	st = kube_request(l->k, "GET", path, NULL, &lease, err, sizeof(err));
+	st = fvp_kube_request(l->k, "GET", path, NULL, &lease, err, sizeof(err));
 	if (st == 404 && !release) {
 		json_object *m = json_object_new_object();
 
@@ -154,36 +154,36 @@ static int try_once(struct fvp_lease *l, bool release)
 			json_object_put(spec);
 			return -ENOMEM;
 		}
-		jset(lease, "apiVersion", "coordination.k8s.io/v1");
-		jset(lease, "kind", "Lease");
-		jset(m, "name", l->cfg.name);
-		jset(m, "namespace", l->cfg.ns);
+		fvp_jset(lease, "apiVersion", "coordination.k8s.io/v1");
+		fvp_jset(lease, "kind", "Lease");
+		fvp_jset(m, "name", l->cfg.name);
+		fvp_jset(m, "namespace", l->cfg.ns);
 		json_object_object_add(lease, "metadata", m);
 		json_object_object_add(lease, "spec", spec);
 		fvp_api_path(path, sizeof(path), FVP_API_LEASE, l->cfg.ns, NULL, NULL);
-		st = kube_request(l->k, "POST", path, lease, &reply, err, sizeof(err));
+		st = fvp_kube_request(l->k, "POST", path, lease, &reply, err, sizeof(err));
 		json_object_put(lease);
 		if (st == 201 || st == 200)
 			observe(l, reply);
 		json_object_put(reply);
 		if (st < 0)
-			log_info("lease %s/%s: %s", l->cfg.ns, l->cfg.name, err);
+			fvp_log_info("lease %s/%s: %s", l->cfg.ns, l->cfg.name, err);
 		return st == 201 || st == 200 ? 1 : st == 409 ? 0 : st < 0 ? st : -EIO;
 	}
 	if (st != 200 || !lease) {
 		if (st < 0)
-			log_info("lease %s/%s: %s", l->cfg.ns, l->cfg.name, err);
+			fvp_log_info("lease %s/%s: %s", l->cfg.ns, l->cfg.name, err);
 		else if (st != 404)
-			log_info("lease %s/%s: HTTP %d %s", l->cfg.ns, l->cfg.name, st,
-				 kube_status_message(lease));
+			fvp_log_info("lease %s/%s: HTTP %d %s", l->cfg.ns, l->cfg.name, st,
+				 fvp_kube_status_message(lease));
 		json_object_put(lease);
 		return st == 404 ? 0 : st < 0 ? st : -EIO;
 	}
 	observe(l, lease);
-	spec = jget(lease, "spec");
-	holder = jstr(spec, "holderIdentity") ?: "";
-	dur = jget(spec, "leaseDurationSeconds") ?
-		      json_object_get_int(jget(spec, "leaseDurationSeconds")) :
+	spec = fvp_jget(lease, "spec");
+	holder = fvp_jstr(spec, "holderIdentity") ?: "";
+	dur = fvp_jget(spec, "leaseDurationSeconds") ?
+		      json_object_get_int(fvp_jget(spec, "leaseDurationSeconds")) :
 		      (int)l->cfg.duration_s;
 	if (release) {
 		if (!streq(holder, l->cfg.identity)) {
@@ -195,10 +195,10 @@ static int try_once(struct fvp_lease *l, bool release)
 		json_object_put(lease);
 		return 0; /* held, and renewed within its duration as far as we have seen */
 	}
-	transitions = jget(spec, "leaseTransitions") ?
-			      json_object_get_int(jget(spec, "leaseTransitions")) :
+	transitions = fvp_jget(spec, "leaseTransitions") ?
+			      json_object_get_int(fvp_jget(spec, "leaseTransitions")) :
 			      0;
-	acquired = streq(holder, l->cfg.identity) ? jstr(spec, "acquireTime") : NULL;
+	acquired = streq(holder, l->cfg.identity) ? fvp_jstr(spec, "acquireTime") : NULL;
 	/* an int32 the API checks is not negative: it stays at its maximum, never wraps */
 	if (!release && !streq(holder, l->cfg.identity) && transitions >= 0 && transitions < INT_MAX)
 		transitions++;
@@ -212,15 +212,15 @@ static int try_once(struct fvp_lease *l, bool release)
 	}
 	/* the whole object back, with the resourceVersion read: a concurrent writer makes it 409 */
 	json_object_object_add(lease, "spec", ls);
-	st = kube_request(l->k, "PUT", path, lease, &reply, err, sizeof(err));
+	st = fvp_kube_request(l->k, "PUT", path, lease, &reply, err, sizeof(err));
 	json_object_put(lease);
 	if (st == 200)
 		observe(l, reply);
 	else if (st < 0)
-		log_info("lease %s/%s: update: %s", l->cfg.ns, l->cfg.name, err);
+		fvp_log_info("lease %s/%s: update: %s", l->cfg.ns, l->cfg.name, err);
 	else if (st != 409)
-		log_info("lease %s/%s: update: HTTP %d %s", l->cfg.ns, l->cfg.name, st,
-			 kube_status_message(reply));
+		fvp_log_info("lease %s/%s: update: HTTP %d %s", l->cfg.ns, l->cfg.name, st,
+			 fvp_kube_status_message(reply));
 	json_object_put(reply);
 	if (release)
 		return st == 200 ? 0 : st < 0 ? st : -EIO;
@@ -232,11 +232,11 @@ static void *renewer(void *arg)
 	struct fvp_lease *l = arg;
 	uint64_t last_ok = mono_ms();
 
-	while (!flag_get(l->stop) && !flag_get(&l->quit)) {
+	while (!fvp_flag_get(l->stop) && !fvp_flag_get(&l->quit)) {
 		int r;
 
 		sleep_s(l, l->cfg.retry_s, false);
-		if (flag_get(l->stop) || flag_get(&l->quit))
+		if (fvp_flag_get(l->stop) || fvp_flag_get(&l->quit))
 			break;
 		r = try_once(l, false);
 		if (r == 1) {
@@ -244,8 +244,8 @@ static void *renewer(void *arg)
 			continue;
 		}
 		if (r == 0 || mono_ms() - last_ok >= (uint64_t)l->cfg.renew_deadline_s * 1000) {
-			flag_set(&held, 0);
-			log_info("lease %s/%s: %s: no longer the leader", l->cfg.ns, l->cfg.name,
+			fvp_flag_set(&held, 0);
+			fvp_log_info("lease %s/%s: %s: no longer the leader", l->cfg.ns, l->cfg.name,
 				 r == 0 ? "another holder has it" : "not renewed within the deadline");
 			l->lost(l->ud);
 			break;
@@ -254,7 +254,7 @@ static void *renewer(void *arg)
 	return NULL;
 }
 
-int fvp_lease_acquire(struct kube *k, const struct fvp_lease_config *cfg, volatile int *stop,
+int fvp_lease_acquire(struct fvp_kube *k, const struct fvp_lease_config *cfg, volatile int *stop,
 		      void (*lost)(void *ud), void *ud, struct fvp_lease **ret)
 {
 	struct fvp_lease *l = calloc(1, sizeof(*l));
@@ -269,29 +269,29 @@ int fvp_lease_acquire(struct kube *k, const struct fvp_lease_config *cfg, volati
 	l->lost = lost;
 	l->ud = ud;
 	srand((unsigned int)(mono_ms() ^ (uint64_t)getpid()));
-	while (!flag_get(stop)) {
+	while (!fvp_flag_get(stop)) {
 		if (cfg->heartbeat)
-			flag_set(cfg->heartbeat, (int)(mono_ms() / 1000));
+			fvp_flag_set(cfg->heartbeat, (int)(mono_ms() / 1000));
 		r = try_once(l, false);
 		if (r == 1)
 			break;
 		if (r == 0 && !said) {
-			log_info("lease %s/%s is held by %s: standing by", cfg->ns, cfg->name,
+			fvp_log_info("lease %s/%s is held by %s: standing by", cfg->ns, cfg->name,
 				 l->seen_holder[0] ? l->seen_holder : "another replica");
 			said = true;
 		}
 		sleep_s(l, cfg->retry_s, true);
 	}
-	if (flag_get(stop)) {
+	if (fvp_flag_get(stop)) {
 		free(l);
 		return -ECANCELED;
 	}
-	flag_set(&held, 1);
+	fvp_flag_set(&held, 1);
 	fvp_metrics_inc(FVP_M_LEADER_TRANSITIONS);
-	log_info("lease %s/%s acquired: leading as %s", cfg->ns, cfg->name, cfg->identity);
+	fvp_log_info("lease %s/%s acquired: leading as %s", cfg->ns, cfg->name, cfg->identity);
 	r = -pthread_create(&l->thread, NULL, renewer, l);
 	if (r < 0) {
-		flag_set(&held, 0);
+		fvp_flag_set(&held, 0);
 		free(l);
 		return r;
 	}
@@ -304,11 +304,11 @@ void fvp_lease_release(struct fvp_lease *l)
 {
 	if (!l)
 		return;
-	flag_set(&l->quit, 1);
+	fvp_flag_set(&l->quit, 1);
 	if (l->thread_started)
 		pthread_join(l->thread, NULL);
-	if (flag_get(&held) && try_once(l, true) == 0)
-		log_info("lease %s/%s released", l->cfg.ns, l->cfg.name);
-	flag_set(&held, 0);
+	if (fvp_flag_get(&held) && try_once(l, true) == 0)
+		fvp_log_info("lease %s/%s released", l->cfg.ns, l->cfg.name);
+	fvp_flag_set(&held, 0);
 	free(l);
 }

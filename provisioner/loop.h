@@ -3,7 +3,7 @@
  * What the flexvol/loop backend (backend-loop.c, in the controller) and the
  * node agent (agent.c, one per node in the installer DaemonSet) agree on.
  *
- * - Every PV of flexvol/loop carries the label LOOP_LABEL_NODE naming its
+ * - Every PV of flexvol/loop carries the label FVP_LOOP_LABEL_NODE naming its
  *   node (fvp_node_label()): the agent lists its node's PVs by it, the
  *   backend the PVs that share a node's space.
  * - Its flexVolume options name the image "pvc-<claim uid>.img", directly in
@@ -23,14 +23,14 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define LOOP_PROVISIONER "flexvol/loop"
-#define LOOP_DRIVER "flexvol/loop"
-#define LOOP_LABEL_NODE "flexvol/node"
-#define LOOP_CAPACITY_NS "flexvol-loop"
-#define LOOP_IMAGE_MAX 96
-#define LOOP_REPORT_MAX_AGE 300 /* seconds: an older capacity report is not believed */
+#define FVP_LOOP_PROVISIONER "flexvol/loop"
+#define FVP_LOOP_DRIVER "flexvol/loop"
+#define FVP_LOOP_LABEL_NODE "flexvol/node"
+#define FVP_LOOP_CAPACITY_NS "flexvol-loop"
+#define FVP_LOOP_IMAGE_MAX 96
+#define FVP_LOOP_REPORT_MAX_AGE 300 /* seconds: an older capacity report is not believed */
 
-/* The value of LOOP_LABEL_NODE for node @node (label values are at most 63 bytes). */
+/* The value of FVP_LOOP_LABEL_NODE for node @node (label values are at most 63 bytes). */
 void fvp_node_label(const char *node, char *buf, size_t len);
 
 /* Is @name an image name this provisioner makes ("pvc-" [a-z0-9-]+ ".img")? */

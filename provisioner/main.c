@@ -34,13 +34,13 @@
 
 static volatile int stopping;
 static volatile int standing_by = 1;
-static struct prov p;
+static struct fvp_prov p;
 
 /* The lease was lost: stop at once, as client-go's users do (the next leader may be starting). */
 static void on_lost(void *ud)
 {
 	(void)ud;
-	log_info("leadership lost: exiting so that only the new leader works");
+	fvp_log_info("leadership lost: exiting so that only the new leader works");
 	_exit(1);
 }
 
@@ -60,14 +60,14 @@ static int mono_s(void)
  */
 static int health(void *ud, bool ready, char *msg, size_t len)
 {
-	int idle = mono_s() - flag_get(&p.healthy_at);
+	int idle = mono_s() - fvp_flag_get(&p.healthy_at);
 
 	(void)ud;
 	if (idle > 60)
-		return prov_fail(msg, len, -EIO, "the %s loop has not run for %d s",
-				 flag_get(&standing_by) ? "lease" : "watch", idle);
-	if (ready && !flag_get(&standing_by) && !flag_get(&p.synced))
-		return prov_fail(msg, len, -EAGAIN, "the first list is not done");
+		return fvp_fail(msg, len, -EIO, "the %s loop has not run for %d s",
+				 fvp_flag_get(&standing_by) ? "lease" : "watch", idle);
+	if (ready && !fvp_flag_get(&standing_by) && !fvp_flag_get(&p.synced))
+		return fvp_fail(msg, len, -EAGAIN, "the first list is not done");
 	return 0;
 }
 
@@ -124,7 +124,7 @@ static int number(const char *s, unsigned long lo, unsigned long hi, const char 
 static void on_signal(int sig)
 {
 	(void)sig;
-	flag_set(&stopping, 1);
+	fvp_flag_set(&stopping, 1);
 }
 
 static void usage(FILE *f)
@@ -179,7 +179,7 @@ static void usage(FILE *f)
 		"  --provisioners L  serve only these (comma-separated; default all); --root is\n"
 		"                  opened only when one of them keeps its volumes on it\n"
 		"  --capacity-namespace NS  where node agents publish their nodes' space\n"
-		"                  (default " LOOP_CAPACITY_NS ")\n"
+		"                  (default " FVP_LOOP_CAPACITY_NS ")\n"
 		"Node agent (flexvol/loop, one per node, docs/loop-provisioning.md):\n"
 		"  --node-agent    make, preallocate and reclaim the images of this node's PVs,\n"
 		"                  and publish the loop root's space\n"
@@ -190,7 +190,7 @@ static void usage(FILE *f)
 
 /* What the command line asks for, besides the settings kept in p (parse_options()). */
 struct options {
-	struct kube_config kc;
+	struct fvp_kube_config kc;
 	const char *root;		/* --root: the share, mounted */
 	const char *http;		/* --http-endpoint, or "" */
 	struct fvp_lease_config lc;
@@ -337,7 +337,7 @@ static int run_agent(struct options *o)
 	o->ag.ev.k = p.k;
 	snprintf(o->ag.ev.identity, sizeof(o->ag.ev.identity), "%s", o->ag.node);
 	r = fvp_agent_run(&o->ag, p.k, &stopping);
-	kube_free(p.k);
+	fvp_kube_free(p.k);
 	return r < 0 ? 1 : 0;
 }
 
@@ -348,8 +348,8 @@ static int run_controller(struct options *o)
 	struct fvp_httpd_config hc = { .health = health };
 	struct fvp_httpd *httpd = NULL;
 	struct fvp_lease *lease = NULL;
-	struct kube_config lkc;
-	struct kube *lk = NULL;
+	struct fvp_kube_config lkc;
+	struct fvp_kube *lk = NULL;
 	int exit_code = 0;
 	bool need_root = false;
 	char err[FVP_KUBE_ERR_MAX];
@@ -364,11 +364,11 @@ static int run_controller(struct options *o)
 	if (need_root && p.site.rootfd < 0) {
 		fprintf(stderr, "flexvol-provisioner: cannot open --root '%s': %s\n", o->root,
 			strerror(-p.site.rootfd));
-		kube_free(p.k);
+		fvp_kube_free(p.k);
 		return 2;
 	}
-	flag_set(&p.healthy_at, mono_s());
-	fvp_metrics_set_gauges(ctl_gauges, &p);
+	fvp_flag_set(&p.healthy_at, mono_s());
+	fvp_metrics_set_gauges(fvp_ctl_gauges, &p);
 	if (o->http && *o->http) {
 		hc.address = o->http;
 		r = fvp_httpd_start(&hc, &httpd, err, sizeof(err));
@@ -376,7 +376,7 @@ static int run_controller(struct options *o)
 			fprintf(stderr, "flexvol-provisioner: %s\n", err);
 			if (p.site.rootfd >= 0)
 				close(p.site.rootfd);
-			kube_free(p.k);
+			fvp_kube_free(p.k);
 			return 2;
 		}
 	}
@@ -398,7 +398,7 @@ static int run_controller(struct options *o)
 			snprintf(lid, sizeof(lid), "%s", pod && *pod ? pod : p.ev.identity);
 			o->lc.identity = lid;
 		}
-		if (!safe_name(o->lc.ns) || !safe_name(o->lc.name)) {
+		if (!fvp_safe_name(o->lc.ns) || !fvp_safe_name(o->lc.name)) {
 			fprintf(stderr, "flexvol-provisioner: the lease namespace and name must be DNS "
 					"names: '%s' '%s'\n", o->lc.ns, o->lc.name);
 			return 2;
@@ -406,37 +406,37 @@ static int run_controller(struct options *o)
 		/* its own client: a lease request never waits longer than the renew deadline */
 		lkc = o->kc;
 		lkc.timeout_s = o->lc.renew_deadline_s;
-		r = kube_new(&lkc, &lk, err, sizeof(err));
+		r = fvp_kube_new(&lkc, &lk, err, sizeof(err));
 		if (r < 0) {
 			fprintf(stderr, "flexvol-provisioner: %s\n", r == -ENOMEM ? "out of memory" : err);
 			return 2;
 		}
 		o->lc.heartbeat = &p.healthy_at;
-		log_info("leader election: lease %s/%s as %s (duration %u s, renew deadline %u s, "
+		fvp_log_info("leader election: lease %s/%s as %s (duration %u s, renew deadline %u s, "
 			 "retry %u s)", o->lc.ns, o->lc.name, o->lc.identity, o->lc.duration_s,
 			 o->lc.renew_deadline_s, o->lc.retry_s);
 		r = fvp_lease_acquire(lk, &o->lc, &stopping, on_lost, NULL, &lease);
 		if (r < 0 && r != -ECANCELED) {
-			log_info("leader election failed: %s", strerror(-r));
+			fvp_log_info("leader election failed: %s", strerror(-r));
 			exit_code = 1;
-			flag_set(&stopping, 1);
+			fvp_flag_set(&stopping, 1);
 		}
 	}
-	flag_set(&standing_by, 0);
-	log_info("starting: server %s, root %s%s%s, resync %u s, %u workers, fs deadline %u s, "
+	fvp_flag_set(&standing_by, 0);
+	fvp_log_info("starting: server %s, root %s%s%s, resync %u s, %u workers, fs deadline %u s, "
 		 "backoff %u..%u ms", o->kc.server, need_root ? o->root : "(none)",
 		 p.site.share ? ", share " : "", p.site.share ? p.site.share : "", p.resync,
 		 p.workers, p.site.fs_timeout_s, p.retry_base_ms, p.retry_max_ms);
-	if (!flag_get(&stopping))
-		ctl_run(&p, &stopping);
-	log_info("stopping");
+	if (!fvp_flag_get(&stopping))
+		fvp_ctl_run(&p, &stopping);
+	fvp_log_info("stopping");
 	fvp_lease_release(lease);
 	fvp_httpd_stop(httpd);
 	fvp_metrics_set_gauges(NULL, NULL);
-	kube_free(lk);
+	fvp_kube_free(lk);
 	if (p.site.rootfd >= 0)
 		close(p.site.rootfd);
-	kube_free(p.k);
+	fvp_kube_free(p.k);
 	return exit_code;
 }
 
@@ -469,14 +469,14 @@ int main(int argc, char **argv)
 		return r;
 	setvbuf(stderr, NULL, _IOLBF, 0);
 	if (!p.site.capacity_ns)
-		p.site.capacity_ns = LOOP_CAPACITY_NS;
-	if (!safe_name(p.site.capacity_ns)) {
+		p.site.capacity_ns = FVP_LOOP_CAPACITY_NS;
+	if (!fvp_safe_name(p.site.capacity_ns)) {
 		fprintf(stderr, "flexvol-provisioner: --capacity-namespace is not a namespace name\n");
 		return 2;
 	}
 	if (o.agent && !o.ag.node)
 		o.ag.node = getenv("NODE_NAME");
-	if (o.agent && (!o.ag.node || !safe_name(o.ag.node))) {
+	if (o.agent && (!o.ag.node || !fvp_safe_name(o.ag.node))) {
 		fprintf(stderr, "flexvol-provisioner: --node-agent needs --node or $NODE_NAME (a node "
 				"name)\n");
 		return 2;
@@ -500,7 +500,7 @@ int main(int argc, char **argv)
 			o.kc.ca_file = SA_DIR "/ca.crt";
 	}
 	o.kc.stop = &stopping;
-	r = kube_new(&o.kc, &p.k, err, sizeof(err));
+	r = fvp_kube_new(&o.kc, &p.k, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "flexvol-provisioner: %s\n", r == -ENOMEM ? "out of memory" : err);
 		return 2;

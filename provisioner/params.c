@@ -22,7 +22,7 @@
 #define DEFAULT_PATTERN "${namespace}-${pvc}-${pv}"
 #define COMPONENT_MAX 255
 
-int prov_fail(char *err, size_t len, int r, const char *fmt, ...)
+int fvp_fail(char *err, size_t len, int r, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -92,7 +92,7 @@ static const char *lookup(const char *var, size_t n, json_object *pvc, const cha
 		size_t skip = is_lab ? sizeof(lab) - 1 : sizeof(ann) - 1;
 
 		if (n - skip >= sizeof(key)) {
-			prov_fail(err, errlen, 0, "pathPattern: '${%.*s}' is too long", (int)n, var);
+			fvp_fail(err, errlen, 0, "pathPattern: '${%.*s}' is too long", (int)n, var);
 			return NULL;
 		}
 		snprintf(key, sizeof(key), "%.*s", (int)(n - skip), var + skip);
@@ -102,12 +102,12 @@ static const char *lookup(const char *var, size_t n, json_object *pvc, const cha
 			json_object_object_get_ex(meta, is_lab ? "labels" : "annotations", &map);
 		v = str_at(map, key);
 		if (!v) {
-			prov_fail(err, errlen, 0, "pathPattern: the claim has no %s '%s'",
+			fvp_fail(err, errlen, 0, "pathPattern: the claim has no %s '%s'",
 			     is_lab ? "label" : "annotation", key);
 			return NULL;
 		}
 	} else {
-		prov_fail(err, errlen, 0,
+		fvp_fail(err, errlen, 0,
 		     "pathPattern: unknown variable '${%.*s}' (known: ${namespace} ${pvc} ${pv} "
 		     "${.PVC.namespace} ${.PVC.name} ${.PVC.labels.KEY} ${.PVC.annotations.KEY})",
 		     (int)n, var);
@@ -117,7 +117,7 @@ static const char *lookup(const char *var, size_t n, json_object *pvc, const cha
 	if (!pvc)
 		return "";
 	if (!v) {
-		prov_fail(err, errlen, 0, "pathPattern: the claim has no '%.*s'", (int)n, var);
+		fvp_fail(err, errlen, 0, "pathPattern: the claim has no '%.*s'", (int)n, var);
 		return NULL;
 	}
 	return v;
@@ -147,9 +147,9 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 	bool comp_var = false;	/* the current component holds a variable */
 
 	if (!*pattern)
-		return prov_fail(err, errlen, -EINVAL, "pathPattern is empty");
+		return fvp_fail(err, errlen, -EINVAL, "pathPattern is empty");
 	if (pattern[0] == '/')
-		return prov_fail(err, errlen, -EINVAL, "pathPattern must be relative to the share: '%s'",
+		return fvp_fail(err, errlen, -EINVAL, "pathPattern must be relative to the share: '%s'",
 			    pattern);
 	out[0] = '\0';
 	for (const char *p = pattern; *p;) {
@@ -160,7 +160,7 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 			const char *end;
 
 			if (p[1] != '{' || !(end = strchr(p + 2, '}')))
-				return prov_fail(err, errlen, -EINVAL,
+				return fvp_fail(err, errlen, -EINVAL,
 					    "pathPattern: '$' must start a '${name}' variable: '%s'",
 					    pattern);
 			v = lookup(p + 2, (size_t)(end - p - 2), pvc, pv, err, errlen);
@@ -169,7 +169,7 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 			vn = strlen(v);
 			for (size_t i = 0; i < vn; i++)
 				if (!name_char(v[i]))
-					return prov_fail(err, errlen, -EINVAL,
+					return fvp_fail(err, errlen, -EINVAL,
 						    "pathPattern: the value of '${%.*s}' may only hold "
 						    "letters, digits, '.', '_' and '-': '%s'",
 						    (int)(end - p - 2), p + 2, v);
@@ -178,11 +178,11 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 		} else if (p[0] == '/') {
 			/* without a claim (the class check), literal components only */
 			if ((pvc || !comp_var) && bad_component(out + o - comp, comp))
-				return prov_fail(err, errlen, -EINVAL,
+				return fvp_fail(err, errlen, -EINVAL,
 					    "pathPattern: empty, '.' or '..' directory in '%s'",
 					    pattern);
 			if (!p[1])
-				return prov_fail(err, errlen, -EINVAL,
+				return fvp_fail(err, errlen, -EINVAL,
 					    "pathPattern must not end with '/': '%s'", pattern);
 			v = "/";
 			vn = 1;
@@ -194,13 +194,13 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 			vn = 1;
 			p++;
 		} else {
-			return prov_fail(err, errlen, -EINVAL,
+			return fvp_fail(err, errlen, -EINVAL,
 				    "pathPattern may only hold letters, digits, '.', '_', '-', '/' "
 				    "and ${...} variables: '%s'",
 				    pattern);
 		}
 		if (o + vn + 1 > outlen || o + vn > FVP_PATH_MAX)
-			return prov_fail(err, errlen, -ENAMETOOLONG,
+			return fvp_fail(err, errlen, -ENAMETOOLONG,
 				    "pathPattern: the path is longer than %d bytes%s", FVP_PATH_MAX,
 				    too_long_hint(pvc));
 		memcpy(out + o, v, vn);
@@ -209,15 +209,15 @@ static int expand(const char *pattern, json_object *pvc, const char *pv, char *o
 		if (v[0] != '/')
 			comp += vn;
 		if (comp > COMPONENT_MAX)
-			return prov_fail(err, errlen, -ENAMETOOLONG,
+			return fvp_fail(err, errlen, -ENAMETOOLONG,
 				    "pathPattern: a directory name is longer than %d bytes%s",
 				    COMPONENT_MAX, too_long_hint(pvc));
 	}
 	if (!pvc && !comp_var && bad_component(out + o - comp, comp))
-		return prov_fail(err, errlen, -EINVAL, "pathPattern: empty, '.' or '..' directory in '%s'",
+		return fvp_fail(err, errlen, -EINVAL, "pathPattern: empty, '.' or '..' directory in '%s'",
 			    pattern);
 	if (pvc && !fvp_check_subpath(out))
-		return prov_fail(err, errlen, -EINVAL, "pathPattern: '%s' gives an empty, '.' or '..' "
+		return fvp_fail(err, errlen, -EINVAL, "pathPattern: '%s' gives an empty, '.' or '..' "
 			    "directory: '%s'", pattern, out);
 	return 0;
 }
@@ -316,7 +316,7 @@ int fvp_pv_options(const struct fvp_class *c, const char *subpath, json_object *
 		json_object_put(opts);
 		if (r == -ENOMEM)
 			return r;
-		return prov_fail(err, errlen, -EINVAL, "%s", cx.message[0] ? cx.message : "invalid nfs options");
+		return fvp_fail(err, errlen, -EINVAL, "%s", cx.message[0] ? cx.message : "invalid nfs options");
 	}
 	json_object_object_del(opts, "kubernetes.io/readwrite");
 	*ret = opts;
@@ -340,7 +340,7 @@ static int parse_bool(json_object *params, const char *key, bool *ret, char *err
 		*ret = true;
 		return 0;
 	}
-	return prov_fail(err, errlen, -EINVAL, "parameter '%s' must be true or false: '%s'", key, v);
+	return fvp_fail(err, errlen, -EINVAL, "parameter '%s' must be true or false: '%s'", key, v);
 }
 
 /*
@@ -378,7 +378,7 @@ int fvp_class_parse(json_object *sc, struct fvp_class *c, char *err, size_t errl
 
 	if (json_object_object_get_ex(sc, "parameters", &params) &&
 	    !json_object_is_type(params, json_type_object) && !json_object_is_type(params, json_type_null))
-		return prov_fail(err, errlen, -EINVAL, "class parameters are not an object");
+		return fvp_fail(err, errlen, -EINVAL, "class parameters are not an object");
 	if (params && json_object_is_type(params, json_type_object)) {
 		json_object_object_foreach(params, key, val)
 		{
@@ -387,13 +387,13 @@ int fvp_class_parse(json_object *sc, struct fvp_class *c, char *err, size_t errl
 			for (size_t i = 0; i < ARRAY_SIZE(known); i++)
 				ok = ok || streq(key, known[i]);
 			if (!ok)
-				return prov_fail(err, errlen, -EINVAL,
+				return fvp_fail(err, errlen, -EINVAL,
 					    "unknown parameter '%s' (known: server, share, pathPattern, "
 					    "onDelete, mode, uid, gid, nfsVersion, mountOptions, readOnly, "
 					    "adoptExisting, allowUnscopedClaimValues)",
 					    key);
 			if (!json_object_is_type(val, json_type_string))
-				return prov_fail(err, errlen, -EINVAL, "parameter '%s' is not a string", key);
+				return fvp_fail(err, errlen, -EINVAL, "parameter '%s' is not a string", key);
 		}
 	} else {
 		params = NULL;
@@ -402,9 +402,9 @@ int fvp_class_parse(json_object *sc, struct fvp_class *c, char *err, size_t errl
 	c->server = str_at(params, "server");
 	c->share = str_at(params, "share");
 	if (!c->server || !*c->server)
-		return prov_fail(err, errlen, -EINVAL, "parameter 'server' is required");
+		return fvp_fail(err, errlen, -EINVAL, "parameter 'server' is required");
 	if (!c->share || !*c->share)
-		return prov_fail(err, errlen, -EINVAL, "parameter 'share' is required");
+		return fvp_fail(err, errlen, -EINVAL, "parameter 'share' is required");
 	if ((v = str_at(params, "pathPattern")) && *v)
 		c->path_pattern = v;
 	r = expand(c->path_pattern, NULL, NULL, path, sizeof(path), err, errlen);
@@ -416,27 +416,27 @@ int fvp_class_parse(json_object *sc, struct fvp_class *c, char *err, size_t errl
 	if (r < 0)
 		return r;
 	if (!c->allow_unscoped && !claim_values_scoped(c->path_pattern))
-		return prov_fail(err, errlen, -EINVAL,
+		return fvp_fail(err, errlen, -EINVAL,
 				 "pathPattern '%s' uses claim labels or annotations but does not start "
 				 "with the namespace ('${namespace}/...'): claims in two namespaces could "
 				 "get one directory (allowUnscopedClaimValues: \"true\" accepts it)",
 				 c->path_pattern);
 	if ((v = str_at(params, "onDelete")) && fvp_on_delete_parse(v, &c->on_delete) < 0)
-		return prov_fail(err, errlen, -EINVAL,
+		return fvp_fail(err, errlen, -EINVAL,
 			    "parameter 'onDelete' must be archive, delete or retain: '%s'", v);
 	if ((v = str_at(params, "mode")) && parse_mode(v, &c->mode) < 0)
-		return prov_fail(err, errlen, -EINVAL,
+		return fvp_fail(err, errlen, -EINVAL,
 			    "parameter 'mode' must be an octal mode from 0 to 7777: '%s'", v);
 	if ((v = str_at(params, "uid"))) {
 		if (parse_id(v, &id) < 0)
-			return prov_fail(err, errlen, -EINVAL,
+			return fvp_fail(err, errlen, -EINVAL,
 				    "parameter 'uid' must be a number from 0 to 4294967294: '%s'", v);
 		c->has_uid = true;
 		c->uid = id;
 	}
 	if ((v = str_at(params, "gid"))) {
 		if (parse_id(v, &id) < 0)
-			return prov_fail(err, errlen, -EINVAL,
+			return fvp_fail(err, errlen, -EINVAL,
 				    "parameter 'gid' must be a number from 0 to 4294967294: '%s'", v);
 		c->has_gid = true;
 		c->gid = id;
@@ -445,7 +445,7 @@ int fvp_class_parse(json_object *sc, struct fvp_class *c, char *err, size_t errl
 		if (streq(v, "true"))
 			c->read_only = true;
 		else if (!streq(v, "false"))
-			return prov_fail(err, errlen, -EINVAL,
+			return fvp_fail(err, errlen, -EINVAL,
 				    "parameter 'readOnly' must be true or false: '%s'", v);
 	}
 	if ((v = str_at(params, "nfsVersion")) && *v)
@@ -454,7 +454,7 @@ int fvp_class_parse(json_object *sc, struct fvp_class *c, char *err, size_t errl
 		c->mount_options = v;
 	if ((v = str_at(sc, "reclaimPolicy"))) {
 		if (!streq(v, "Delete") && !streq(v, "Retain"))
-			return prov_fail(err, errlen, -EINVAL,
+			return fvp_fail(err, errlen, -EINVAL,
 				    "reclaimPolicy must be Delete or Retain: '%s'", v);
 		c->reclaim_policy = v;
 	}

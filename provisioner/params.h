@@ -14,7 +14,7 @@
 #include "fv/macro.h"
 
 /* Write a printf-style message to @err (@len bytes) and return @r: every error path of the provisioner. */
-int prov_fail(char *err, size_t len, int r, const char *fmt, ...) _printf_(4, 5);
+int fvp_fail(char *err, size_t len, int r, const char *fmt, ...) _printf_(4, 5);
 
 struct json_object;
 

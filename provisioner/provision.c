@@ -25,19 +25,19 @@
 
 static const char *claim_class(json_object *pvc)
 {
-	const char *c = jstr2(pvc, "spec", "storageClassName");
+	const char *c = fvp_jstr2(pvc, "spec", "storageClassName");
 
-	return c && *c ? c : jstr(jget(jget(pvc, "metadata"), "annotations"), ANN_CLASS_BETA);
+	return c && *c ? c : fvp_jstr(fvp_jget(fvp_jget(pvc, "metadata"), "annotations"), FVP_ANN_CLASS_BETA);
 }
 
 /* --- the claim's finalizer ------------------------------------------------------------------- */
 
 static bool has_finalizer(json_object *pvc)
 {
-	return jarray_has(jget(jget(pvc, "metadata"), "finalizers"), FINALIZER);
+	return fvp_jarray_has(fvp_jget(fvp_jget(pvc, "metadata"), "finalizers"), FINALIZER);
 }
 
-static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object **ret)
+static int set_finalizer(struct fvp_prov *p, json_object *pvc, bool on, json_object **ret)
 {
 	return fvp_ctl_update_finalizer(p, pvc, FINALIZER, on, ret);
 }
@@ -50,28 +50,28 @@ static int set_finalizer(struct prov *p, json_object *pvc, bool on, json_object 
  * rescheduleProvisioning does when provisioning on the selected node failed
  * in a way another node may not).
  */
-static void reschedule(struct prov *p, json_object *pvc)
+static void reschedule(struct fvp_prov *p, json_object *pvc)
 {
-	const char *ns = jstr2(pvc, "metadata", "namespace"), *name = jstr2(pvc, "metadata", "name");
+	const char *ns = fvp_jstr2(pvc, "metadata", "namespace"), *name = fvp_jstr2(pvc, "metadata", "name");
 	char path[FVP_API_PATH_MAX], what[FVP_CTL_WHAT_MAX];
 
-	if (!safe_name(ns) || !safe_name(name))
+	if (!fvp_safe_name(ns) || !fvp_safe_name(name))
 		return;
 	fvp_api_path(path, sizeof(path), FVP_API_PVC, ns, name, NULL);
-	snprintf(what, sizeof(what), "claim %s/%s: removing %s", ns, name, ANN_SELECTED_NODE);
-	if (fvp_ctl_patch(p, path, fvp_ctl_nest3("metadata", "annotations", ANN_SELECTED_NODE, NULL), what) == 200)
-		log_info("claim %s/%s: handed back to the scheduler", ns, name);
+	snprintf(what, sizeof(what), "claim %s/%s: removing %s", ns, name, FVP_ANN_SELECTED_NODE);
+	if (fvp_ctl_patch(p, path, fvp_ctl_nest3("metadata", "annotations", FVP_ANN_SELECTED_NODE, NULL), what) == 200)
+		fvp_log_info("claim %s/%s: handed back to the scheduler", ns, name);
 }
 
 /* The PV for @pvc; takes over @vol's flexVolume and nodeAffinity. */
 static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, json_object *pvc,
 			     json_object *sc, struct fvp_volume *vol)
 {
-	json_object *meta = jget(pvc, "metadata"), *spec = jget(pvc, "spec");
+	json_object *meta = fvp_jget(pvc, "metadata"), *spec = fvp_jget(pvc, "spec");
 	json_object *pv = json_object_new_object(), *m = json_object_new_object(),
 		    *ann = json_object_new_object(), *s = json_object_new_object(),
 		    *cap = json_object_new_object(), *ref = json_object_new_object();
-	const char *policy = jstr(sc, "reclaimPolicy");
+	const char *policy = fvp_jstr(sc, "reclaimPolicy");
 
 	if (!pv || !m || !ann || !s || !cap || !ref) {
 		json_object_put(pv);
@@ -82,11 +82,11 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 		json_object_put(ref);
 		return NULL;
 	}
-	jset(pv, "apiVersion", "v1");
-	jset(pv, "kind", "PersistentVolume");
-	jset(m, "name", pv_name);
-	jset(ann, ANN_PROVISIONED_BY, b->name);
-	jset(ann, ANN_ON_DELETE, vol->on_delete);
+	fvp_jset(pv, "apiVersion", "v1");
+	fvp_jset(pv, "kind", "PersistentVolume");
+	fvp_jset(m, "name", pv_name);
+	fvp_jset(ann, FVP_ANN_PROVISIONED_BY, b->name);
+	fvp_jset(ann, FVP_ANN_ON_DELETE, vol->on_delete);
 	json_object_object_add(m, "annotations", ann);
 	if (vol->labels)
 		json_object_object_add(m, "labels", TAKE_PTR(vol->labels));
@@ -100,19 +100,19 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 	}
 	json_object_object_add(pv, "metadata", m);
 
-	jset(cap, "storage", vol->capacity[0] ? vol->capacity :
-			     jstr(jget(jget(spec, "resources"), "requests"), "storage"));
+	fvp_jset(cap, "storage", vol->capacity[0] ? vol->capacity :
+			     fvp_jstr(fvp_jget(fvp_jget(spec, "resources"), "requests"), "storage"));
 	json_object_object_add(s, "capacity", cap);
-	json_object_object_add(s, "accessModes", json_object_get(jget(spec, "accessModes")));
-	jset(s, "persistentVolumeReclaimPolicy", policy ? policy : "Delete");
-	jset(s, "storageClassName", jstr2(sc, "metadata", "name"));
-	jset(s, "volumeMode", "Filesystem");
-	jset(ref, "apiVersion", "v1");
-	jset(ref, "kind", "PersistentVolumeClaim");
-	jset(ref, "namespace", jstr(meta, "namespace"));
-	jset(ref, "name", jstr(meta, "name"));
-	jset(ref, "uid", jstr(meta, "uid"));
-	jset(ref, "resourceVersion", jstr(meta, "resourceVersion"));
+	json_object_object_add(s, "accessModes", json_object_get(fvp_jget(spec, "accessModes")));
+	fvp_jset(s, "persistentVolumeReclaimPolicy", policy ? policy : "Delete");
+	fvp_jset(s, "storageClassName", fvp_jstr2(sc, "metadata", "name"));
+	fvp_jset(s, "volumeMode", "Filesystem");
+	fvp_jset(ref, "apiVersion", "v1");
+	fvp_jset(ref, "kind", "PersistentVolumeClaim");
+	fvp_jset(ref, "namespace", fvp_jstr(meta, "namespace"));
+	fvp_jset(ref, "name", fvp_jstr(meta, "name"));
+	fvp_jset(ref, "uid", fvp_jstr(meta, "uid"));
+	fvp_jset(ref, "resourceVersion", fvp_jstr(meta, "resourceVersion"));
 	json_object_object_add(s, "claimRef", ref);
 	json_object_object_add(s, "flexVolume", TAKE_PTR(vol->flex_volume));
 	if (vol->node_affinity)
@@ -126,32 +126,32 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
  * with an event before anything is made, as Kubernetes' own provisioners
  * refuse them.  True when refused.
  */
-static bool refused(struct prov *p, const struct fvp_backend *b, json_object *pvc,
+static bool refused(struct fvp_prov *p, const struct fvp_backend *b, json_object *pvc,
 		    json_object *sc)
 {
-	json_object *spec = jget(pvc, "spec"), *mo = jget(sc, "mountOptions"),
-		    *ave = jget(sc, "allowVolumeExpansion"),
-		    *src = jget(spec, "dataSourceRef") ?: jget(spec, "dataSource");
-	const char *cls = jstr2(sc, "metadata", "name");
+	json_object *spec = fvp_jget(pvc, "spec"), *mo = fvp_jget(sc, "mountOptions"),
+		    *ave = fvp_jget(sc, "allowVolumeExpansion"),
+		    *src = fvp_jget(spec, "dataSourceRef") ?: fvp_jget(spec, "dataSource");
+	const char *cls = fvp_jstr2(sc, "metadata", "name");
 
 	if (src) {
-		const char *kind = jstr(src, "kind") ?: "?", *group = jstr(src, "apiGroup");
+		const char *kind = fvp_jstr(src, "kind") ?: "?", *group = fvp_jstr(src, "apiGroup");
 
-		event(&p->ev, pvc, true, "ProvisioningFailed",
+		fvp_event(&p->ev, pvc, true, "ProvisioningFailed",
 		      "the claim's data source (%s%s%s %s) is not supported: %s volumes are made "
 		      "empty; cloning a claim or restoring a snapshot cannot be done",
 		      group && *group ? group : "", group && *group ? "/" : "", kind,
-		      jstr(src, "name") ?: "?", b->name);
+		      fvp_jstr(src, "name") ?: "?", b->name);
 		return true;
 	}
-	if (jget(spec, "selector")) {
-		event(&p->ev, pvc, true, "ProvisioningFailed",
+	if (fvp_jget(spec, "selector")) {
+		fvp_event(&p->ev, pvc, true, "ProvisioningFailed",
 		      "the claim has a selector: claim Selector is not supported for dynamic "
 		      "provisioning (it can only match existing PVs)");
 		return true;
 	}
 	if (mo && json_object_is_type(mo, json_type_array) && json_object_array_length(mo)) {
-		event(&p->ev, pvc, true, "ProvisioningFailed",
+		fvp_event(&p->ev, pvc, true, "ProvisioningFailed",
 		      "StorageClass '%s' has mountOptions %s: kubelet refuses mount options on "
 		      "FlexVolume PVs (put NFS mount options in the class parameter mountOptions)",
 		      cls, json_object_to_json_string_ext(mo, JSON_C_TO_STRING_PLAIN));
@@ -159,7 +159,7 @@ static bool refused(struct prov *p, const struct fvp_backend *b, json_object *pv
 	}
 	if (ave && json_object_is_type(ave, json_type_boolean) && json_object_get_boolean(ave) &&
 	    !b->can_expand) {
-		event(&p->ev, pvc, true, "ProvisioningFailed",
+		fvp_event(&p->ev, pvc, true, "ProvisioningFailed",
 		      "StorageClass '%s' sets allowVolumeExpansion: true, which %s cannot honour (a "
 		      "resize would never finish); set it false", cls, b->name);
 		return true;
@@ -173,8 +173,8 @@ static bool refused(struct prov *p, const struct fvp_backend *b, json_object *pv
  */
 static bool for_populator(json_object *pvc)
 {
-	json_object *ref = jget(jget(pvc, "spec"), "dataSourceRef");
-	const char *group = jstr(ref, "apiGroup");
+	json_object *ref = fvp_jget(fvp_jget(pvc, "spec"), "dataSourceRef");
+	const char *group = fvp_jstr(ref, "apiGroup");
 
 	return ref && group && *group && !streq(group, "snapshot.storage.k8s.io");
 }
@@ -184,12 +184,12 @@ static bool for_populator(json_object *pvc)
  * instance), <0 when it should be tried again after the claim's backoff
  * (every refusal too: a class or claim fixed meanwhile is then picked up).
  */
-static int provision(struct prov *p, const struct fvp_backend *b, json_object *pvc,
+static int provision(struct fvp_prov *p, const struct fvp_backend *b, json_object *pvc,
 		     json_object *sc, const char *pv_name)
 {
-	json_object *spec = jget(pvc, "spec"), *meta = jget(pvc, "metadata"), *pv = NULL,
+	json_object *spec = fvp_jget(pvc, "spec"), *meta = fvp_jget(pvc, "metadata"), *pv = NULL,
 		    *reply = NULL, *modes, *updated = NULL;
-	const char *ns = jstr(meta, "namespace"), *name = jstr(meta, "name"), *size, *vm;
+	const char *ns = fvp_jstr(meta, "namespace"), *name = fvp_jstr(meta, "name"), *size, *vm;
 	char err[FVP_ERR_MAX], path[FVP_API_PATH_MAX];
 	struct fvp_volume vol = { 0 };
 	enum fvp_made made;
@@ -197,42 +197,42 @@ static int provision(struct prov *p, const struct fvp_backend *b, json_object *p
 
 	r = b->class_check(&p->site, sc, err, sizeof(err));
 	if (r < 0) {
-		event(&p->ev, pvc, true, "ProvisioningFailed", "StorageClass '%s': %s",
-		      jstr2(sc, "metadata", "name"), err);
+		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "StorageClass '%s': %s",
+		      fvp_jstr2(sc, "metadata", "name"), err);
 		return -EINVAL;
 	}
 	if (r > 0) {
-		log_info("claim %s/%s: %s: left to another instance", ns, name, err);
+		fvp_log_info("claim %s/%s: %s: left to another instance", ns, name, err);
 		return 0;
 	}
 	if (refused(p, b, pvc, sc))
 		return -EINVAL;
-	vm = jstr(spec, "volumeMode");
+	vm = fvp_jstr(spec, "volumeMode");
 	if (vm && !streq(vm, "Filesystem")) {
-		event(&p->ev, pvc, true, "ProvisioningFailed",
+		fvp_event(&p->ev, pvc, true, "ProvisioningFailed",
 		      "volumeMode %s is not supported: %s volumes are filesystems", vm, b->name);
 		return -EINVAL;
 	}
-	size = jstr(jget(jget(spec, "resources"), "requests"), "storage");
+	size = fvp_jstr(fvp_jget(fvp_jget(spec, "resources"), "requests"), "storage");
 	if (!size || !*size) {
-		event(&p->ev, pvc, true, "ProvisioningFailed", "the claim requests no storage size");
+		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "the claim requests no storage size");
 		return -EINVAL;
 	}
-	modes = jget(spec, "accessModes");
+	modes = fvp_jget(spec, "accessModes");
 	if (!modes || !json_object_is_type(modes, json_type_array) ||
 	    !json_object_array_length(modes)) {
-		event(&p->ev, pvc, true, "ProvisioningFailed", "the claim has no accessModes");
+		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "the claim has no accessModes");
 		return -EINVAL;
 	}
 	r = b->prepare(&p->site, sc, pvc, pv_name, &vol, err, sizeof(err));
-	if (r == -ENOSPC && jstr(jget(meta, "annotations"), ANN_SELECTED_NODE)) {
-		event(&p->ev, pvc, true, "ProvisioningFailed", "%s; handing the claim back to the "
+	if (r == -ENOSPC && fvp_jstr(fvp_jget(meta, "annotations"), FVP_ANN_SELECTED_NODE)) {
+		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "%s; handing the claim back to the "
 		      "scheduler", err);
 		reschedule(p, pvc);
 		return 0;
 	}
 	if (r < 0) {
-		event(&p->ev, pvc, true, "ProvisioningFailed", "%s", err);
+		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "%s", err);
 		return r;
 	}
 	if (!has_finalizer(pvc)) {
@@ -247,34 +247,34 @@ static int provision(struct prov *p, const struct fvp_backend *b, json_object *p
 	r = fvp_backend_create(&p->site, b, sc, pvc, &vol, &made, err, sizeof(err));
 	if (r < 0) {
 		fvp_volume_done(&vol);
-		event(&p->ev, pvc, true, "ProvisioningFailed", "%s", err);
+		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "%s", err);
 		json_object_put(updated);
 		return r;
 	}
 	if (made == FVP_MADE_ADOPTED)
-		event(&p->ev, pvc, false, "AdoptedExistingVolume", "%s", err);
+		fvp_event(&p->ev, pvc, false, "AdoptedExistingVolume", "%s", err);
 	pv = build_pv(b, pv_name, pvc, sc, &vol);
 	fvp_volume_done(&vol);
 	if (!pv) {
-		log_info("claim %s/%s: out of memory", ns, name);
+		fvp_log_info("claim %s/%s: out of memory", ns, name);
 		json_object_put(updated);
 		return -ENOMEM;
 	}
-	st = kube_request(p->k, "POST", fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, NULL, NULL),
+	st = fvp_kube_request(p->k, "POST", fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, NULL, NULL),
 			  pv, &reply, err, sizeof(err));
 	if (st == 201 || st == 200) {
-		event(&p->ev, pvc, false, "ProvisioningSucceeded",
+		fvp_event(&p->ev, pvc, false, "ProvisioningSucceeded",
 		      "Successfully provisioned volume %s: %s", pv_name, vol.where);
 	} else if (st == 409) {
 		/* another replica, or an earlier run of this one, was first: one PV all the same */
-		log_info("claim %s/%s: PV %s exists already (created by another replica or before a "
+		fvp_log_info("claim %s/%s: PV %s exists already (created by another replica or before a "
 			 "restart)", ns, name, pv_name);
 	} else if (st < 0) {
-		log_info("claim %s/%s: creating PV %s failed: %s (retried after a backoff)", ns,
+		fvp_log_info("claim %s/%s: creating PV %s failed: %s (retried after a backoff)", ns,
 			 name, pv_name, err);
 	} else {
-		event(&p->ev, pvc, true, "ProvisioningFailed", "creating PV %s failed: HTTP %d %s",
-		      pv_name, st, kube_status_message(reply));
+		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "creating PV %s failed: HTTP %d %s",
+		      pv_name, st, fvp_kube_status_message(reply));
 	}
 	/* the PV carries the claim's lifecycle from here (the binder also clears it, below) */
 	if (st == 201 || st == 200 || st == 409)
@@ -286,15 +286,15 @@ static int provision(struct prov *p, const struct fvp_backend *b, json_object *p
 }
 
 /* 1 when PV @name exists, 0 when not, <0 on an API error. */
-static int pv_exists(struct prov *p, const char *name)
+static int pv_exists(struct fvp_prov *p, const char *name)
 {
 	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
 
 	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
-	st = kube_request(p->k, "GET", path, NULL, NULL, err, sizeof(err));
+	st = fvp_kube_request(p->k, "GET", path, NULL, NULL, err, sizeof(err));
 	if (st < 0)
-		log_info("GET PV %s: %s", name, err);
+		fvp_log_info("GET PV %s: %s", name, err);
 	return st == 200 ? 1 : st == 404 ? 0 : st < 0 ? st : -EIO;
 }
 
@@ -302,23 +302,23 @@ static int pv_exists(struct prov *p, const char *name)
  * Which class serves @pvc: 1 with *ret_sc and *ret_b when it is one of our
  * backends', 0 when not, <0 on an API error.
  */
-static int claim_is_ours(struct prov *p, json_object *pvc, json_object **ret_sc,
+static int claim_is_ours(struct fvp_prov *p, json_object *pvc, json_object **ret_sc,
 			 const struct fvp_backend **ret_b)
 {
-	json_object *ann = jget(jget(pvc, "metadata"), "annotations");
-	const char *prov = jstr(ann, ANN_SP), *cls;
+	json_object *ann = fvp_jget(fvp_jget(pvc, "metadata"), "annotations");
+	const char *prov = fvp_jstr(ann, FVP_ANN_SP), *cls;
 	const struct fvp_backend *b = NULL;
 	int r;
 
 	*ret_sc = NULL;
 	if (!prov)
-		prov = jstr(ann, ANN_SP_BETA);
+		prov = fvp_jstr(ann, FVP_ANN_SP_BETA);
 	/*
 	 * Only what the controller-manager handed to us: it sets the annotation
 	 * once no existing PV matched the claim (static PVs win), and so only
 	 * once the claim is in its cache (a PV made earlier would be Released).
 	 */
-	if (!prov || !ctl_backend(prov))
+	if (!prov || !fvp_ctl_backend(prov))
 		return 0;
 	cls = claim_class(pvc);
 	if (!cls || !*cls)
@@ -339,15 +339,15 @@ static int claim_is_ours(struct prov *p, json_object *pvc, json_object **ret_sc,
  * failed, or between the asset and the PV create), its asset is removed when
  * nothing was written to it: nothing is left behind, and no data is touched.
  */
-static int remove_unused_asset(struct prov *p, json_object *pvc)
+static int remove_unused_asset(struct fvp_prov *p, json_object *pvc)
 {
-	json_object *meta = jget(pvc, "metadata"), *sc = NULL;
-	const char *uid = jstr(meta, "uid");
+	json_object *meta = fvp_jget(pvc, "metadata"), *sc = NULL;
+	const char *uid = fvp_jstr(meta, "uid");
 	const struct fvp_backend *b;
 	char pv_name[FVP_PV_NAME_MAX], err[FVP_ERR_MAX];
 	int r;
 
-	if (!uid || !safe_name(uid) || strlen(uid) > 64)
+	if (!uid || !fvp_safe_name(uid) || strlen(uid) > 64)
 		return 0;
 	r = claim_is_ours(p, pvc, &sc, &b);
 	if (r <= 0)
@@ -358,11 +358,11 @@ static int remove_unused_asset(struct prov *p, json_object *pvc)
 		err[0] = '\0';
 		r = fvp_backend_cleanup(&p->site, b, sc, pvc, pv_name, err, sizeof(err));
 		if (r == 0)
-			log_info("claim %s/%s deleted before its PV was made: %s",
-				 jstr(meta, "namespace"), jstr(meta, "name"), err);
+			fvp_log_info("claim %s/%s deleted before its PV was made: %s",
+				 fvp_jstr(meta, "namespace"), fvp_jstr(meta, "name"), err);
 		else if (r < 0)
-			log_info("claim %s/%s deleted: %s", jstr(meta, "namespace"),
-				 jstr(meta, "name"), err);
+			fvp_log_info("claim %s/%s deleted: %s", fvp_jstr(meta, "namespace"),
+				 fvp_jstr(meta, "name"), err);
 	}
 	json_object_put(sc);
 	return r < 0 ? r : 0;
@@ -373,7 +373,7 @@ static int remove_unused_asset(struct prov *p, json_object *pvc)
  * its asset and its PV (a crash, or a PV create that kept failing).  Its
  * asset goes if it is unused, then the finalizer, so the API can finish.
  */
-static int claim_finish_deleted(struct prov *p, json_object *pvc)
+static int claim_finish_deleted(struct fvp_prov *p, json_object *pvc)
 {
 	int r = remove_unused_asset(p, pvc);
 
@@ -381,28 +381,28 @@ static int claim_finish_deleted(struct prov *p, json_object *pvc)
 		return r;
 	r = set_finalizer(p, pvc, false, NULL);
 	if (r == 0)
-		log_info("claim %s/%s deleted before its PV: finalizer removed",
-			 jstr2(pvc, "metadata", "namespace"), jstr2(pvc, "metadata", "name"));
+		fvp_log_info("claim %s/%s deleted before its PV: finalizer removed",
+			 fvp_jstr2(pvc, "metadata", "namespace"), fvp_jstr2(pvc, "metadata", "name"));
 	return r == 1 || r == -EAGAIN ? 0 : r;
 }
 
-int ctl_claim_changed(struct prov *p, json_object *pvc)
+int fvp_ctl_claim_changed(struct fvp_prov *p, json_object *pvc)
 {
-	json_object *meta = jget(pvc, "metadata"), *sc = NULL;
-	const char *uid = jstr(meta, "uid"), *phase = jstr2(pvc, "status", "phase"),
-		   *vol = jstr2(pvc, "spec", "volumeName");
+	json_object *meta = fvp_jget(pvc, "metadata"), *sc = NULL;
+	const char *uid = fvp_jstr(meta, "uid"), *phase = fvp_jstr2(pvc, "status", "phase"),
+		   *vol = fvp_jstr2(pvc, "spec", "volumeName");
 	const struct fvp_backend *b = NULL;
 	char pv_name[FVP_PV_NAME_MAX];
 	int r;
 
-	if (!uid || strlen(uid) > 64 || !safe_name(uid))
+	if (!uid || strlen(uid) > 64 || !fvp_safe_name(uid))
 		return 0;
-	if (jget(meta, "deletionTimestamp"))
+	if (fvp_jget(meta, "deletionTimestamp"))
 		return has_finalizer(pvc) ? claim_finish_deleted(p, pvc) : 0;
 	if ((phase && !streq(phase, "Pending")) || (vol && *vol)) {
 		if (has_finalizer(pvc) && set_finalizer(p, pvc, false, NULL) == 0)
-			log_info("claim %s/%s is bound: finalizer removed", jstr(meta, "namespace"),
-				 jstr(meta, "name"));
+			fvp_log_info("claim %s/%s is bound: finalizer removed", fvp_jstr(meta, "namespace"),
+				 fvp_jstr(meta, "name"));
 		if (phase && streq(phase, "Bound") && vol && *vol)
 			return fvp_ctl_claim_resize(p, pvc);
 		return 0;
@@ -419,8 +419,8 @@ int ctl_claim_changed(struct prov *p, json_object *pvc)
 		return 0;
 	}
 	/* WaitForFirstConsumer: the scheduler picks the node first (the annotation says so) */
-	if (jstr(sc, "volumeBindingMode") && streq(jstr(sc, "volumeBindingMode"), "WaitForFirstConsumer") &&
-	    !jstr(jget(meta, "annotations"), ANN_SELECTED_NODE)) {
+	if (fvp_jstr(sc, "volumeBindingMode") && streq(fvp_jstr(sc, "volumeBindingMode"), "WaitForFirstConsumer") &&
+	    !fvp_jstr(fvp_jget(meta, "annotations"), FVP_ANN_SELECTED_NODE)) {
 		json_object_put(sc);
 		return 0;
 	}
@@ -438,7 +438,7 @@ int ctl_claim_changed(struct prov *p, json_object *pvc)
 	return r;
 }
 
-int ctl_claim_deleted(struct prov *p, json_object *pvc)
+int fvp_ctl_claim_deleted(struct fvp_prov *p, json_object *pvc)
 {
 	return remove_unused_asset(p, pvc);
 }

@@ -17,7 +17,7 @@
 
 static bool has_pv_finalizer(json_object *pv)
 {
-	return jarray_has(jget(jget(pv, "metadata"), "finalizers"), FVP_PV_FINALIZER);
+	return fvp_jarray_has(fvp_jget(fvp_jget(pv, "metadata"), "finalizers"), FVP_PV_FINALIZER);
 }
 
 /*
@@ -25,24 +25,24 @@ static bool has_pv_finalizer(json_object *pv)
  * re-created since must not turn retain into delete); for a PV without the
  * record, its class's as it is now; NULL: the backend's default.
  */
-static int pv_on_delete(struct prov *p, json_object *pv, char *buf, size_t len, const char **ret)
+static int pv_on_delete(struct fvp_prov *p, json_object *pv, char *buf, size_t len, const char **ret)
 {
 	json_object *sc = NULL;
 	const char *od, *cls;
 	int r;
 
-	od = jstr(jget(jget(pv, "metadata"), "annotations"), ANN_ON_DELETE);
+	od = fvp_jstr(fvp_jget(fvp_jget(pv, "metadata"), "annotations"), FVP_ANN_ON_DELETE);
 	*ret = NULL;
 	if (od) {
 		snprintf(buf, len, "%s", od);
 		*ret = buf;
 		return 0;
 	}
-	cls = jstr2(pv, "spec", "storageClassName");
+	cls = fvp_jstr2(pv, "spec", "storageClassName");
 	r = cls && *cls ? fvp_ctl_get_class(p, cls, &sc, NULL) : 0;
 	if (r < 0)
 		return r;
-	od = jstr(jget(sc, "parameters"), "onDelete");
+	od = fvp_jstr(fvp_jget(sc, "parameters"), "onDelete");
 	if (od) {
 		snprintf(buf, len, "%s", od);
 		*ret = buf;
@@ -52,7 +52,7 @@ static int pv_on_delete(struct prov *p, json_object *pv, char *buf, size_t len, 
 }
 
 /* DELETE PV @name, only while it is the one with @uid (never one re-created meanwhile). */
-static int delete_pv(struct prov *p, const char *name, const char *uid, json_object **ret)
+static int delete_pv(struct fvp_prov *p, const char *name, const char *uid, json_object **ret)
 {
 	json_object *reply = NULL;
 	char err[FVP_KUBE_ERR_MAX], path[FVP_API_PATH_MAX];
@@ -60,27 +60,27 @@ static int delete_pv(struct prov *p, const char *name, const char *uid, json_obj
 
 	*ret = NULL;
 	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
-	st = kube_delete_uid(p->k, path, uid, &reply, err, sizeof(err));
+	st = fvp_kube_delete_uid(p->k, path, uid, &reply, err, sizeof(err));
 	if (st == 200 || st == 202) {
-		log_info("PV %s deleted", name);
+		fvp_log_info("PV %s deleted", name);
 		*ret = reply;
 		return 0;
 	}
 	if (st == 404) {
-		log_info("PV %s was deleted already", name);
+		fvp_log_info("PV %s was deleted already", name);
 		json_object_put(reply);
 		return 1;
 	}
 	if (st == 409) {
 		/* the uid precondition failed: a new PV of that name is not ours to delete */
-		log_info("PV %s: re-created meanwhile (uid differs): not deleted", name);
+		fvp_log_info("PV %s: re-created meanwhile (uid differs): not deleted", name);
 		json_object_put(reply);
 		return 1;
 	}
 	if (st < 0)
-		log_info("PV %s: delete failed: %s", name, err);
+		fvp_log_info("PV %s: delete failed: %s", name, err);
 	else
-		log_info("PV %s: delete failed: HTTP %d %s", name, st, kube_status_message(reply));
+		fvp_log_info("PV %s: delete failed: HTTP %d %s", name, st, fvp_kube_status_message(reply));
 	json_object_put(reply);
 	return st < 0 ? st : -EIO;
 }
@@ -92,15 +92,15 @@ static int delete_pv(struct prov *p, const char *name, const char *uid, json_obj
  */
 static const char *pv_hostname(json_object *pv)
 {
-	json_object *t = jget(jget(jget(jget(pv, "spec"), "nodeAffinity"), "required"),
+	json_object *t = fvp_jget(fvp_jget(fvp_jget(fvp_jget(pv, "spec"), "nodeAffinity"), "required"),
 			      "nodeSelectorTerms"), *e, *v;
 
 	t = t && json_object_is_type(t, json_type_array) ? json_object_array_get_idx(t, 0) : NULL;
-	e = jget(t, "matchExpressions");
+	e = fvp_jget(t, "matchExpressions");
 	e = e && json_object_is_type(e, json_type_array) ? json_object_array_get_idx(e, 0) : NULL;
-	if (!jstr(e, "key") || !streq(jstr(e, "key"), "kubernetes.io/hostname"))
+	if (!fvp_jstr(e, "key") || !streq(fvp_jstr(e, "key"), "kubernetes.io/hostname"))
 		return NULL;
-	v = jget(e, "values");
+	v = fvp_jget(e, "values");
 	v = v && json_object_is_type(v, json_type_array) ? json_object_array_get_idx(v, 0) : NULL;
 	return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
 }
@@ -111,41 +111,41 @@ static const char *pv_hostname(json_object *pv)
  * node is gone, when nobody can: a warning on the PV says so.  Returns 1
  * (nothing more for the controller to do) or -EIO.
  */
-static int reclaim_on_node(struct prov *p, json_object *pv)
+static int reclaim_on_node(struct fvp_prov *p, json_object *pv)
 {
-	const char *host = pv_hostname(pv), *name = jstr2(pv, "metadata", "name");
+	const char *host = pv_hostname(pv), *name = fvp_jstr2(pv, "metadata", "name");
 	json_object *list = NULL;
 	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
 
-	if (!host || !safe_name(host)) {
-		event(&p->ev, pv, true, "VolumeFailedDelete",
+	if (!host || !fvp_safe_name(host)) {
+		fvp_event(&p->ev, pv, true, "VolumeFailedDelete",
 		      "the PV names no node (nodeAffinity on kubernetes.io/hostname): its asset is "
 		      "not touched; delete the PV by hand");
 		return 1;
 	}
 	fvp_api_select(path, sizeof(path), FVP_API_NODE, "kubernetes.io/hostname", host);
-	st = kube_request(p->k, "GET", path, NULL, &list, err, sizeof(err));
+	st = fvp_kube_request(p->k, "GET", path, NULL, &list, err, sizeof(err));
 	if (st != 200 || !list) {
-		log_info("PV %s: cannot list nodes: %s", name, st < 0 ? err : kube_status_message(list));
+		fvp_log_info("PV %s: cannot list nodes: %s", name, st < 0 ? err : fvp_kube_status_message(list));
 		json_object_put(list);
 		return -EIO;
 	}
-	if (jget(list, "items") && json_object_is_type(jget(list, "items"), json_type_array) &&
-	    json_object_array_length(jget(list, "items")) == 0)
-		event(&p->ev, pv, true, "VolumeFailedDelete",
+	if (fvp_jget(list, "items") && json_object_is_type(fvp_jget(list, "items"), json_type_array) &&
+	    json_object_array_length(fvp_jget(list, "items")) == 0)
+		fvp_event(&p->ev, pv, true, "VolumeFailedDelete",
 		      "node %s is gone: the node agent that removes this volume's data cannot run; "
 		      "delete the PV by hand (and its image, should the node come back)", host);
 	else
-		log_info("PV %s released: the node agent on %s removes it", name, host);
+		fvp_log_info("PV %s released: the node agent on %s removes it", name, host);
 	json_object_put(list);
 	return 1;
 }
 
 /* Apply the PV's onDelete to its asset.  0 done, >0 not ours to touch, <0 failed (event). */
-static int reclaim_asset(struct prov *p, const struct fvp_backend *b, json_object *pv)
+static int reclaim_asset(struct fvp_prov *p, const struct fvp_backend *b, json_object *pv)
 {
-	const char *name = jstr2(pv, "metadata", "name"), *od;
+	const char *name = fvp_jstr2(pv, "metadata", "name"), *od;
 	char err[FVP_ERR_MAX], done[FVP_DONE_MAX] = "", odbuf[ON_DELETE_MAX];
 	int r;
 
@@ -156,31 +156,31 @@ static int reclaim_asset(struct prov *p, const struct fvp_backend *b, json_objec
 		return r; /* the class could not be read: retried */
 	r = fvp_backend_reclaim(&p->site, b, pv, od, done, sizeof(done), err, sizeof(err));
 	if (r > 0) {
-		log_info("PV %s: %s", name, err);
+		fvp_log_info("PV %s: %s", name, err);
 		return r;
 	}
 	if (r < 0) {
-		event(&p->ev, pv, true, "VolumeFailedDelete", "%s; the PV is kept, retried after a "
+		fvp_event(&p->ev, pv, true, "VolumeFailedDelete", "%s; the PV is kept, retried after a "
 		      "backoff", err);
 		return r;
 	}
-	log_info("PV %s released: %s", name, done);
+	fvp_log_info("PV %s released: %s", name, done);
 	return 0;
 }
 
-int ctl_pv_changed(struct prov *p, json_object *pv)
+int fvp_ctl_pv_changed(struct fvp_prov *p, json_object *pv)
 {
-	json_object *meta = jget(pv, "metadata"), *spec = jget(pv, "spec"), *reply = NULL;
-	const char *name = jstr(meta, "name"), *uid = jstr(meta, "uid"),
-		   *phase = jstr2(pv, "status", "phase"),
-		   *policy = jstr(spec, "persistentVolumeReclaimPolicy");
-	const struct fvp_backend *b = ctl_backend(jstr(jget(meta, "annotations"), ANN_PROVISIONED_BY));
-	bool deleting = jget(meta, "deletionTimestamp") != NULL, fin = has_pv_finalizer(pv);
+	json_object *meta = fvp_jget(pv, "metadata"), *spec = fvp_jget(pv, "spec"), *reply = NULL;
+	const char *name = fvp_jstr(meta, "name"), *uid = fvp_jstr(meta, "uid"),
+		   *phase = fvp_jstr2(pv, "status", "phase"),
+		   *policy = fvp_jstr(spec, "persistentVolumeReclaimPolicy");
+	const struct fvp_backend *b = fvp_ctl_backend(fvp_jstr(fvp_jget(meta, "annotations"), FVP_ANN_PROVISIONED_BY));
+	bool deleting = fvp_jget(meta, "deletionTimestamp") != NULL, fin = has_pv_finalizer(pv);
 	bool finished = false; /* this call ended the PV (metrics: one success per reclaim) */
 	double t0;
 	int r;
 
-	if (!b || !safe_name(name) || !uid)
+	if (!b || !fvp_safe_name(name) || !uid)
 		return 0;
 	if (deleting && !fin)
 		return 0; /* reclaimed, or never ours to hold */
@@ -189,20 +189,20 @@ int ctl_pv_changed(struct prov *p, json_object *pv)
 
 		r = fvp_backend_record_owner(&p->site, b, pv, err, sizeof(err));
 		if (r > 0)
-			log_info("PV %s: %s", name, err);
+			fvp_log_info("PV %s: %s", name, err);
 		else if (r < 0)
-			event(&p->ev, pv, true, "OwnerRecordFailed", "%s", err);
+			fvp_event(&p->ev, pv, true, "OwnerRecordFailed", "%s", err);
 	}
 	if (!policy || !streq(policy, "Delete")) {
 		/* Retain (a policy changed after provisioning): nothing to hold the PV for */
 		if (fin && fvp_ctl_update_finalizer(p, pv, FVP_PV_FINALIZER, false, NULL) == 0)
-			log_info("PV %s: policy %s, finalizer removed", name, policy ? policy : "?");
+			fvp_log_info("PV %s: policy %s, finalizer removed", name, policy ? policy : "?");
 		return 0;
 	}
 	if (!phase || !streq(phase, "Released")) {
 		/* a PV of an older version, or one whose finalizer was removed: protect it */
 		if (!deleting && !fin && fvp_ctl_update_finalizer(p, pv, FVP_PV_FINALIZER, true, NULL) == 0)
-			log_info("PV %s: finalizer %s added", name, FVP_PV_FINALIZER);
+			fvp_log_info("PV %s: finalizer %s added", name, FVP_PV_FINALIZER);
 		return 0;
 	}
 	t0 = fvp_ctl_now_s();
@@ -215,20 +215,20 @@ int ctl_pv_changed(struct prov *p, json_object *pv)
 	if (!deleting) {
 		r = delete_pv(p, name, uid, &reply);
 		if (r < 0)
-			event(&p->ev, pv, true, "VolumeFailedDelete",
+			fvp_event(&p->ev, pv, true, "VolumeFailedDelete",
 			      "the asset is reclaimed, deleting the PV failed; retried after a backoff");
 		finished = r == 0 && !fin;
 		if (r != 0 || !fin)
 			goto out; /* failed (retried), gone already, or nothing holds it */
 		/* the reply is the PV, now with a deletionTimestamp: the freshest copy */
-		if (reply && streq(jstr2(reply, "metadata", "uid") ?: "", uid) &&
+		if (reply && streq(fvp_jstr2(reply, "metadata", "uid") ?: "", uid) &&
 		    has_pv_finalizer(reply))
 			pv = reply;
 	}
 	/* the asset is gone: let the API finish the deletion (a 409 comes back by the watch) */
 	r = fvp_ctl_update_finalizer(p, pv, FVP_PV_FINALIZER, false, NULL);
 	if (r == 0)
-		log_info("PV %s: finalizer removed", name);
+		fvp_log_info("PV %s: finalizer removed", name);
 	finished = r == 0;
 	r = r == -EIO ? -EIO : 0;
 out:
@@ -244,12 +244,12 @@ out:
  * Delete: its asset is reclaimed all the same, under the same ownership
  * rules; nothing is left to do in the API.
  */
-int ctl_pv_deleted(struct prov *p, json_object *pv)
+int fvp_ctl_pv_deleted(struct fvp_prov *p, json_object *pv)
 {
 	const struct fvp_backend *b =
-		ctl_backend(jstr(jget(jget(pv, "metadata"), "annotations"), ANN_PROVISIONED_BY));
-	const char *phase = jstr2(pv, "status", "phase"),
-		   *policy = jstr2(pv, "spec", "persistentVolumeReclaimPolicy");
+		fvp_ctl_backend(fvp_jstr(fvp_jget(fvp_jget(pv, "metadata"), "annotations"), FVP_ANN_PROVISIONED_BY));
+	const char *phase = fvp_jstr2(pv, "status", "phase"),
+		   *policy = fvp_jstr2(pv, "spec", "persistentVolumeReclaimPolicy");
 
 	if (!b || !phase || !streq(phase, "Released") || !policy || !streq(policy, "Delete"))
 		return 0;

@@ -28,7 +28,7 @@ static json_object *resize_pending_conditions(json_object *old)
 			   i < json_object_array_length(old);
 	     i++) {
 		json_object *o = json_object_array_get_idx(old, i);
-		const char *type = jstr(o, "type");
+		const char *type = fvp_jstr(o, "type");
 		bool resize = false;
 
 		for (size_t t = 0; type && t < ARRAY_SIZE(resize_types); t++)
@@ -36,11 +36,11 @@ static json_object *resize_pending_conditions(json_object *old)
 		if (!resize)
 			json_object_array_add(list, json_object_get(o));
 	}
-	rfc3339(now, sizeof(now));
-	jset(c, "type", "FileSystemResizePending");
-	jset(c, "status", "True");
-	jset(c, "lastTransitionTime", now);
-	jset(c, "message", "Waiting for the node to grow the filesystem: kubelet does it while a pod "
+	fvp_rfc3339(now, sizeof(now));
+	fvp_jset(c, "type", "FileSystemResizePending");
+	fvp_jset(c, "status", "True");
+	fvp_jset(c, "lastTransitionTime", now);
+	fvp_jset(c, "message", "Waiting for the node to grow the filesystem: kubelet does it while a pod "
 			   "uses the volume, or when one next starts.");
 	json_object_array_add(list, c);
 	return list;
@@ -59,20 +59,20 @@ static json_object *resize_pending_conditions(json_object *old)
  * patches is finished at the next event or re-list.  A smaller request is
  * refused with an event (a filesystem does not shrink).
  */
-int fvp_ctl_claim_resize(struct prov *p, json_object *pvc)
+int fvp_ctl_claim_resize(struct fvp_prov *p, json_object *pvc)
 {
-	json_object *meta = jget(pvc, "metadata"), *spec = jget(pvc, "spec"),
-		    *status = jget(pvc, "status"), *pv = NULL, *sc = NULL;
-	const char *ns = jstr(meta, "namespace"), *name = jstr(meta, "name"),
-		   *volname = jstr(spec, "volumeName"), *cls;
+	json_object *meta = fvp_jget(pvc, "metadata"), *spec = fvp_jget(pvc, "spec"),
+		    *status = fvp_jget(pvc, "status"), *pv = NULL, *sc = NULL;
+	const char *ns = fvp_jstr(meta, "namespace"), *name = fvp_jstr(meta, "name"),
+		   *volname = fvp_jstr(spec, "volumeName"), *cls;
 	const struct fvp_backend *b;
 	uint64_t req, pvcap, stcap;
 	char path[FVP_API_PATH_MAX], what[FVP_CTL_WHAT_MAX], want[FVP_QUANTITY_MAX], err[FVP_KUBE_ERR_MAX];
 	int st, r = 0;
 
-	if (!safe_name(ns) || !safe_name(name) || !safe_name(volname) ||
-	    jquantity(jget(jget(spec, "resources"), "requests"), "storage", &req) < 0 ||
-	    jquantity(jget(status, "capacity"), "storage", &stcap) < 0)
+	if (!fvp_safe_name(ns) || !fvp_safe_name(name) || !fvp_safe_name(volname) ||
+	    fvp_jquantity(fvp_jget(fvp_jget(spec, "resources"), "requests"), "storage", &req) < 0 ||
+	    fvp_jquantity(fvp_jget(status, "capacity"), "storage", &stcap) < 0)
 		return 0;
 	/*
 	 * Nothing asked beyond what the claim has (the API refuses a request below
@@ -81,44 +81,44 @@ int fvp_ctl_claim_resize(struct prov *p, json_object *pvc)
 	if (req <= stcap)
 		return 0;
 	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, volname, NULL);
-	st = kube_request(p->k, "GET", path, NULL, &pv, err, sizeof(err));
+	st = fvp_kube_request(p->k, "GET", path, NULL, &pv, err, sizeof(err));
 	if (st != 200 || !pv) {
 		r = st == 404 ? 0 : -EIO;
 		goto out;
 	}
-	b = ctl_backend(jstr(jget(jget(pv, "metadata"), "annotations"), ANN_PROVISIONED_BY));
-	if (!b || !b->can_expand || jquantity(jget(jget(pv, "spec"), "capacity"), "storage",
+	b = fvp_ctl_backend(fvp_jstr(fvp_jget(fvp_jget(pv, "metadata"), "annotations"), FVP_ANN_PROVISIONED_BY));
+	if (!b || !b->can_expand || fvp_jquantity(fvp_jget(fvp_jget(pv, "spec"), "capacity"), "storage",
 					      &pvcap) < 0)
 		goto out;
 	if (req > FVP_SIZE_MAX) {
-		event(&p->ev, pvc, true, "VolumeResizeFailed",
+		fvp_event(&p->ev, pvc, true, "VolumeResizeFailed",
 		      "the claim asks for %s: more than a volume can hold (at most %llu MiB)",
-		      jstr(jget(jget(spec, "resources"), "requests"), "storage"),
+		      fvp_jstr(fvp_jget(fvp_jget(spec, "resources"), "requests"), "storage"),
 		      (unsigned long long)(FVP_SIZE_MAX >> 20));
 		goto out;
 	}
 	req = (req + (1 << 20) - 1) >> 20 << 20;
 	if (req < pvcap) {
 		/* lowered again while an expansion is pending (allowed after a failed one) */
-		event(&p->ev, pvc, true, "VolumeResizeFailed",
+		fvp_event(&p->ev, pvc, true, "VolumeResizeFailed",
 		      "shrinking is not supported: the claim asks for %llu MiB, volume %s has "
 		      "%llu MiB (a filesystem does not shrink)",
 		      (unsigned long long)(req >> 20), volname, (unsigned long long)(pvcap >> 20));
 		goto out;
 	}
 	if (req > pvcap) {
-		cls = jstr(jget(pv, "spec"), "storageClassName");
+		cls = fvp_jstr(fvp_jget(pv, "spec"), "storageClassName");
 		r = cls ? fvp_ctl_get_class(p, cls, &sc, NULL) : 0;
 		if (r != 1) {
 			if (r == 0)
-				event(&p->ev, pvc, true, "VolumeResizeFailed",
+				fvp_event(&p->ev, pvc, true, "VolumeResizeFailed",
 				      "StorageClass '%s' is gone: cannot check allowVolumeExpansion",
 				      cls ? cls : "");
 			goto out;
 		}
 		r = 0;
-		if (!json_object_get_boolean(jget(sc, "allowVolumeExpansion"))) {
-			event(&p->ev, pvc, true, "VolumeResizeFailed",
+		if (!json_object_get_boolean(fvp_jget(sc, "allowVolumeExpansion"))) {
+			fvp_event(&p->ev, pvc, true, "VolumeResizeFailed",
 			      "StorageClass '%s' does not allow volume expansion", cls);
 			goto out;
 		}
@@ -129,10 +129,10 @@ int fvp_ctl_claim_resize(struct prov *p, json_object *pvc)
 			r = -EIO;
 			goto out;
 		}
-		log_info("%s: done", what);
+		fvp_log_info("%s: done", what);
 		pvcap = req;
 	}
-	if (pvcap > stcap && !jstr(jget(status, "allocatedResourceStatuses"), "storage")) {
+	if (pvcap > stcap && !fvp_jstr(fvp_jget(status, "allocatedResourceStatuses"), "storage")) {
 		json_object *body, *ars = json_object_new_object();
 
 		snprintf(want, sizeof(want), "%lluMi", (unsigned long long)(pvcap >> 20));
@@ -142,16 +142,16 @@ int fvp_ctl_claim_resize(struct prov *p, json_object *pvc)
 			json_object_put(ars);
 			goto out;
 		}
-		jset(ars, "storage", "NodeResizePending");
-		json_object_object_add(jget(body, "status"), "allocatedResourceStatuses", ars);
-		json_object_object_add(jget(body, "status"), "conditions",
-				       resize_pending_conditions(jget(status, "conditions")));
+		fvp_jset(ars, "storage", "NodeResizePending");
+		json_object_object_add(fvp_jget(body, "status"), "allocatedResourceStatuses", ars);
+		json_object_object_add(fvp_jget(body, "status"), "conditions",
+				       resize_pending_conditions(fvp_jget(status, "conditions")));
 		fvp_api_path(path, sizeof(path), FVP_API_PVC, ns, name, "status");
 		snprintf(what, sizeof(what), "claim %s/%s: setting its resize status", ns, name);
 		if (fvp_ctl_patch(p, path, body, what) != 200)
 			r = -EIO;
 		else
-			event(&p->ev, pvc, false, "FileSystemResizeRequired",
+			fvp_event(&p->ev, pvc, false, "FileSystemResizeRequired",
 			      "volume %s is now %s; kubelet grows its filesystem on the node",
 			      volname, want);
 	}

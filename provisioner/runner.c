@@ -56,14 +56,14 @@ static const char *collection(enum kind k, char *buf, size_t len)
 
 struct runner;
 
-/* One watch's userdata: which runner, which kind (kube_watch_run() names the one that ended). */
+/* One watch's userdata: which runner, which kind (fvp_kube_watch_run() names the one that ended). */
 struct watch_ud {
 	struct runner *rn;
 	enum kind k;
 };
 
 struct runner {
-	struct prov *p;
+	struct fvp_prov *p;
 	volatile int *stop;
 	struct watch_ud ud[KINDS];
 	char rv[KINDS][64];  /* resume each watch from here */
@@ -81,8 +81,8 @@ static int mono_s(void)
 
 static bool key_of(enum kind k, json_object *obj, char *key, size_t len)
 {
-	json_object *m = jget(obj, "metadata");
-	const char *ns = jstr(m, "namespace"), *name = jstr(m, "name");
+	json_object *m = fvp_jget(obj, "metadata");
+	const char *ns = fvp_jstr(m, "namespace"), *name = fvp_jstr(m, "name");
 
 	if (!name || (k == CLAIM && !ns))
 		return false;
@@ -93,14 +93,14 @@ static bool key_of(enum kind k, json_object *obj, char *key, size_t len)
 /* The workers' entry: one object, by kind. */
 static int work(void *ud, const char *key, int kind, bool deleted, json_object *obj)
 {
-	struct prov *p = ud;
+	struct fvp_prov *p = ud;
 	int r;
 
 	(void)key;
 	if (kind == PV)
-		r = deleted ? ctl_pv_deleted(p, obj) : ctl_pv_changed(p, obj);
+		r = deleted ? fvp_ctl_pv_deleted(p, obj) : fvp_ctl_pv_changed(p, obj);
 	else
-		r = deleted ? ctl_claim_deleted(p, obj) : ctl_claim_changed(p, obj);
+		r = deleted ? fvp_ctl_claim_deleted(p, obj) : fvp_ctl_claim_changed(p, obj);
 	if (r != 0)
 		fvp_metrics_inc(FVP_M_RETRIES);
 	return r;
@@ -118,7 +118,7 @@ static void seen(struct runner *rn, enum kind k, json_object *obj, bool deleted)
 	else
 		json_object_object_add(rn->cache[k], key, json_object_get(obj));
 	if (fvp_queue_add(rn->p->queue, key, k, deleted, obj) < 0)
-		log_info("%s %s: out of memory, not queued", res[k].name, key);
+		fvp_log_info("%s %s: out of memory, not queued", res[k].name, key);
 }
 
 /*
@@ -146,18 +146,18 @@ static int list_all(struct runner *rn, enum kind k)
 			json_object_put(fresh);
 			return -ENOMEM;
 		}
-		flag_set(&rn->p->healthy_at, mono_s()); /* a list of a big cluster is many pages */
-		st = kube_request(rn->p->k, "GET", path, NULL, &list, err, sizeof(err));
+		fvp_flag_set(&rn->p->healthy_at, mono_s()); /* a list of a big cluster is many pages */
+		st = fvp_kube_request(rn->p->k, "GET", path, NULL, &list, err, sizeof(err));
 		if (st < 0 || st != 200 || !list) {
 			if (st < 0)
-				log_info("list %s: %s", base, err);
+				fvp_log_info("list %s: %s", base, err);
 			else
-				log_info("list %s: HTTP %d %s", base, st, kube_status_message(list));
+				fvp_log_info("list %s: HTTP %d %s", base, st, fvp_kube_status_message(list));
 			json_object_put(list);
 			json_object_put(fresh);
 			return st < 0 ? st : st == 410 ? -ESTALE : -EIO;
 		}
-		items = jget(list, "items");
+		items = fvp_jget(list, "items");
 		for (size_t i = 0; items && json_object_is_type(items, json_type_array) &&
 				   i < json_object_array_length(items);
 		     i++) {
@@ -168,8 +168,8 @@ static int list_all(struct runner *rn, enum kind k)
 				json_object_object_add(fresh, key, json_object_get(o));
 		}
 		snprintf(rn->rv[k], sizeof(rn->rv[k]), "%s",
-			 jstr2(list, "metadata", "resourceVersion") ?: "");
-		c = jstr2(list, "metadata", "continue");
+			 fvp_jstr2(list, "metadata", "resourceVersion") ?: "");
+		c = fvp_jstr2(list, "metadata", "continue");
 		free(cont);
 		cont = c && *c ? strdup(c) : NULL;
 		json_object_put(list);
@@ -197,7 +197,7 @@ static int list_all(struct runner *rn, enum kind k)
 
 static void note_rv(struct runner *rn, enum kind k, json_object *obj)
 {
-	const char *rv = jstr2(obj, "metadata", "resourceVersion");
+	const char *rv = fvp_jstr2(obj, "metadata", "resourceVersion");
 
 	/* opaque to clients, but it goes into a URL: only what needs no escaping */
 	if (rv && *rv && strlen(rv) < sizeof(rn->rv[k]) &&
@@ -210,10 +210,10 @@ static int on_event(struct runner *rn, enum kind k, const char *type, json_objec
 {
 	if (streq(type, "ERROR")) {
 		/* {"kind":"Status","code":410,"reason":"Expired",...}: the resourceVersion is gone */
-		json_object *code = jget(obj, "code");
+		json_object *code = fvp_jget(obj, "code");
 
-		log_info("%s watch: %s (%d %s)", res[k].name, kube_status_message(obj),
-			 code ? json_object_get_int(code) : 0, jstr(obj, "reason") ?: "");
+		fvp_log_info("%s watch: %s (%d %s)", res[k].name, fvp_kube_status_message(obj),
+			 code ? json_object_get_int(code) : 0, fvp_jstr(obj, "reason") ?: "");
 		if (code && json_object_get_int(code) == 410)
 			rn->expired = true;
 		return -1;
@@ -240,7 +240,7 @@ static int after(void *ud)
 	struct runner *rn = ud;
 	int now = mono_s();
 
-	flag_set(&rn->p->healthy_at, now);
+	fvp_flag_set(&rn->p->healthy_at, now);
 	if (rn->p->resync && now >= resync_at) {
 		resync_at = now + (int)rn->p->resync;
 		for (int k = 0; k < KINDS; k++) {
@@ -253,18 +253,18 @@ static int after(void *ud)
 
 static void pause_s(struct runner *rn, unsigned int s)
 {
-	for (unsigned int i = 0; i < s * 10 && !flag_get(rn->stop); i++) {
-		flag_set(&rn->p->healthy_at, mono_s());
+	for (unsigned int i = 0; i < s * 10 && !fvp_flag_get(rn->stop); i++) {
+		fvp_flag_set(&rn->p->healthy_at, mono_s());
 		usleep(100000);
 	}
 }
 
-/* p->queue as the HTTP thread's gauges see it: set and cleared by ctl_run() under it */
+/* p->queue as the HTTP thread's gauges see it: set and cleared by fvp_ctl_run() under it */
 static pthread_mutex_t gauge_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void ctl_gauges(void *ud, struct fvp_gauges *g)
+void fvp_ctl_gauges(void *ud, struct fvp_gauges *g)
 {
-	struct prov *p = ud;
+	struct fvp_prov *p = ud;
 	struct fvp_queue_stats st;
 
 	g->leader = !p->leader_elect || fvp_lease_held();
@@ -277,7 +277,7 @@ void ctl_gauges(void *ud, struct fvp_gauges *g)
 	pthread_mutex_unlock(&gauge_lock);
 }
 
-int ctl_run(struct prov *p, volatile int *stopping)
+int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 {
 	struct fvp_queue_config qc = { .workers = p->workers ? p->workers : 4,
 				       .base_ms = p->retry_base_ms ? p->retry_base_ms : 15000,
@@ -295,7 +295,7 @@ int ctl_run(struct prov *p, volatile int *stopping)
 		qc.max_ms = qc.base_ms;
 	r = fvp_queue_new(&qc, &q);
 	if (r < 0) {
-		log_info("cannot start the workers: %s", strerror(-r));
+		fvp_log_info("cannot start the workers: %s", strerror(-r));
 		return r;
 	}
 	pthread_mutex_lock(&gauge_lock);
@@ -307,14 +307,14 @@ int ctl_run(struct prov *p, volatile int *stopping)
 		rn.cache[k] = json_object_new_object();
 	}
 	resync_at = mono_s() + (int)p->resync;
-	while (!flag_get(stopping)) {
+	while (!fvp_flag_get(stopping)) {
 		char err[512], path[400], base[FVP_API_PATH_MAX];
 		void *ended = NULL;
 		bool quick;
 
-		flag_set(&p->healthy_at, mono_s());
+		fvp_flag_set(&p->healthy_at, mono_s());
 		if (!listed) {
-			kube_watch_clear(p->k);
+			fvp_kube_watch_clear(p->k);
 			watching[CLAIM] = watching[PV] = false;
 			/* PVs first: releasing frees nothing a claim waits for, but it is cheap */
 			fvp_metrics_inc(FVP_M_RELISTS);
@@ -322,13 +322,13 @@ int ctl_run(struct prov *p, volatile int *stopping)
 			if (r == 0)
 				r = list_all(&rn, CLAIM);
 			if (r < 0) {
-				log_info("list failed (re-list failed); next try in %u s", backoff);
+				fvp_log_info("list failed (re-list failed); next try in %u s", backoff);
 				pause_s(&rn, backoff);
 				backoff = backoff >= 30 ? 60 : backoff * 2;
 				continue;
 			}
 			listed = true;
-			flag_set(&p->synced, 1);
+			fvp_flag_set(&p->synced, 1);
 		}
 		r = 0;
 		for (int k = 0; k < KINDS && r >= 0; k++) {
@@ -338,7 +338,7 @@ int ctl_run(struct prov *p, volatile int *stopping)
 				 "%s?watch=1&allowWatchBookmarks=true&resourceVersion=%s"
 				 "&timeoutSeconds=%u", collection(k, base, sizeof(base)), rn.rv[k],
 				 p->watch_s);
-			r = kube_watch_add(p->k, path, on_watch_event, &rn.ud[k], p->watch_s, NULL);
+			r = fvp_kube_watch_add(p->k, path, on_watch_event, &rn.ud[k], p->watch_s, NULL);
 			watching[k] = r >= 0;
 			started[k] = time(NULL);
 		}
@@ -348,18 +348,18 @@ int ctl_run(struct prov *p, volatile int *stopping)
 			 * from where we are (a resourceVersion the server will not take)
 			 * starts again from a fresh list.
 			 */
-			kube_watch_clear(p->k);
+			fvp_kube_watch_clear(p->k);
 			watching[CLAIM] = watching[PV] = false;
 			listed = false;
-			log_info("cannot start watches: %s; next try in %u s", strerror(-r), backoff);
+			fvp_log_info("cannot start watches: %s; next try in %u s", strerror(-r), backoff);
 			pause_s(&rn, backoff);
 			backoff = backoff >= 30 ? 60 : backoff * 2;
 			continue;
 		}
 		rn.expired = false;
 		err[0] = '\0';
-		r = kube_watch_run(p->k, stopping, after, &rn, &ended, err, sizeof(err));
-		if (flag_get(stopping))
+		r = fvp_kube_watch_run(p->k, stopping, after, &rn, &ended, err, sizeof(err));
+		if (fvp_flag_get(stopping))
 			break;
 		if (ended) {
 			enum kind k = ((struct watch_ud *)ended)->k;
@@ -371,11 +371,11 @@ int ctl_run(struct prov *p, volatile int *stopping)
 			quick = true;
 		}
 		if (rn.expired || r == -ESTALE) {
-			log_info("watch expired (410 Gone): listing again");
+			fvp_log_info("watch expired (410 Gone): listing again");
 			listed = false;
 		} else {
 			fvp_metrics_inc(FVP_M_WATCH_RESTARTS);
-			log_info("%s watch ended (%s): resuming from resourceVersion %s",
+			fvp_log_info("%s watch ended (%s): resuming from resourceVersion %s",
 				 ended ? res[((struct watch_ud *)ended)->k].name : "every",
 				 err[0] ? err : "stopped",
 				 ended ? rn.rv[((struct watch_ud *)ended)->k] : "(last seen)");
@@ -388,7 +388,7 @@ int ctl_run(struct prov *p, volatile int *stopping)
 			backoff = 1;
 		}
 	}
-	kube_watch_clear(p->k);
+	fvp_kube_watch_clear(p->k);
 	/* the workers finish what they are on (each storage call has its deadline) */
 	pthread_mutex_lock(&gauge_lock);
 	p->queue = NULL;

@@ -7,14 +7,14 @@
  *   class   the input is a StorageClass: both backends' class_check, then a
  *           pending nfs and a pending loop claim of it, and a released PV
  *           whose onDelete is read from it
- *   claim   the input is a claim: ctl_claim_changed() and ctl_claim_deleted()
- *   pv      the input is a PV: ctl_pv_changed(), ctl_pv_deleted(), and a
+ *   claim   the input is a claim: fvp_ctl_claim_changed() and fvp_ctl_claim_deleted()
+ *   pv      the input is a PV: fvp_ctl_pv_changed(), fvp_ctl_pv_deleted(), and a
  *           bound claim asking to grow, whose PV it is
  *   node    the input is the selected node of a pending loop claim, and the
  *           node of a released loop PV
  *   report  the input is the node space report (ConfigMap) of that node
  *
- * The API is answered from memory by the kube_request() below, in place of
+ * The API is answered from memory by the fvp_kube_request() below, in place of
  * provisioner/kube.c (no network): GETs return the input or a fixed object
  * (the ones tests/provisioner makes), writes succeed.  Storage calls run in
  * process (fs_timeout_s 0) on no share (rootfd -1: every directory call
@@ -106,8 +106,8 @@ static const char *const fixed_json[] = {
 
 static json_object *fixed[sizeof(fixed_json) / sizeof(fixed_json[0])];
 static json_object *input; /* this run's object */
-static struct prov p;
-static int api; /* stands in for struct kube: never dereferenced */
+static struct fvp_prov p;
+static int api; /* stands in for struct fvp_kube: never dereferenced */
 
 static bool kind_is(const char *k)
 {
@@ -154,7 +154,7 @@ static json_object *lookup(const char *path)
 	return NULL;
 }
 
-int kube_request(struct kube *k, const char *method, const char *path, json_object *body,
+int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, json_object *body,
 		 json_object **ret, char *err, size_t errlen)
 {
 	json_object *o = NULL;
@@ -186,7 +186,7 @@ int kube_request(struct kube *k, const char *method, const char *path, json_obje
 	return st;
 }
 
-int kube_delete_uid(struct kube *k, const char *path, const char *uid, json_object **ret,
+int fvp_kube_delete_uid(struct fvp_kube *k, const char *path, const char *uid, json_object **ret,
 		    char *err, size_t errlen)
 {
 	(void)k, (void)path;
@@ -196,9 +196,9 @@ int kube_delete_uid(struct kube *k, const char *path, const char *uid, json_obje
 	return 200;
 }
 
-const char *kube_status_message(json_object *status)
+const char *fvp_kube_status_message(json_object *status)
 {
-	return jstr(status, "message") ?: "";
+	return fvp_jstr(status, "message") ?: "";
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -206,13 +206,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	char now[32];
 
 	(void)argc, (void)argv;
-	/* log_info() writes a line per action: not to libFuzzer's terminal */
+	/* fvp_log_info() writes a line per action: not to libFuzzer's terminal */
 	stderr = fopen("/dev/null", "w");
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
 		fixed[i] = json_tokener_parse(fixed_json[i]);
 	snprintf(now, sizeof(now), "%lld", (long long)time(NULL));
-	jset(jget(fixed[REPORT], "data"), "time", now);
-	p.k = (struct kube *)&api;
+	fvp_jset(fvp_jget(fixed[REPORT], "data"), "time", now);
+	p.k = (struct fvp_kube *)&api;
 	p.ev.k = p.k;
 	p.site.rootfd = -1;
 	p.site.k = p.k;
@@ -240,22 +240,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (kind_is("class")) {
 		for (size_t i = 0; fvp_backends[i]; i++)
 			(void)fvp_backends[i]->class_check(&p.site, input, err, sizeof(err));
-		(void)ctl_claim_changed(&p, fixed[CLAIM_NFS]);
-		(void)ctl_claim_changed(&p, fixed[CLAIM_LOOP]);
-		(void)ctl_claim_deleted(&p, fixed[CLAIM_NFS]);
-		(void)ctl_pv_changed(&p, fixed[PV_NFS]);
+		(void)fvp_ctl_claim_changed(&p, fixed[CLAIM_NFS]);
+		(void)fvp_ctl_claim_changed(&p, fixed[CLAIM_LOOP]);
+		(void)fvp_ctl_claim_deleted(&p, fixed[CLAIM_NFS]);
+		(void)fvp_ctl_pv_changed(&p, fixed[PV_NFS]);
 	} else if (kind_is("claim")) {
-		(void)ctl_claim_changed(&p, input);
-		(void)ctl_claim_deleted(&p, input);
+		(void)fvp_ctl_claim_changed(&p, input);
+		(void)fvp_ctl_claim_deleted(&p, input);
 	} else if (kind_is("pv")) {
-		(void)ctl_pv_changed(&p, input);
-		(void)ctl_pv_deleted(&p, input);
-		(void)ctl_claim_changed(&p, fixed[CLAIM_GROW]);
+		(void)fvp_ctl_pv_changed(&p, input);
+		(void)fvp_ctl_pv_deleted(&p, input);
+		(void)fvp_ctl_claim_changed(&p, fixed[CLAIM_GROW]);
 	} else if (kind_is("node")) {
-		(void)ctl_claim_changed(&p, fixed[CLAIM_LOOP]);
-		(void)ctl_pv_changed(&p, fixed[PV_LOOP]);
+		(void)fvp_ctl_claim_changed(&p, fixed[CLAIM_LOOP]);
+		(void)fvp_ctl_pv_changed(&p, fixed[PV_LOOP]);
 	} else if (kind_is("report")) {
-		(void)ctl_claim_changed(&p, fixed[CLAIM_LOOP]);
+		(void)fvp_ctl_claim_changed(&p, fixed[CLAIM_LOOP]);
 	}
 	json_object_put(input);
 	input = NULL;

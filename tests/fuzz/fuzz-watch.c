@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target: the watch-stream decoder (provisioner/kube.c,
- * kube_stream_feed()), fed the input cut into pieces as libcurl may hand
+ * fvp_kube_stream_feed()), fed the input cut into pieces as libcurl may hand
  * them over (the first byte sets the piece size), each event then read as
  * the runner reads it (its key, its resourceVersion, an ERROR's code).
  */
@@ -18,13 +18,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static int on_event(void *ud, const char *type, json_object *obj)
 {
 	size_t *n = ud;
-	json_object *code = jget(obj, "code");
+	json_object *code = fvp_jget(obj, "code");
 	char key[600];
 
 	/* runner.c's on_event(): what it reads of every event */
-	snprintf(key, sizeof(key), "%s/%s %s %d %s", jstr2(obj, "metadata", "namespace") ?: "",
-		 jstr2(obj, "metadata", "name") ?: "", jstr2(obj, "metadata", "resourceVersion") ?: "",
-		 code ? json_object_get_int(code) : 0, kube_status_message(obj));
+	snprintf(key, sizeof(key), "%s/%s %s %d %s", fvp_jstr2(obj, "metadata", "namespace") ?: "",
+		 fvp_jstr2(obj, "metadata", "name") ?: "", fvp_jstr2(obj, "metadata", "resourceVersion") ?: "",
+		 code ? json_object_get_int(code) : 0, fvp_kube_status_message(obj));
 	(*n)++;
 	/* a callback may end the watch: an ERROR event does */
 	return strcmp(type, "ERROR") ? 0 : -1;
@@ -32,19 +32,19 @@ static int on_event(void *ud, const char *type, json_object *obj)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct kube_stream *s = kube_stream_new();
+	struct fvp_kube_stream *s = fvp_kube_stream_new();
 	size_t piece, n = 0;
 
 	if (!s || !size) {
-		kube_stream_free(s);
+		fvp_kube_stream_free(s);
 		return 0;
 	}
 	piece = data[0] ? data[0] : size;
 	data++, size--;
 	for (size_t off = 0; off < size; off += piece)
-		if (kube_stream_feed(s, (const char *)data + off, size - off < piece ? size - off : piece,
+		if (fvp_kube_stream_feed(s, (const char *)data + off, size - off < piece ? size - off : piece,
 				     on_event, &n) < 0)
 			break;
-	kube_stream_free(s);
+	fvp_kube_stream_free(s);
 	return 0;
 }
