@@ -2,6 +2,7 @@
 #
 #   make                     build/<driver> for every drivers/<name>/ directory
 #   make check               unit tests + kubelet simulator (root, real loop devices)
+#   make check-layout        sizes, private headers, include direction, name prefixes
 #   make bench               per-call cost against the exec floor, attach cost vs node size
 #   make SANITIZE=address,undefined check
 #   make V=1                 show commands
@@ -130,4 +131,4 @@ clean:
 	rm -rf $(O)
 
 # Optional lanes own their own fragments (VM lane, static build, ...).
--include $(sort $(wildcard tests/vm/*.mk deploy/*.mk provisioner/*.mk tests/kube/*.mk))
+-include $(sort $(wildcard tests/vm/*.mk deploy/*.mk provisioner/*.mk tests/kube/*.mk tests/layout/*.mk))
