@@ -16,6 +16,22 @@ struct fv_ctx {
 	char detail[FV_MESSAGE_MAX];  /* helper output appended to the message */
 };
 
+/*
+ * The reply's message and detail, kept aside while work whose own failures
+ * are not the reply's runs (an undo after the failure, the collector after
+ * the op): fv_ctx_save_message(), then fv_ctx_restore_message().
+ */
+struct fv_saved_message {
+	char message[FV_MESSAGE_MAX];
+	char detail[FV_MESSAGE_MAX];
+};
+
+void fv_ctx_save_message(const struct fv_ctx *cx, struct fv_saved_message *s);
+/*
+ * Put the saved message back.  The detail too when @with_detail; else the
+ * detail added meanwhile stays (it tells what the undo did or could not do).
+ */
+void fv_ctx_restore_message(struct fv_ctx *cx, const struct fv_saved_message *s, bool with_detail);
 
 
 /* opts.c: parse the kubelet options JSON into @o.  Returns 0 or -FV_ERR_BADOPT (message set). */

@@ -91,13 +91,18 @@ static int lock_path(struct fv_ctx *cx, const char *name, char *dir, size_t dlen
 	return 0;
 }
 
+void fv_lock_volume_name(const struct fv_ctx *cx, const char *volume, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s-vol-%s", cx->drv->name, volume);
+}
+
 /*
  * Removing a lock file others may hold: the holder unlinks it while it
  * still holds the lock (fv_unlock_remove()), and every locker checks, once
  * it holds the lock, that its descriptor is still the file the path names
  * (same device and inode); a waiter that got the lock on a removed file
- * starts again with the new one.  So lock files exist only while in use
- * (issue 17: one per pod dir ever mounted used to pile up in the run dir).
+ * starts again with the new one.  So lock files exist only while in use:
+ * none is left per pod dir ever mounted.
  */
 void fv_unlock_remove(struct fv_ctx *cx, const char *name, int fd)
 {
