@@ -17,6 +17,7 @@
 
 #include "flag.h"
 #include "fv/macro.h"
+#include "fv/util.h"
 #include "controller.h"
 #include "dir.h"
 #include "fsop.h"
@@ -70,15 +71,6 @@ static int health(void *ud, bool ready, char *msg, size_t len)
 }
 
 /* FNV-1a of @s: a short, stable suffix for the default lease name of one --share. */
-static unsigned int fnv(const char *s)
-{
-	unsigned int h = 2166136261u;
-
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 16777619u;
-	return h;
-}
-
 /* The pod's namespace: POD_NAMESPACE, else the service account's, else "default". */
 static void pod_namespace(char *buf, size_t len)
 {
@@ -423,7 +415,7 @@ int main(int argc, char **argv)
 		}
 		if (!lc.name) {
 			if (p.site.share)
-				snprintf(lname, sizeof(lname), "flexvol-provisioner-%08x", fnv(p.site.share));
+				snprintf(lname, sizeof(lname), "flexvol-provisioner-%08x", fv_hash32(p.site.share));
 			else
 				snprintf(lname, sizeof(lname), "flexvol-provisioner");
 			lc.name = lname;

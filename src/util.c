@@ -368,10 +368,19 @@ bool fv_is_token(const char *s)
 
 uint64_t fv_hash64(const char *s)
 {
-	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
+	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a: offset basis and prime */
 
 	for (; *s; s++)
 		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+	return h;
+}
+
+uint32_t fv_hash32(const char *s)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 16777619u;
 	return h;
 }
 

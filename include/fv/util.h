@@ -83,8 +83,13 @@ int fv_name_escape(const char *s, char *buf, size_t len);
  */
 int fv_name_key(const char *s, char *buf, size_t len);
 
-/* FNV-1a 64-bit hash of a string: stable short names for long ones. */
+/*
+ * The FNV-1a hash of a string, 64 bits: stable short names for long ones
+ * (not a security boundary: whoever reads a name back checks the text).
+ */
 uint64_t fv_hash64(const char *s);
+/* The same, 32 bits: for names already published with it (the provisioner's lease name). */
+uint32_t fv_hash32(const char *s);
 
 /* The last component of @path ("/a/b/pv1" -> "pv1"; a trailing '/' keeps the whole path). */
 const char *fv_path_last(const char *path);
