@@ -161,14 +161,20 @@ static void gc_pass(struct fv_ctx *cx, struct gc_run *g, unsigned int max_look)
 						    strerror(-r)));
 }
 
+/* The collector's lock: one collector per driver at a time. */
+static void gc_lock_name(const struct fv_ctx *cx, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s-gc", cx->drv->name);
+}
+
 int fv_blkvol_op_gc(struct fv_ctx *cx)
 {
 	struct gc_run g = { 0 };
-	char lockname[64];
+	char lockname[FV_LOCK_NAME_MAX];
 	int lock;
 
-	snprintf(lockname, sizeof(lockname), "%s-gc", cx->drv->name);
-	lock = fv_lock(cx, lockname); /* one collector per driver at a time */
+	gc_lock_name(cx, lockname, sizeof(lockname));
+	lock = fv_lock(cx, lockname);
 	if (lock < 0)
 		return lock;
 	gc_pass(cx, &g, 0);
@@ -179,12 +185,13 @@ int fv_blkvol_op_gc(struct fv_ctx *cx)
 	return g.err ? fv_fail(cx, g.err, "%s", g.msg) : 0;
 }
 
-#define GC_MAYBE_LOOK 16 /* records an opportunistic pass looks at */
+#define GC_MAYBE_LOOK 16	 /* records an opportunistic pass looks at */
+#define GC_STAMP "gc.stamp" /* in <run>/<driver>/: touched by each opportunistic pass */
 
 void fv_blkvol_gc_maybe(struct fv_ctx *cx)
 {
 	struct gc_run g = { .max_release = 1 };
-	char dir[PATH_MAX], stamp[PATH_MAX + 16], lockname[64];
+	char dir[PATH_MAX], stamp[PATH_MAX + sizeof(GC_STAMP)], lockname[FV_LOCK_NAME_MAX];
 	struct fv_saved_message saved;
 	struct timespec now;
 	struct stat st;
@@ -194,7 +201,7 @@ void fv_blkvol_gc_maybe(struct fv_ctx *cx)
 		return;
 	if (snprintf(dir, sizeof(dir), "%s/%s", cx->cfg.run_dir, cx->drv->name) >= (int)sizeof(dir))
 		return;
-	snprintf(stamp, sizeof(stamp), "%s/gc.stamp", dir);
+	snprintf(stamp, sizeof(stamp), "%s/" GC_STAMP, dir);
 	/* the common case: one stat() */
 	clock_gettime(CLOCK_REALTIME, &now);
 	if (stat(stamp, &st) == 0 && now.tv_sec >= st.st_mtim.tv_sec &&
@@ -202,7 +209,7 @@ void fv_blkvol_gc_maybe(struct fv_ctx *cx)
 		return;
 	fv_ctx_save_message(cx, &saved);
 	fv_ctx_reset_message(cx); /* the pass's own failures are logged, never replied */
-	snprintf(lockname, sizeof(lockname), "%s-gc", cx->drv->name);
+	gc_lock_name(cx, lockname, sizeof(lockname));
 	lock = fv_lock_try(cx, lockname);
 	if (lock < 0)
 		goto out; /* another collector runs */

@@ -19,6 +19,14 @@
 #include "fv/util.h"
 
 /*
+ * A node-mode key, "<name>@<ident>" (node_vkey()): each part a file name of
+ * less than NODE_KEY_PART_MAX bytes, so that the whole key is one file name
+ * too (at most NAME_MAX: a state record's, a lock's).
+ */
+#define NODE_KEY_PART_MAX 100
+#define NODE_KEY_MAX (NAME_MAX + 1)
+
+/*
  * Node mode keys (docs/design.md, "Node mode keys").  kubelet names a node-mode
  * volume only by its pod dir's last component, which a pod author chooses
  * for inline volumes: two pods' inline "data" volumes on different images,
@@ -31,7 +39,7 @@
 static int node_vkey(struct fv_ctx *cx, const char *name, const char *ident, char *buf,
 		     size_t len)
 {
-	char a[100], b[100];
+	char a[NODE_KEY_PART_MAX], b[NODE_KEY_PART_MAX];
 
 	if (fv_name_key(name, a, sizeof(a)) < 0 || fv_name_key(ident, b, sizeof(b)) < 0)
 		return fv_fail(cx, -EINVAL, "volume name '%s' cannot be a file name", name);
@@ -196,7 +204,7 @@ static int node_key(struct fv_ctx *cx, const char *name, const void *v, const ch
 static int node_each_name(struct fv_ctx *cx, const char *a,
 			  int (*fn)(struct fv_ctx *cx, const char *vkey, void *arg), void *arg)
 {
-	char dir[PATH_MAX], vkey[256];
+	char dir[PATH_MAX], vkey[NODE_KEY_MAX];
 	struct dirent *f;
 	DIR *sub;
 	int r = node_mounts(cx, a, strlen(a), dir, sizeof(dir));
@@ -222,7 +230,7 @@ static int node_each_name(struct fv_ctx *cx, const char *a,
 int fv_blkvol_node_each(struct fv_ctx *cx, const char *name,
 		     int (*fn)(struct fv_ctx *cx, const char *vkey, void *arg), void *arg)
 {
-	char top[PATH_MAX], a[100];
+	char top[PATH_MAX], a[NODE_KEY_PART_MAX];
 	struct dirent *e;
 	DIR *d;
 	int r = 0;
@@ -266,7 +274,7 @@ static int teardown_fn(struct fv_ctx *cx, const char *vkey, void *arg)
 int fv_blkvol_node_unmount(struct fv_ctx *cx, const char *dir)
 {
 	_cleanup_(fv_dir_closep) struct fv_dir pd = { .parent = -1 };
-	char ident[PATH_MAX], vkey[256];
+	char ident[PATH_MAX], vkey[NODE_KEY_MAX];
 	struct fv_mntinfo mi, was;
 	int lock, r = fv_dir_arg(cx, dir, 0, &pd);
 
@@ -312,7 +320,7 @@ int fv_blkvol_node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opt
 	_cleanup_(fv_blkvol_vol_freep) void *v = NULL;
 	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
 	const char *name = fv_path_last(dir);
-	char path[PATH_MAX], dev[PATH_MAX], vkey[256];
+	char path[PATH_MAX], dev[PATH_MAX], vkey[NODE_KEY_MAX];
 	struct fv_mntinfo mi;
 	int lock, r = fv_blkvol_parse(cx, o, &v);
 

@@ -3,14 +3,11 @@
  * The block-volume class (fv/blkvol.h): the generic lifecycle of attachable
  * block volumes, once, for every block driver, in both attach modes.
  */
-#include <dirent.h>
-#include <fcntl.h>
 #include <json-c/json.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "internal.h"
 #include "fv/blkutil.h"
@@ -48,7 +45,7 @@ static int mount_device(struct fv_ctx *cx, const struct fv_dir *gd, const char *
 	const char *gmp = gd->path;
 	_cleanup_close_ int lock = -1;
 	struct fv_mntinfo mi;
-	char have[64];
+	char have[FV_FSTYPE_MAX];
 	const char *use;
 	int r = fv_dir_mounted(gd, &mi);
 
@@ -59,10 +56,10 @@ static int mount_device(struct fv_ctx *cx, const struct fv_dir *gd, const char *
 			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'",
 				       gmp, mi.source);
 		/*
-		 * Mounted already: Success only for what was asked (issue 9 item 8).
-		 * Another filesystem is refused as on a first mount.  The mode is
-		 * the pods' (issue 17, docs/design.md "Read-only and read-write
-		 * pods of one volume"): every pod reaches the device mount only
+		 * Mounted already: Success only for what was asked.  Another
+		 * filesystem is refused as on a first mount.  The mode is the
+		 * pods' (docs/design.md, "Read-only and read-write pods of one
+		 * volume"): every pod reaches the device mount only
 		 * through its own bind, which carries the pod's mode; the device
 		 * mount is read-only until a read-write pod needs it.
 		 */
@@ -176,7 +173,7 @@ int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro)
 			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'",
 				       pd.path, mi.source);
 		/*
-		 * Bound already: Success only in the mode asked (issue 17).  A
+		 * Bound already: Success only in the mode asked.  A
 		 * writable bind of a read-only pod (a killed two-step mount of an
 		 * older version, an operator) is made read-only - kubelet never
 		 * calls mount again for a dir that is a mount point; a read-only
@@ -340,7 +337,7 @@ int fv_blkvol_release_volume(struct fv_ctx *cx, const char *name, dev_t devno)
 
 /*
  * The device mount @gd of volume @name goes, and the node-side attach with
- * it, in the order that leaks nothing (issue 17):
+ * it, in the order that leaks nothing:
  *
  *  - another mount of the device (a pod's bind) is refused before the
  *    device mount is touched (@busy_ok: that is no error, the caller is one
@@ -414,7 +411,7 @@ int fv_blkvol_unmount_and_release(struct fv_ctx *cx, const char *name, const str
  * The record waitforattach wrote under the options' volume name @hint is of
  * no use once the device @dev it names is claimed under a trusted name (the
  * claimed record and tag say everything): removed, or it would stay in the
- * state dir forever whenever the hint is not kubelet's name (issue 17).
+ * state dir forever whenever the hint is not kubelet's name.
  */
 static void forget_hint(struct fv_ctx *cx, const char *hint, const char *dev)
 {
@@ -686,7 +683,7 @@ int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char
 	const struct fv_blkvol_ops *ops = blkvol_ops(cx);
 	_cleanup_(fv_blkvol_vol_freep) void *v = NULL;
 	_cleanup_(fv_dir_closep) struct fv_dir pd = { .parent = -1 };
-	char dev[PATH_MAX], type[64], mnt[PATH_MAX];
+	char dev[PATH_MAX], type[FV_FSTYPE_MAX], mnt[PATH_MAX];
 	struct fv_mntinfo mi;
 	struct stat st;
 	int r = fv_blkvol_parse(cx, o, &v);

@@ -142,7 +142,7 @@ static int lock_named(struct fv_ctx *cx, const char *name, unsigned int timeout_
 		/*
 		 * A wait may last up to lock_timeout (150 s by default): it leaves
 		 * a line in the log whether or not debug is on, and so does its
-		 * end, so that a slow call can be told from a stuck one (issue 17).
+		 * end, so that a slow call can be told from a stuck one.
 		 */
 		r = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : NEG_ERRNO();
 		if (r == -EWOULDBLOCK && timeout_ms > 0) {

@@ -58,6 +58,9 @@ struct op {
 
 #define SLOT(op) offsetof(struct fv_driver, op)
 
+/* argv[0] as copied for basename(): a longer path is cut, and then names no driver. */
+#define PROG_NAME_MAX 256
+
 static int run_attach(struct call *c)
 {
 	return c->cx->drv->attach(c->cx, &c->opts, c->args[1], &c->device);
@@ -127,7 +130,7 @@ static int run_help(struct call *c);
 /* The installer's check of a node config, with this build's own parser (deploy/install.sh). */
 static int run_check_config(struct call *c)
 {
-	char err[512];
+	char err[FV_CONFIG_ERR_MAX];
 	int r = fv_config_check_file(&c->cx->cfg, c->cx->drv->name, c->args[0], err, sizeof(err));
 
 	return r < 0 ? fv_fail(c->cx, r, "%s", err) : 0;
@@ -371,7 +374,7 @@ static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 	r = op->run(c);
 	/*
 	 * The lock file goes with the lock (fv_unlock_remove(), safe against
-	 * waiters): one per pod dir ever mounted used to stay in the run dir.
+	 * waiters): none stays in the run dir per pod dir ever mounted.
 	 */
 	if (lockfd >= 0)
 		fv_unlock_remove(cx, name, lockfd);
@@ -397,12 +400,12 @@ int fv_main(int argc, char **argv, const struct fv_driver *const *drivers, size_
 	struct call c = { .cx = cx };
 	const struct op *op = NULL;
 	const char *prog;
-	char err[512];
+	char err[FV_CONFIG_ERR_MAX];
 	enum fv_status st;
 	uint64_t t0 = fv_now_ms();
 	int out, r = 0, fixed = -1;
 	bool quiet, debug = false;
-	char base[256];
+	char base[PROG_NAME_MAX];
 	struct sigaction sa = { .sa_handler = on_term };
 
 	out = isolate_stdio();
