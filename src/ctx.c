@@ -56,11 +56,6 @@ const struct fv_config *fv_ctx_config(const struct fv_ctx *cx)
 	return &cx->cfg;
 }
 
-const struct fv_driver *fv_ctx_driver(const struct fv_ctx *cx)
-{
-	return cx->drv;
-}
-
 bool fv_ctx_node_is_local(const struct fv_ctx *cx, const char *node)
 {
 	/* node names are DNS names: compare without case */

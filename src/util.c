@@ -356,16 +356,6 @@ uint64_t fv_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-bool fv_is_token(const char *s)
-{
-	if (!s || !*s)
-		return false;
-	for (; *s; s++)
-		if (*s <= 0x20 || *s >= 0x7f || strchr(",\"'\\`$;&|<>(){}=", *s))
-			return false;
-	return true;
-}
-
 uint64_t fv_hash64(const char *s)
 {
 	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a: offset basis and prime */

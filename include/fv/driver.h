@@ -165,9 +165,6 @@ const struct fv_config *fv_ctx_config(const struct fv_ctx *cx);
 /* Is @node (an attach/isattached/detach argument) the node this runs on (config node_name)? */
 bool fv_ctx_node_is_local(const struct fv_ctx *cx, const char *node);
 
-/* The driver being run (for names in paths and logs). */
-const struct fv_driver *fv_ctx_driver(const struct fv_ctx *cx);
-
 /*
  * fv_main() - the program (src/main.c): run the op argv[1] with the driver
  * of @drivers named basename(argv[0]), print its one reply.  Returns the

@@ -103,9 +103,6 @@ ssize_t fv_read_line(const char *path, char *buf, size_t len);
 /* Monotonic clock in milliseconds. */
 uint64_t fv_now_ms(void);
 
-/* Is @s a sane single-token string: printable ASCII, no spaces/commas/quotes? */
-bool fv_is_token(const char *s);
-
 /*
  * fv_host_check() - a host as users write it in options (nfs server, iSCSI
  * portal): an RFC 1123 host name, a whole dotted-quad IPv4 address, or an
