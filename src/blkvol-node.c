@@ -195,6 +195,21 @@ static int node_key(struct fv_ctx *cx, const char *name, const void *v, const ch
 }
 
 /*
+ * Lock the volume of pod dir name @name (node_key(), @v and @ident as
+ * there): its key into @vkey, its device mount directory into @path.
+ * Returns the lock (release it with fv_unlock()) or <0.
+ */
+static int node_lock(struct fv_ctx *cx, const char *name, const void *v, const char *ident,
+		     char *vkey, size_t vlen, char *path, size_t plen)
+{
+	int r = node_key(cx, name, v, ident, vkey, vlen);
+
+	if (r == 0)
+		r = fv_blkvol_node_device_dir(cx, vkey, path, plen);
+	return r < 0 ? r : fv_blkvol_lock_volume(cx, vkey);
+}
+
+/*
  * Call @fn for each volume key with a device mount directory under
  * <run>/<driver>/mounts/<a> (@a a pod dir name as node_vkey() makes it):
  * "<a>@<ident>" for each directory in it - or "<a>" alone when it is a
@@ -287,12 +302,8 @@ int fv_blkvol_node_unmount(struct fv_ctx *cx, const char *dir)
 		if (r == 0) {
 			char path[PATH_MAX];
 
-			r = node_key(cx, fv_path_last(dir), NULL, ident, vkey, sizeof(vkey));
-			if (r == 0)
-				r = fv_blkvol_node_device_dir(cx, vkey, path, sizeof(path));
-			if (r < 0)
-				return r;
-			lock = fv_blkvol_lock_volume(cx, vkey);
+			lock = node_lock(cx, fv_path_last(dir), NULL, ident, vkey, sizeof(vkey), path,
+					 sizeof(path));
 			if (lock < 0)
 				return lock;
 			r = fv_blkvol_unmount(cx, dir, &was);
@@ -307,7 +318,6 @@ int fv_blkvol_node_unmount(struct fv_ctx *cx, const char *dir)
 		return r;
 	return fv_blkvol_node_each(cx, fv_path_last(dir), teardown_fn, NULL);
 }
-
 
 /*
  * Node mode, mount <poddir> <json>: the whole node-side work, the first pod
@@ -326,12 +336,7 @@ int fv_blkvol_node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opt
 
 	if (r < 0)
 		return r;
-	r = node_key(cx, name, v, NULL, vkey, sizeof(vkey));
-	if (r == 0)
-		r = fv_blkvol_node_device_dir(cx, vkey, path, sizeof(path));
-	if (r < 0)
-		return r;
-	lock = fv_blkvol_lock_volume(cx, vkey);
+	lock = node_lock(cx, name, v, NULL, vkey, sizeof(vkey), path, sizeof(path));
 	if (lock < 0)
 		return lock;
 	r = fv_mkdir_p(path, 0750);
