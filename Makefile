@@ -2,6 +2,7 @@
 #
 #   make                     build/<driver> for every drivers/<name>/ directory
 #   make check               unit tests + kubelet simulator (root, real loop devices)
+#   make check-layout        sizes, private headers, include direction, name prefixes
 #   make bench               per-call cost against the exec floor, attach cost vs node size
 #   make bench-cycle         the attach cycle per op, its floors, against the previous release
 #   make SANITIZE=address,undefined check
@@ -149,4 +150,4 @@ clean:
 	rm -rf $(O)
 
 # Optional lanes own their own fragments (VM lane, static build, ...).
--include $(sort $(wildcard tests/vm/*.mk deploy/*.mk provisioner/*.mk tests/kube/*.mk csi/*.mk tests/fuzz/*.mk))
+-include $(sort $(wildcard tests/vm/*.mk deploy/*.mk provisioner/*.mk tests/kube/*.mk csi/*.mk tests/fuzz/*.mk tests/layout/*.mk))

@@ -24,8 +24,9 @@ CSI_GEN_SRCS  := $(CSI_GEN)/csi.pb-c.c $(CSI_GEN)/google/protobuf/timestamp.pb-c
 CSI_GEN_OBJS  := $(patsubst $(CSI_GEN)/%.c,$(O)/obj/csi-gen/%.o,$(CSI_GEN_SRCS))
 CSI_SRCS      := $(sort $(wildcard csi/*.c))
 CSI_OBJS      := $(patsubst %.c,$(O)/obj/%.o,$(CSI_SRCS))
-# the op layer and every driver, as build/flexvol links them (src/main.c excepted)
-CSI_FV_OBJS   := $(CORE_OBJS) $(patsubst %.c,$(O)/obj/%.o,$(DRV_SRCS) drivers/registry.c)
+# the op layer and every driver, as build/flexvol links them (without the FlexVolume
+# program's main(): src/main.c and drivers/registry.c; csi/main.c has the driver list)
+CSI_FV_OBJS   := $(CORE_OBJS) $(patsubst %.c,$(O)/obj/%.o,$(DRV_SRCS))
 CSI_CFLAGS    := $(shell $(PKG_CONFIG) --cflags $(CSI_PKGS) 2>/dev/null)
 CSI_LIBS      ?= $(shell $(PKG_CONFIG) --libs $(CSI_PKGS) 2>/dev/null)
 CSI_SANITY_DRIVERS ?= loop nfs iscsi
@@ -52,6 +53,8 @@ $(O)/obj/csi-gen/%.o: $(CSI_GEN)/%.c $(CSI_GEN)/.stamp
 
 $(CSI_OBJS): FV_CFLAGS += -I$(CSI_GEN) -Icsi $(CSI_CFLAGS)
 $(CSI_OBJS): | $(CSI_GEN)/.stamp
+$(O)/obj/csi/main.o: FV_CFLAGS += -DFV_DRIVERS='$(FV_DRIVER_LIST)'
+$(O)/obj/csi/main.o: $(O)/drivers.list
 
 $(O)/flexvol-csi: $(CSI_OBJS) $(CSI_GEN_OBJS) $(CSI_FV_OBJS)
 	@[ -n "$(Q)" ] && echo "  LD      $@" || true

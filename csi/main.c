@@ -63,6 +63,29 @@ static bool driver_name_ok(const char *s)
 	       strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == n;
 }
 
+/*
+ * The drivers this endpoint can serve: the same generated list as
+ * drivers/registry.c's (FV_DRIVERS, from the directories in drivers/), which
+ * holds the FlexVolume program's main() and so is not linked here.
+ */
+#define X(n) extern const struct fv_driver fv_driver_##n;
+FV_DRIVERS
+#undef X
+
+static const struct fv_driver *csi_driver_find(const char *name)
+{
+	static const struct fv_driver *const drivers[] = {
+#define X(n) &fv_driver_##n,
+		FV_DRIVERS
+#undef X
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(drivers); i++)
+		if (strcmp(drivers[i]->name, name) == 0)
+			return drivers[i];
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	static struct grpc_method methods[32];
@@ -99,7 +122,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "flexvol-csi: --endpoint %s: not a unix socket path\n", endpoint);
 		return 2;
 	}
-	csi_ep.drv = fv_driver_find(driver);
+	csi_ep.drv = csi_driver_find(driver);
 	if (!csi_ep.drv) {
 		fprintf(stderr, "flexvol-csi: --driver %s: no such flexvol driver\n", driver);
 		return 2;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "fv/macro.h"
+#include "fv/util.h"
 #include "dir.h"
 
 #define RESOLVE_CONFINED (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)
@@ -99,19 +100,9 @@ static int open_parent(int rootfd, const char *rel, bool create, char *last, siz
 
 #define OWNER_MAX 4096
 
-/* FNV-1a, 64 bits: record and archive names (not a security boundary: the text is checked). */
-static uint64_t fnv1a(const char *s)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-	return h;
-}
-
 static void owner_name(const char *name, char *out, size_t len)
 {
-	snprintf(out, len, FVP_OWNER_PREFIX "%016llx", (unsigned long long)fnv1a(name));
+	snprintf(out, len, FVP_OWNER_PREFIX "%016llx", (unsigned long long)fv_hash64(name));
 }
 
 /* Read the record of @name in the open directory @pfd: 0, -ENOENT, -EBADMSG, -errno. */
@@ -521,7 +512,7 @@ void fvp_archive_name(const char *last, const char *stamp, char *out, size_t len
 		snprintf(out, len, "archived-%s%s%s", last, stamp ? "-" : "", stamp ? stamp : "");
 	else
 		snprintf(out, len, "archived-%.*s-%016llx%s%s", (int)(room - 17), last,
-			 (unsigned long long)fnv1a(last), stamp ? "-" : "", stamp ? stamp : "");
+			 (unsigned long long)fv_hash64(last), stamp ? "-" : "", stamp ? stamp : "");
 }
 
 int fvp_dir_archive(int rootfd, const char *rel, const char *claim, struct fvp_owner *other,

@@ -19,6 +19,7 @@
 #include "fv/macro.h"
 #include "agent.h"
 #include "childcall.h"
+#include "fv/util.h"
 #include "controller.h"
 #include "dir.h"
 #include "httpd.h"
@@ -72,15 +73,6 @@ static int health(void *ud, bool ready, char *msg, size_t len)
 }
 
 /* FNV-1a of @s: a short, stable suffix for the default lease name of one --share. */
-static unsigned int fnv(const char *s)
-{
-	unsigned int h = 2166136261u;
-
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 16777619u;
-	return h;
-}
-
 /* The pod's namespace: POD_NAMESPACE, else the service account's, else "default". */
 static void pod_namespace(char *buf, size_t len)
 {
@@ -387,7 +379,7 @@ static int run_controller(struct options *o)
 		}
 		if (!o->lc.name) {
 			if (p.site.share)
-				snprintf(lname, sizeof(lname), "flexvol-provisioner-%08x", fnv(p.site.share));
+				snprintf(lname, sizeof(lname), "flexvol-provisioner-%08x", fv_hash32(p.site.share));
 			else
 				snprintf(lname, sizeof(lname), "flexvol-provisioner");
 			o->lc.name = lname;

@@ -3,14 +3,11 @@
  * The block-volume class (fv/blkvol.h): the generic lifecycle of attachable
  * block volumes, once, for every block driver, in both attach modes.
  */
-#include <dirent.h>
-#include <fcntl.h>
 #include <json-c/json.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "internal.h"
 #include "fv/blkutil.h"
@@ -20,6 +17,7 @@
 #include "fv/mountutil.h"
 #include "fv/state.h"
 #include "fv/util.h"
+#include "blkvol-internal.h"
 
 /* Is the mount @mi the filesystem on block device @dev? (source string or device number) */
 static bool mount_is_dev(const struct fv_mntinfo *mi, const char *dev)
@@ -31,13 +29,23 @@ static bool mount_is_dev(const struct fv_mntinfo *mi, const char *dev)
 	return stat(dev, &st) == 0 && S_ISBLK(st.st_mode) && mi->devno == st.st_rdev;
 }
 
-int fv_blkvol_mountdevice(struct fv_ctx *cx, const struct fv_dir *gd, const char *dev,
+/*
+ * Mount block device @dev at the global path @gd (fv_dir_arg(), must
+ * exist), read-only when @ro; the mount is made on the verified directory
+ * itself (fv_dir_mount()).  Already mounted there from @dev is success
+ * (made read-write first when it is read-only and !@ro: the mode is the
+ * pods' binds'); mounted from anything else is -FV_ERR_CONFLICT.  The device
+ * is probed with libblkid: a blank device gets @fstype (or @default_fstype)
+ * unless @ro; a filesystem other than a requested @fstype is refused,
+ * never reformatted.
+ */
+static int mount_device(struct fv_ctx *cx, const struct fv_dir *gd, const char *dev,
 			  const char *fstype, const char *default_fstype, bool ro)
 {
 	const char *gmp = gd->path;
 	_cleanup_close_ int lock = -1;
 	struct fv_mntinfo mi;
-	char have[64];
+	char have[FV_FSTYPE_MAX];
 	const char *use;
 	int r = fv_dir_mounted(gd, &mi);
 
@@ -48,10 +56,10 @@ int fv_blkvol_mountdevice(struct fv_ctx *cx, const struct fv_dir *gd, const char
 			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'",
 				       gmp, mi.source);
 		/*
-		 * Mounted already: Success only for what was asked (issue 9 item 8).
-		 * Another filesystem is refused as on a first mount.  The mode is
-		 * the pods' (issue 17, docs/design.md "Read-only and read-write
-		 * pods of one volume"): every pod reaches the device mount only
+		 * Mounted already: Success only for what was asked.  Another
+		 * filesystem is refused as on a first mount.  The mode is the
+		 * pods' (docs/design.md, "Read-only and read-write pods of one
+		 * volume"): every pod reaches the device mount only
 		 * through its own bind, which carries the pod's mode; the device
 		 * mount is read-only until a read-write pod needs it.
 		 */
@@ -116,7 +124,13 @@ int fv_blkvol_writable(struct fv_ctx *cx, const struct fv_dir *gd)
 	return 0;
 }
 
-bool fv_kubelet_global_path(const char *poddir, char *ret, size_t len)
+/*
+ * kubelet's global mount path for the pod volume dir @poddir:
+ *   <root>/pods/<uid>/volumes/<vendor>~<driver>/<name>  ->
+ *   <root>/plugins/kubernetes.io/flexvolume/<vendor>/<driver>/mounts/<name>
+ * (docs/flexvolume-contract.md §2).  Returns false when @poddir has another shape.
+ */
+static bool kubelet_global_path(const char *poddir, char *ret, size_t len)
 {
 	const char *p = strstr(poddir, "/pods/"), *vol, *tilde, *name;
 
@@ -159,7 +173,7 @@ int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro)
 			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s'",
 				       pd.path, mi.source);
 		/*
-		 * Bound already: Success only in the mode asked (issue 17).  A
+		 * Bound already: Success only in the mode asked.  A
 		 * writable bind of a read-only pod (a killed two-step mount of an
 		 * older version, an operator) is made read-only - kubelet never
 		 * calls mount again for a dir that is a mount point; a read-only
@@ -200,20 +214,22 @@ int fv_blkvol_unmount(struct fv_ctx *cx, const char *dir, struct fv_mntinfo *ret
 
 /* --- the class ------------------------------------------------------------------- */
 
-static const struct fv_blkvol_ops *ops_of(const struct fv_ctx *cx)
-{
-	return cx->drv->blk;
-}
-
 bool fv_blkvol_node_mode(const struct fv_ctx *cx)
 {
 	return streq(cx->cfg.attach_mode, "node");
 }
 
+void fv_blkvol_init_caps(const struct fv_ctx *cx, struct fv_caps *caps)
+{
+	/* kubelet then calls only mount and unmount (docs/design.md, "Two attach modes") */
+	if (fv_blkvol_node_mode(cx))
+		caps->attach = false;
+}
+
 /* The backend's parsed volume: may hold secrets (CHAP from a Secret), wiped when freed. */
 static size_t vol_size;
 
-static void vol_freep(void **p)
+void fv_blkvol_vol_freep(void **p)
 {
 	if (*p) {
 		explicit_bzero(*p, vol_size);
@@ -222,9 +238,9 @@ static void vol_freep(void **p)
 }
 
 /* Options -> the backend's volume; the same validation for every op that carries options. */
-static int parse(struct fv_ctx *cx, const struct fv_opts *o, void **ret)
+int fv_blkvol_parse(struct fv_ctx *cx, const struct fv_opts *o, void **ret)
 {
-	const struct fv_blkvol_ops *ops = ops_of(cx);
+	const struct fv_blkvol_ops *ops = blkvol_ops(cx);
 	void *v;
 	int r;
 
@@ -236,7 +252,7 @@ static int parse(struct fv_ctx *cx, const struct fv_opts *o, void **ret)
 	if (r == 0)
 		r = fv_fs_check_option(cx, o->fstype);
 	if (r < 0) {
-		vol_freep(&v);
+		fv_blkvol_vol_freep(&v);
 		return r;
 	}
 	*ret = v;
@@ -244,11 +260,11 @@ static int parse(struct fv_ctx *cx, const struct fv_opts *o, void **ret)
 }
 
 /* The per-volume lock: the same key the dispatcher takes for mountdevice, unmountdevice, detach. */
-static int lock_volume(struct fv_ctx *cx, const char *name)
+int fv_blkvol_lock_volume(struct fv_ctx *cx, const char *name)
 {
-	char key[PATH_MAX + 64];
+	char key[FV_LOCK_NAME_MAX];
 
-	snprintf(key, sizeof(key), "%s-vol-%s", cx->drv->name, name);
+	fv_lock_volume_name(cx, name, key, sizeof(key));
 	return fv_lock(cx, key);
 }
 
@@ -265,7 +281,7 @@ static int save_record(struct fv_ctx *cx, const char *name, const void *v, const
 	json_object_object_add(rec, "blkvol", json_object_new_boolean(true));
 	json_object_object_add(rec, "device", json_object_new_string(dev));
 	json_object_object_add(rec, "readonly", json_object_new_boolean(o->readonly));
-	r = ops_of(cx)->record ? ops_of(cx)->record(cx, v, rec) : 0;
+	r = blkvol_ops(cx)->record ? blkvol_ops(cx)->record(cx, v, rec) : 0;
 	if (r == 0)
 		r = fv_state_write(cx, name, rec);
 	json_object_put(rec);
@@ -278,19 +294,19 @@ static int save_record(struct fv_ctx *cx, const char *name, const void *v, const
  * so that it can only ever widen what a detach of that name releases - a
  * node-side attach nobody mounted - never redirect it.
  */
-static void hinted_key(const char *hint, char *buf, size_t len)
+void fv_blkvol_hinted_key(const char *hint, char *buf, size_t len)
 {
 	snprintf(buf, len, "?%s", hint);
 }
 
-static int release_record(struct fv_ctx *cx, const char *name, const char *key, dev_t devno)
+int fv_blkvol_release_record(struct fv_ctx *cx, const char *name, const char *key, dev_t devno)
 {
 	json_object *rec = NULL;
 	int r;
 
 	if (fv_state_read(cx, key, &rec) != 0)
 		rec = NULL; /* a cache: the backend asks the kernel first */
-	r = ops_of(cx)->release(cx, name, devno, rec);
+	r = blkvol_ops(cx)->release(cx, name, devno, rec);
 	json_object_put(rec);
 	if (r == 0)
 		(void)fv_state_remove(cx, key);
@@ -301,15 +317,15 @@ static int release_record(struct fv_ctx *cx, const char *name, const char *key, 
  * Undo the node-side attach of the volume @name (a trusted name), whose
  * device mount was on @devno (0: unknown), then forget its records.
  */
-static int release_volume(struct fv_ctx *cx, const char *name, dev_t devno)
+int fv_blkvol_release_volume(struct fv_ctx *cx, const char *name, dev_t devno)
 {
 	char key[PATH_MAX];
-	int r = release_record(cx, name, name, devno);
+	int r = fv_blkvol_release_record(cx, name, name, devno);
 
 	if (r < 0)
 		return r;
-	hinted_key(name, key, sizeof(key));
-	r = release_record(cx, name, key, 0);
+	fv_blkvol_hinted_key(name, key, sizeof(key));
+	r = fv_blkvol_release_record(cx, name, key, 0);
 	if (r == -EBUSY) {
 		/* any PV's options can write this hint: what it names being in use is not our failure */
 		fv_log("leaving what '%s' names: %s", key, fv_ctx_message(cx));
@@ -321,7 +337,7 @@ static int release_volume(struct fv_ctx *cx, const char *name, dev_t devno)
 
 /*
  * The device mount @gd of volume @name goes, and the node-side attach with
- * it, in the order that leaks nothing (issue 17):
+ * it, in the order that leaks nothing:
  *
  *  - another mount of the device (a pod's bind) is refused before the
  *    device mount is touched (@busy_ok: that is no error, the caller is one
@@ -337,10 +353,10 @@ static int release_volume(struct fv_ctx *cx, const char *name, dev_t devno)
  * between the umount and its release; the garbage collector finds that.
  * Call with the volume lock held.  1: left for other mounts (@busy_ok).
  */
-static int unmount_and_release(struct fv_ctx *cx, const char *name, const struct fv_dir *gd,
+int fv_blkvol_unmount_and_release(struct fv_ctx *cx, const char *name, const struct fv_dir *gd,
 			       bool busy_ok)
 {
-	const struct fv_blkvol_ops *ops = ops_of(cx);
+	const struct fv_blkvol_ops *ops = blkvol_ops(cx);
 	struct fv_mntinfo mi;
 	char other[PATH_MAX];
 	int n, r = fv_dir_mounted(gd, &mi);
@@ -349,7 +365,7 @@ static int unmount_and_release(struct fv_ctx *cx, const char *name, const struct
 		return fv_fail(cx, r, "cannot tell whether '%s' is mounted: %s", gd->path,
 			       strerror(-r));
 	if (r == 1)
-		return release_volume(cx, name, 0); /* unmounted before: what a killed call left */
+		return fv_blkvol_release_volume(cx, name, 0); /* unmounted before: what a killed call left */
 	n = fv_mnt_count_devno(mi.devno);
 	if (n < 0)
 		return fv_fail(cx, n, "cannot read the mount table: %s", strerror(-n));
@@ -373,16 +389,16 @@ static int unmount_and_release(struct fv_ctx *cx, const char *name, const struct
 	r = fv_dir_umount_all(cx, gd, false);
 	if (r < 0)
 		return r;
-	r = release_volume(cx, name, mi.devno);
+	r = fv_blkvol_release_volume(cx, name, mi.devno);
 	if (r < 0) {
-		char msg[FV_MESSAGE_MAX];
+		struct fv_saved_message saved;
 
-		snprintf(msg, sizeof(msg), "%s", cx->message);
+		fv_ctx_save_message(cx, &saved);
 		if (fv_dir_mount(cx, gd, mi.source, mi.fstype, mi.readonly ? "ro" : "rw") == 0)
 			fv_ctx_add_detail(cx, "the device mount is back, to be unmounted again");
 		else
 			fv_log("cannot put the device mount back on %s: %s", gd->path, cx->message);
-		snprintf(cx->message, sizeof(cx->message), "%s", msg);
+		fv_ctx_restore_message(cx, &saved, false);
 		return r;
 	}
 	r = fv_dir_is_empty(gd);
@@ -395,7 +411,7 @@ static int unmount_and_release(struct fv_ctx *cx, const char *name, const struct
  * The record waitforattach wrote under the options' volume name @hint is of
  * no use once the device @dev it names is claimed under a trusted name (the
  * claimed record and tag say everything): removed, or it would stay in the
- * state dir forever whenever the hint is not kubelet's name (issue 17).
+ * state dir forever whenever the hint is not kubelet's name.
  */
 static void forget_hint(struct fv_ctx *cx, const char *hint, const char *dev)
 {
@@ -404,7 +420,7 @@ static void forget_hint(struct fv_ctx *cx, const char *hint, const char *dev)
 
 	if (!hint || !hint[0])
 		return;
-	hinted_key(hint, key, sizeof(key));
+	fv_blkvol_hinted_key(hint, key, sizeof(key));
 	if (fv_state_read(cx, key, &rec) != 0)
 		return;
 	if (json_object_object_get_ex(rec, "device", &d) && json_object_is_type(d, json_type_string) &&
@@ -415,7 +431,7 @@ static void forget_hint(struct fv_ctx *cx, const char *hint, const char *dev)
 
 /*
  * Is @target the global path @arg itself, or the pod dir of a pod of that
- * same volume (kubelet's layout, fv_kubelet_global_path())?  Those mounts of
+ * same volume (kubelet's layout, kubelet_global_path())?  Those mounts of
  * the device are this volume's: a pod bind left when the global path went
  * behind kubelet's back does not make the device "another volume's".
  */
@@ -425,7 +441,7 @@ static bool this_volumes_mount(const char *target, void *arg)
 	char g[PATH_MAX];
 
 	return streq(target, gmp) ||
-	       (fv_kubelet_global_path(target, g, sizeof(g)) && streq(g, gmp));
+	       (kubelet_global_path(target, g, sizeof(g)) && streq(g, gmp));
 }
 
 /*
@@ -434,10 +450,10 @@ static bool this_volumes_mount(const char *target, void *arg)
  * another volume is refused: options naming another PV's image or LUN never
  * reach its data.
  */
-static int attach_and_mount(struct fv_ctx *cx, const void *v, const struct fv_opts *o,
+int fv_blkvol_attach_and_mount(struct fv_ctx *cx, const void *v, const struct fv_opts *o,
 			    const char *name, const struct fv_dir *gd, const char *kubelet_dev)
 {
-	const struct fv_blkvol_ops *ops = ops_of(cx);
+	const struct fv_blkvol_ops *ops = blkvol_ops(cx);
 	char dev[PATH_MAX], other[PATH_MAX];
 	struct fv_mntinfo mi;
 	struct stat st;
@@ -461,7 +477,7 @@ static int attach_and_mount(struct fv_ctx *cx, const void *v, const struct fv_op
 	if (r == 0)
 		forget_hint(cx, o->volume, dev);
 	if (r == 0)
-		r = fv_blkvol_mountdevice(cx, gd, dev, o->fstype, ops->default_fstype,
+		r = mount_device(cx, gd, dev, o->fstype, ops->default_fstype,
 					  o->readonly);
 out:
 	if (lock >= 0)
@@ -472,12 +488,12 @@ out:
 int fv_blkvol_op_attach(struct fv_ctx *cx, const struct fv_opts *o, const char *node,
 			char **ret_device)
 {
-	_cleanup_(vol_freep) void *v = NULL;
-	int r = parse(cx, o, &v);
+	_cleanup_(fv_blkvol_vol_freep) void *v = NULL;
+	int r = fv_blkvol_parse(cx, o, &v);
 
 	if (r < 0)
 		return r;
-	return ops_of(cx)->handle(cx, v, ret_device);
+	return blkvol_ops(cx)->handle(cx, v, ret_device);
 }
 
 /*
@@ -502,8 +518,8 @@ int fv_blkvol_op_attach(struct fv_ctx *cx, const struct fv_opts *o, const char *
 int fv_blkvol_op_isattached(struct fv_ctx *cx, const struct fv_opts *o, const char *node,
 			    bool *ret_attached)
 {
-	_cleanup_(vol_freep) void *v = NULL;
-	int r = parse(cx, o, &v);
+	_cleanup_(fv_blkvol_vol_freep) void *v = NULL;
+	int r = fv_blkvol_parse(cx, o, &v);
 
 	if (r < 0)
 		return r;
@@ -514,18 +530,18 @@ int fv_blkvol_op_isattached(struct fv_ctx *cx, const struct fv_opts *o, const ch
 int fv_blkvol_op_waitforattach(struct fv_ctx *cx, const char *device, const struct fv_opts *o,
 			       char **ret_device)
 {
-	_cleanup_(vol_freep) void *v = NULL;
+	_cleanup_(fv_blkvol_vol_freep) void *v = NULL;
 	char dev[PATH_MAX];
-	int lock = -1, r = parse(cx, o, &v);
+	int lock = -1, r = fv_blkvol_parse(cx, o, &v);
 
 	if (r < 0)
 		return r;
 	/* no trusted name here (fv/blkvol.h): the backend object alone, the name a hint */
-	r = ops_of(cx)->attach(cx, v, NULL, o->volume, dev, sizeof(dev), &lock);
+	r = blkvol_ops(cx)->attach(cx, v, NULL, o->volume, dev, sizeof(dev), &lock);
 	if (r == 0 && o->volume) {
 		char key[PATH_MAX];
 
-		hinted_key(o->volume, key, sizeof(key));
+		fv_blkvol_hinted_key(o->volume, key, sizeof(key));
 		r = save_record(cx, key, v, dev, o);
 	}
 	if (lock >= 0)
@@ -539,9 +555,9 @@ int fv_blkvol_op_waitforattach(struct fv_ctx *cx, const char *device, const stru
 int fv_blkvol_op_mountdevice(struct fv_ctx *cx, const char *dir, const char *device,
 			     const struct fv_opts *o)
 {
-	_cleanup_(vol_freep) void *v = NULL;
+	_cleanup_(fv_blkvol_vol_freep) void *v = NULL;
 	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
-	int r = parse(cx, o, &v);
+	int r = fv_blkvol_parse(cx, o, &v);
 
 	if (r < 0)
 		return r;
@@ -549,7 +565,7 @@ int fv_blkvol_op_mountdevice(struct fv_ctx *cx, const char *dir, const char *dev
 	if (r < 0)
 		return r;
 	/* the global mount path ends in the volume name (contract §2); locked by the dispatcher */
-	return attach_and_mount(cx, v, o, fv_path_last(dir), &gd, device);
+	return fv_blkvol_attach_and_mount(cx, v, o, fv_path_last(dir), &gd, device);
 }
 
 int fv_blkvol_op_unmountdevice(struct fv_ctx *cx, const char *dir)
@@ -560,285 +576,16 @@ int fv_blkvol_op_unmountdevice(struct fv_ctx *cx, const char *dir)
 	if (r < 0)
 		return r;
 	if (r == 1) /* no directory: nothing mounted, only what a killed call left to release */
-		return release_volume(cx, fv_path_last(dir), 0);
+		return fv_blkvol_release_volume(cx, fv_path_last(dir), 0);
 	/* locked by the dispatcher on the volume name */
-	return unmount_and_release(cx, fv_path_last(dir), &gd, false);
+	return fv_blkvol_unmount_and_release(cx, fv_path_last(dir), &gd, false);
 }
 
 int fv_blkvol_op_detach(struct fv_ctx *cx, const char *volume, const char *node)
 {
 	if (!fv_ctx_node_is_local(cx, node))
 		return 0; /* nothing of another node's is reachable from here */
-	return release_volume(cx, volume, 0);
-}
-
-/*
- * Node mode keys (docs/design.md, "Node mode keys").  kubelet names a node-mode
- * volume only by its pod dir's last component, which a pod author chooses
- * for inline volumes: two pods' inline "data" volumes on different images,
- * or an inline volume named like a PV, must not meet.  So a volume is
- * "<name>@<ident>": the pod dir's name and the backend object's identity
- * (ops->ident()), each made a file name.  It keys the volume lock, the state
- * record, the device mount <run>/<driver>/mounts/<name>/<ident> and every
- * claim on the device (loop tags).  Neither part contains '@' or '/'.
- */
-static int node_vkey(struct fv_ctx *cx, const char *name, const char *ident, char *buf,
-		     size_t len)
-{
-	char a[100], b[100];
-
-	if (fv_name_key(name, a, sizeof(a)) < 0 || fv_name_key(ident, b, sizeof(b)) < 0)
-		return fv_fail(cx, -EINVAL, "volume name '%s' cannot be a file name", name);
-	if (snprintf(buf, len, "%s@%s", a, b) >= (int)len)
-		return fv_fail(cx, -ENAMETOOLONG, "volume key '%s@%s' is too long", a, b);
-	return 0;
-}
-
-/* The key of the volume the options @v name for the pod dir @dir. */
-static int node_vkey_of(struct fv_ctx *cx, const void *v, const char *dir, char *buf, size_t len)
-{
-	char ident[PATH_MAX];
-	int r = ops_of(cx)->ident(cx, v, ident, sizeof(ident));
-
-	return r < 0 ? r : node_vkey(cx, fv_path_last(dir), ident, buf, len);
-}
-
-/* The directory holding the device mounts of the pod dir names @a (a node_vkey() part). */
-static int node_mounts(struct fv_ctx *cx, const char *a, size_t alen, char *buf, size_t len)
-{
-	if (snprintf(buf, len, "%s/%s/mounts/%.*s", cx->cfg.run_dir, cx->drv->name, (int)alen,
-		     a) >= (int)len)
-		return fv_fail(cx, -ENAMETOOLONG, "run dir '%s' is too long", cx->cfg.run_dir);
-	return 0;
-}
-
-/*
- * Node mode: the device mount of volume @vkey, owned by the driver under the
- * run dir.  A key without '@' is a volume of a version before these keys,
- * whose device mount is <run>/<driver>/mounts/<name> itself: it keeps that
- * key until its last pod goes (node_legacy()).
- */
-static int node_gmp(struct fv_ctx *cx, const char *vkey, char *buf, size_t len)
-{
-	const char *at = strchr(vkey, '@');
-	char a[NAME_MAX + 1];
-	size_t n;
-	int r;
-
-	if (!at) {
-		r = fv_name_key(vkey, a, sizeof(a) - 1);
-		if (r < 0)
-			return fv_fail(cx, r, "volume name '%s' cannot be a file name", vkey);
-		return node_mounts(cx, a, strlen(a), buf, len);
-	}
-	if (strchr(at + 1, '@') || strchr(vkey, '/') || at == vkey || !at[1])
-		return fv_fail(cx, -EINVAL, "'%s' is not a node-mode volume key", vkey);
-	r = node_mounts(cx, vkey, (size_t)(at - vkey), buf, len);
-	if (r < 0)
-		return r;
-	n = strlen(buf);
-	if (snprintf(buf + n, len - n, "/%s", at + 1) >= (int)(len - n))
-		return fv_fail(cx, -ENAMETOOLONG, "run dir '%s' is too long", cx->cfg.run_dir);
-	return 0;
-}
-
-/*
- * The shared part of node mode going away: when no pod of volume @vkey
- * uses its device mount @path any more, that mount and the node-side
- * attach go.  @was_devno: the device the caller's pod mount was on (0:
- * none).  Call with the volume lock held.  The directory goes last: a
- * SIGKILL before the release leaves it for the retry or the collector.
- */
-static int node_teardown(struct fv_ctx *cx, const char *vkey, const char *path, dev_t was_devno)
-{
-	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
-	struct fv_mntinfo mi;
-	dev_t devno = 0;
-	int r = fv_dir_open_quiet(path, &gd); /* our own path: the run dir is ours */
-	bool exists = r == 0;
-	char parent[PATH_MAX];
-
-	if (r < 0 && r != -ENOENT)
-		return fv_fail(cx, r, "cannot open '%s': %s", path, strerror(-r));
-	if (exists && fv_dir_mounted(&gd, &mi) == 0) {
-		char ident[PATH_MAX];
-
-		/* only ever a device of ours: never a filesystem someone put here */
-		r = ops_of(cx)->ident_of(cx, mi.devno, ident, sizeof(ident));
-		if (r != 0)
-			return r < 0 ? r : fv_fail(cx, -FV_ERR_CONFLICT, "'%s' holds '%s', "
-						   "not a device of this driver; leaving it",
-						   path, mi.source);
-		r = unmount_and_release(cx, vkey, &gd, true);
-		if (r != 0)
-			return r < 0 ? r : 0; /* 1: other pods on this node still use it */
-		goto remove_dirs;
-	} else if (was_devno) {
-		int n = fv_mnt_count_devno(was_devno);
-
-		if (n < 0) /* unreadable is not "unused" */
-			return fv_fail(cx, n, "cannot read the mount table: %s", strerror(-n));
-		if (n == 0)
-			devno = was_devno; /* the device mount went before (a killed earlier call) */
-	}
-	r = release_volume(cx, vkey, devno);
-	if (r < 0 || !exists)
-		return r;
-remove_dirs:
-	(void)rmdir(path);
-	snprintf(parent, sizeof(parent), "%s", path);
-	*strrchr(parent, '/') = '\0';
-	(void)rmdir(parent); /* the last volume of this pod dir name (ENOTEMPTY otherwise) */
-	return 0;
-}
-
-/* Lock volume @vkey and take its device mount down if no pod uses it (node_teardown()). */
-static int node_teardown_locked(struct fv_ctx *cx, const char *vkey, dev_t was_devno)
-{
-	char path[PATH_MAX];
-	int lock, r = node_gmp(cx, vkey, path, sizeof(path));
-
-	if (r < 0)
-		return r;
-	lock = lock_volume(cx, vkey);
-	if (lock < 0)
-		return lock;
-	r = node_teardown(cx, vkey, path, was_devno);
-	fv_unlock(lock);
-	return r;
-}
-
-/* Is the directory @path (ours, under the run dir) a mount point? */
-static bool is_mount_point(const char *path)
-{
-	_cleanup_(fv_dir_closep) struct fv_dir d = { .parent = -1 };
-
-	return fv_dir_open_quiet(path, &d) == 0 && fv_dir_mounted(&d, NULL) == 0;
-}
-
-/* Has pod dir name @name a device mount of a version before node mode keys (node_gmp())? */
-static bool node_legacy(struct fv_ctx *cx, const char *name)
-{
-	char path[PATH_MAX];
-
-	return node_gmp(cx, name, path, sizeof(path)) == 0 && is_mount_point(path);
-}
-
-/*
- * Call @fn for each volume key with a device mount directory under
- * <run>/<driver>/mounts/<a> (@a a pod dir name as node_vkey() makes it):
- * "<a>@<ident>" for each directory in it - or "<a>" alone when it is a
- * mount point itself (an older version's device mount: never walked into,
- * it is a volume's filesystem).
- */
-static int node_each_name(struct fv_ctx *cx, const char *a,
-			  int (*fn)(struct fv_ctx *cx, const char *vkey, void *arg), void *arg)
-{
-	char dir[PATH_MAX], vkey[256];
-	struct dirent *f;
-	DIR *sub;
-	int r = node_mounts(cx, a, strlen(a), dir, sizeof(dir));
-
-	if (r < 0)
-		return r;
-	if (is_mount_point(dir))
-		return fn(cx, a, arg);
-	sub = opendir(dir);
-	if (!sub)
-		return 0;
-	while (r >= 0 && (f = readdir(sub))) {
-		if (f->d_name[0] == '.' || strchr(f->d_name, '@'))
-			continue;
-		if (snprintf(vkey, sizeof(vkey), "%s@%s", a, f->d_name) < (int)sizeof(vkey))
-			r = fn(cx, vkey, arg);
-	}
-	closedir(sub);
-	return r;
-}
-
-/* node_each_name() for the pod dir name @name, or (NULL) for every name. */
-static int node_each(struct fv_ctx *cx, const char *name,
-		     int (*fn)(struct fv_ctx *cx, const char *vkey, void *arg), void *arg)
-{
-	char top[PATH_MAX], a[100];
-	struct dirent *e;
-	DIR *d;
-	int r = 0;
-
-	if (name)
-		return fv_name_key(name, a, sizeof(a)) < 0 ? 0 : node_each_name(cx, a, fn, arg);
-	if (node_mounts(cx, "", 0, top, sizeof(top)) < 0)
-		return -ENAMETOOLONG;
-	d = opendir(top);
-	if (!d)
-		return errno == ENOENT ? 0 : fv_fail(cx, NEG_ERRNO(), "cannot read '%s': %m", top);
-	while (r >= 0 && (e = readdir(d)))
-		if (e->d_name[0] != '.' && !strchr(e->d_name, '@'))
-			r = node_each_name(cx, e->d_name, fn, arg);
-	closedir(d);
-	return r;
-}
-
-static int teardown_fn(struct fv_ctx *cx, const char *vkey, void *arg)
-{
-	int r = node_teardown_locked(cx, vkey, 0);
-
-	if (r == -FV_ERR_CONFLICT) {
-		/* not this pod's business: its own mount is gone */
-		fv_log("unmount: %s", fv_ctx_message(cx));
-		fv_ctx_reset_message(cx);
-		r = 0;
-	}
-	return r;
-}
-
-/*
- * Node mode, unmount <poddir>: the pod's mount goes; the last pod of the
- * volume on this node takes the device mount and the node-side attach with
- * it.  Everything is found from the kernel: the pod mount's device names
- * the backend object (ops->ident_of()), hence the volume; when the pod
- * mount went before (a killed earlier call), every device mount of this
- * pod dir name that no pod uses goes.  A wiped state dir or a SIGKILL at
- * any step leaves a state the retry (or the collector) finishes.
- */
-static int node_unmount(struct fv_ctx *cx, const char *dir)
-{
-	_cleanup_(fv_dir_closep) struct fv_dir pd = { .parent = -1 };
-	char ident[PATH_MAX], vkey[256];
-	struct fv_mntinfo mi, was;
-	int lock, r = fv_dir_arg(cx, dir, 0, &pd);
-
-	if (r < 0)
-		return r;
-	if (r == 0 && fv_dir_mounted(&pd, &mi) == 0) {
-		r = ops_of(cx)->ident_of(cx, mi.devno, ident, sizeof(ident));
-		if (r < 0)
-			return r;
-		if (r == 0) {
-			char path[PATH_MAX];
-
-			if (node_legacy(cx, fv_path_last(dir)))
-				snprintf(vkey, sizeof(vkey), "%s", fv_path_last(dir));
-			else
-				r = node_vkey(cx, fv_path_last(dir), ident, vkey, sizeof(vkey));
-			if (r == 0)
-				r = node_gmp(cx, vkey, path, sizeof(path));
-			if (r < 0)
-				return r;
-			lock = lock_volume(cx, vkey);
-			if (lock < 0)
-				return lock;
-			r = fv_blkvol_unmount(cx, dir, &was);
-			if (r == 0)
-				r = node_teardown(cx, vkey, path, was.devno);
-			fv_unlock(lock);
-			return r;
-		}
-	}
-	r = fv_blkvol_unmount(cx, dir, NULL);
-	if (r < 0)
-		return r;
-	return node_each(cx, fv_path_last(dir), teardown_fn, NULL);
+	return fv_blkvol_release_volume(cx, volume, 0);
 }
 
 /*
@@ -846,7 +593,7 @@ static int node_unmount(struct fv_ctx *cx, const char *dir)
  * very device (@found and @dev are the backend's find() answer), or no pod
  * of theirs gets it.
  */
-static int require_named_device(struct fv_ctx *cx, const char *name, int found, const char *dev,
+int fv_blkvol_require_named_device(struct fv_ctx *cx, const char *name, int found, const char *dev,
 				const struct fv_mntinfo *mi)
 {
 	struct stat st;
@@ -857,99 +604,26 @@ static int require_named_device(struct fv_ctx *cx, const char *name, int found, 
 		       "which is not the device these options name", name, mi->source);
 }
 
-/*
- * Node mode, mount <poddir> <json>: the whole node-side work, the first pod
- * attaching and mounting the device once per node, every pod binding it.
- * The volume lock makes parallel mounts and unmounts of one volume's pods
- * (contract §4.3) take turns on the shared part.
- */
-static int node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o)
-{
-	_cleanup_(vol_freep) void *v = NULL;
-	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
-	const char *name = fv_path_last(dir);
-	char path[PATH_MAX], dev[PATH_MAX], vkey[256];
-	struct fv_mntinfo mi;
-	int lock, r = parse(cx, o, &v);
-
-	if (r < 0)
-		return r;
-	if (node_legacy(cx, name) && strlen(name) < sizeof(vkey))
-		snprintf(vkey, sizeof(vkey), "%s", name); /* until the older version's last pod goes */
-	else
-		r = node_vkey_of(cx, v, dir, vkey, sizeof(vkey));
-	if (r == 0)
-		r = node_gmp(cx, vkey, path, sizeof(path));
-	if (r < 0)
-		return r;
-	lock = lock_volume(cx, vkey);
-	if (lock < 0)
-		return lock;
-	r = fv_mkdir_p(path, 0750);
-	if (r == 0)
-		r = fv_dir_open_quiet(path, &gd); /* under our run dir: created here, ours */
-	if (r < 0) {
-		r = fv_fail(cx, r, "cannot create directory '%s': %s", path, strerror(-r));
-		goto out;
-	}
-	if (fv_dir_mounted(&gd, &mi) == 0) {
-		/* mounted for an earlier pod: these options must name that very device */
-		r = ops_of(cx)->find(cx, v, dev, sizeof(dev));
-		if (r >= 0)
-			r = require_named_device(cx, name, r, dev, &mi);
-		if (r < 0)
-			goto out;
-		/* read-only pods came first: the first read-write pod makes it writable */
-		if (mi.readonly && !o->readonly) {
-			r = fv_blkvol_writable(cx, &gd);
-			if (r < 0)
-				goto out;
-		}
-	} else {
-		r = attach_and_mount(cx, v, o, vkey, &gd, NULL);
-		if (r < 0)
-			goto undo;
-	}
-	r = fv_blkvol_bind(cx, dir, path, o->readonly);
-	if (r == 0)
-		goto out;
-undo:
-	/*
-	 * kubelet removes the dir of a failed mount and never unmounts it: what
-	 * this call set up and no pod uses goes again (the message stays ours).
-	 */
-	{
-		char msg[FV_MESSAGE_MAX];
-
-		snprintf(msg, sizeof(msg), "%s", cx->message);
-		(void)node_teardown(cx, vkey, path, 0);
-		snprintf(cx->message, sizeof(cx->message), "%s", msg);
-	}
-out:
-	fv_unlock(lock);
-	return r;
-}
-
 int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o)
 {
-	_cleanup_(vol_freep) void *v = NULL;
+	_cleanup_(fv_blkvol_vol_freep) void *v = NULL;
 	char path[PATH_MAX], dev[PATH_MAX];
 	int found, r;
 
 	if (fv_blkvol_node_mode(cx))
-		return node_mount(cx, dir, o);
-	r = parse(cx, o, &v); /* the same validation as every op */
+		return fv_blkvol_node_mount(cx, dir, o);
+	r = fv_blkvol_parse(cx, o, &v); /* the same validation as every op */
 	if (r < 0)
 		return r;
 	/* the backend object the options name, looked at (a hostile image file is refused here) */
-	found = ops_of(cx)->find(cx, v, dev, sizeof(dev));
+	found = blkvol_ops(cx)->find(cx, v, dev, sizeof(dev));
 	if (found < 0)
 		return found;
 	/*
 	 * The pod dir names the volume; its global path holds the device that
 	 * mountdevice claimed for it.  The options name no device here.
 	 */
-	if (!fv_kubelet_global_path(dir, path, sizeof(path))) {
+	if (!kubelet_global_path(dir, path, sizeof(path))) {
 		_cleanup_(fv_dir_closep) struct fv_dir pd = { .parent = -1 };
 
 		/* a missing or non-directory pod dir says so first */
@@ -965,7 +639,7 @@ int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts 
 
 		/* the global path is this volume's; the options must name the device mounted there */
 		if (fv_dir_open_quiet(path, &gd) == 0 && fv_dir_mounted(&gd, &mi) == 0) {
-			r = require_named_device(cx, fv_path_last(dir), found, dev, &mi);
+			r = fv_blkvol_require_named_device(cx, fv_path_last(dir), found, dev, &mi);
 			if (r < 0)
 				return r;
 			/*
@@ -975,7 +649,7 @@ int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts 
 			 * volume lock that mountdevice and unmountdevice take.
 			 */
 			if (mi.readonly && !o->readonly) {
-				int lock = lock_volume(cx, fv_path_last(dir));
+				int lock = fv_blkvol_lock_volume(cx, fv_path_last(dir));
 
 				if (lock < 0)
 					return lock;
@@ -994,7 +668,7 @@ int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts 
 int fv_blkvol_op_unmount(struct fv_ctx *cx, const char *dir)
 {
 	if (fv_blkvol_node_mode(cx))
-		return node_unmount(cx, dir);
+		return fv_blkvol_node_unmount(cx, dir);
 	return fv_blkvol_unmount(cx, dir, NULL);
 }
 
@@ -1006,13 +680,13 @@ int fv_blkvol_op_unmount(struct fv_ctx *cx, const char *dir)
 int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char *device,
 			  const char *dir, uint64_t new_size, uint64_t old_size)
 {
-	const struct fv_blkvol_ops *ops = ops_of(cx);
-	_cleanup_(vol_freep) void *v = NULL;
+	const struct fv_blkvol_ops *ops = blkvol_ops(cx);
+	_cleanup_(fv_blkvol_vol_freep) void *v = NULL;
 	_cleanup_(fv_dir_closep) struct fv_dir pd = { .parent = -1 };
-	char dev[PATH_MAX], type[64], mnt[PATH_MAX];
+	char dev[PATH_MAX], type[FV_FSTYPE_MAX], mnt[PATH_MAX];
 	struct fv_mntinfo mi;
 	struct stat st;
-	int r = parse(cx, o, &v);
+	int r = fv_blkvol_parse(cx, o, &v);
 
 	if (r < 0)
 		return r;
@@ -1047,208 +721,4 @@ int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char
 	if (r != 0)
 		snprintf(mnt, sizeof(mnt), "%s", pd.path);
 	return fv_fs_grow(cx, dev, mnt, type);
-}
-
-/* --- garbage collection (docs/design.md, "Garbage collection") ------------------- */
-
-struct gc_run {
-	unsigned int max_release; /* 0: no limit */
-	unsigned int released, young, busy;
-	int err;		  /* the first real failure */
-	char msg[FV_MESSAGE_MAX]; /* and its message */
-};
-
-/* A failure of one volume's release: in use is no failure of ours, anything else is kept. */
-static void gc_failed(struct fv_ctx *cx, struct gc_run *g, const char *key, int r)
-{
-	const char *m = fv_ctx_message(cx)[0] ? fv_ctx_message(cx) : strerror(-r);
-
-	if (r == -EBUSY || r == -FV_ERR_CONFLICT) {
-		fv_log("gc: leaving '%s': %s", key, m);
-		g->busy++;
-	} else {
-		fv_log("gc: cannot release '%s': %s", key, m);
-		if (g->err == 0) {
-			g->err = r;
-			snprintf(g->msg, sizeof(g->msg), "cannot release '%s': %s", key, m);
-		}
-	}
-	fv_ctx_reset_message(cx);
-}
-
-/*
- * Is the device a record names in use anywhere on the node?  A cache's
- * word only (the number may have been reused since): in use keeps the
- * volume, never the other way round - the backend's release asks the
- * kernel about its own device again.
- */
-static bool record_device_busy(json_object *rec)
-{
-	json_object *d;
-
-	return rec && json_object_object_get_ex(rec, "device", &d) &&
-	       json_object_is_type(d, json_type_string) &&
-	       fv_blk_busy(json_object_get_string(d)) != 0;
-}
-
-/*
- * Is @rec a volume record of this class (save_record())?  A backend may keep
- * records of its own in the same directory; they are none of the collector's.
- * Records of versions before the "blkvol" mark have a "device" and no "key".
- */
-static bool class_record(json_object *rec)
-{
-	json_object *x;
-
-	if (json_object_object_get_ex(rec, "blkvol", &x))
-		return json_object_get_boolean(x);
-	return !json_object_object_get_ex(rec, "key", &x) &&
-	       json_object_object_get_ex(rec, "device", &x);
-}
-
-/*
- * One volume: released when its lock is free, its record (if any) is older
- * than the grace, and nothing uses it (the kernel says so; the backend's
- * release refuses a mounted device, node_teardown() a device mount with a
- * pod on it).  Keys: a trusted name (controller mode), "?<hint>" (a
- * waitforattach nobody followed up: locked as the name it hints), or a
- * node-mode "<name>@<ident>".
- */
-static int gc_key(struct fv_ctx *cx, const char *key, void *arg)
-{
-	struct gc_run *g = arg;
-	bool hinted = key[0] == '?';
-	const char *name = hinted ? key + 1 : key;
-	unsigned int age = UINT_MAX;
-	char lockname[PATH_MAX + 64];
-	json_object *rec = NULL;
-	int lock, r;
-
-	if (g->max_release && g->released >= g->max_release)
-		return 0;
-	if (!*name)
-		return 0;
-	snprintf(lockname, sizeof(lockname), "%s-vol-%s", cx->drv->name, name);
-	lock = fv_lock_try(cx, lockname);
-	if (lock == -EWOULDBLOCK) {
-		g->busy++; /* an op on it is running */
-		return 0;
-	}
-	if (lock < 0) {
-		gc_failed(cx, g, key, lock);
-		return 0;
-	}
-	if (fv_state_read(cx, key, &rec) != 0)
-		rec = NULL; /* no record (state wiped): the kernel alone decides */
-	if (rec && !class_record(rec))
-		goto out;
-	if (fv_state_age(cx, key, &age) == 0 && age < cx->cfg.gc_grace) {
-		g->young++;
-		goto out;
-	}
-	if (!hinted) {
-		/* a fresh waitforattach of this name: kubelet is on its way to mountdevice */
-		char hkey[PATH_MAX];
-
-		hinted_key(name, hkey, sizeof(hkey));
-		if (fv_state_age(cx, hkey, &age) == 0 && age < cx->cfg.gc_grace) {
-			g->young++;
-			goto out;
-		}
-	}
-	if (!hinted && fv_blkvol_node_mode(cx)) {
-		char path[PATH_MAX];
-
-		r = node_gmp(cx, key, path, sizeof(path));
-		if (r == 0)
-			r = node_teardown(cx, key, path, 0);
-	} else if (record_device_busy(rec)) {
-		r = fv_fail(cx, -EBUSY, "its device is in use");
-	} else {
-		r = hinted ? release_record(cx, name, key, 0) : release_volume(cx, name, 0);
-	}
-	if (r < 0)
-		gc_failed(cx, g, key, r);
-	else
-		g->released++;
-out:
-	json_object_put(rec);
-	fv_unlock(lock);
-	return 0;
-}
-
-/* A pass over the node-mode device mounts and the records; @max_look > 0 bounds the records looked at. */
-static void gc_pass(struct fv_ctx *cx, struct gc_run *g, unsigned int max_look)
-{
-	int r;
-
-	if (fv_blkvol_node_mode(cx)) {
-		r = node_each(cx, NULL, gc_key, g);
-		if (r < 0)
-			gc_failed(cx, g, "device mounts", r);
-	}
-	r = fv_state_each(cx, max_look, gc_key, g);
-	if (r < 0)
-		gc_failed(cx, g, "records", fv_fail(cx, r, "cannot read the state records: %s",
-						    strerror(-r)));
-}
-
-int fv_blkvol_op_gc(struct fv_ctx *cx)
-{
-	struct gc_run g = { 0 };
-	char lockname[64];
-	int lock;
-
-	snprintf(lockname, sizeof(lockname), "%s-gc", cx->drv->name);
-	lock = fv_lock(cx, lockname); /* one collector per driver at a time */
-	if (lock < 0)
-		return lock;
-	gc_pass(cx, &g, 0);
-	fv_unlock(lock);
-	if (g.released || g.err)
-		fv_log("gc: %u released, %u in use, %u younger than %u s", g.released, g.busy,
-		       g.young, cx->cfg.gc_grace);
-	return g.err ? fv_fail(cx, g.err, "%s", g.msg) : 0;
-}
-
-#define GC_MAYBE_LOOK 16 /* records an opportunistic pass looks at */
-
-void fv_blkvol_gc_maybe(struct fv_ctx *cx)
-{
-	struct gc_run g = { .max_release = 1 };
-	char dir[PATH_MAX], stamp[PATH_MAX + 16], lockname[64];
-	char msg[FV_MESSAGE_MAX], detail[FV_MESSAGE_MAX];
-	struct timespec now;
-	struct stat st;
-	int lock, fd;
-
-	if (!cx->config_ok || cx->cfg.gc_interval == 0)
-		return;
-	if (snprintf(dir, sizeof(dir), "%s/%s", cx->cfg.run_dir, cx->drv->name) >= (int)sizeof(dir))
-		return;
-	snprintf(stamp, sizeof(stamp), "%s/gc.stamp", dir);
-	/* the common case: one stat() */
-	clock_gettime(CLOCK_REALTIME, &now);
-	if (stat(stamp, &st) == 0 && now.tv_sec >= st.st_mtim.tv_sec &&
-	    now.tv_sec - st.st_mtim.tv_sec < (time_t)cx->cfg.gc_interval)
-		return;
-	snprintf(msg, sizeof(msg), "%s", cx->message);
-	snprintf(detail, sizeof(detail), "%s", cx->detail);
-	fv_ctx_reset_message(cx); /* the pass's own failures are logged, never replied */
-	snprintf(lockname, sizeof(lockname), "%s-gc", cx->drv->name);
-	lock = fv_lock_try(cx, lockname);
-	if (lock < 0)
-		goto out; /* another collector runs */
-	if (fv_mkdir_p(dir, 0700) == 0 &&
-	    (fd = open(stamp, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) >= 0) {
-		(void)futimens(fd, NULL);
-		close(fd);
-		gc_pass(cx, &g, GC_MAYBE_LOOK);
-		if (g.released || g.err)
-			fv_log("gc (opportunistic): %u released", g.released);
-	}
-	fv_unlock(lock);
-out:
-	snprintf(cx->message, sizeof(cx->message), "%s", msg);
-	snprintf(cx->detail, sizeof(cx->detail), "%s", detail);
 }

@@ -122,8 +122,9 @@ static const struct key *find_key(const char *name)
 /*
  * Open the config file like any file we did not make: O_NONBLOCK, so a FIFO
  * cannot block the open, then only a regular file is read - or /dev/null,
- * which names "no config file" (the tests use it).  A directory used to read
- * as an empty config: fgets() failing with EISDIR looked like EOF.
+ * which names "no config file" (the tests use it).  Anything else is a
+ * Failure: a directory must not read as an empty config (fgets() failing
+ * with EISDIR looks like EOF).
  */
 static FILE *open_config(const char *path, char *err, size_t errlen, int *ret)
 {

@@ -38,14 +38,22 @@ void fv_ctx_reset_message(struct fv_ctx *cx)
 	cx->detail[0] = '\0';
 }
 
+void fv_ctx_save_message(const struct fv_ctx *cx, struct fv_saved_message *s)
+{
+	snprintf(s->message, sizeof(s->message), "%s", cx->message);
+	snprintf(s->detail, sizeof(s->detail), "%s", cx->detail);
+}
+
+void fv_ctx_restore_message(struct fv_ctx *cx, const struct fv_saved_message *s, bool with_detail)
+{
+	snprintf(cx->message, sizeof(cx->message), "%s", s->message);
+	if (with_detail)
+		snprintf(cx->detail, sizeof(cx->detail), "%s", s->detail);
+}
+
 const struct fv_config *fv_ctx_config(const struct fv_ctx *cx)
 {
 	return &cx->cfg;
-}
-
-const struct fv_driver *fv_ctx_driver(const struct fv_ctx *cx)
-{
-	return cx->drv;
 }
 
 bool fv_ctx_node_is_local(const struct fv_ctx *cx, const char *node)

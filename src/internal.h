@@ -7,6 +7,23 @@
 #include "fv/ctx.h"
 #include "fv/driver.h"
 
+/*
+ * The reply's message and detail, kept aside while work whose own failures
+ * are not the reply's runs (an undo after the failure, the collector after
+ * the op): fv_ctx_save_message(), then fv_ctx_restore_message().
+ */
+struct fv_saved_message {
+	char message[FV_MESSAGE_MAX];
+	char detail[FV_MESSAGE_MAX];
+};
+
+void fv_ctx_save_message(const struct fv_ctx *cx, struct fv_saved_message *s);
+/*
+ * Put the saved message back.  The detail too when @with_detail; else the
+ * detail added meanwhile stays (it tells what the undo did or could not do).
+ */
+void fv_ctx_restore_message(struct fv_ctx *cx, const struct fv_saved_message *s, bool with_detail);
+
 /* reply.c: the one JSON document kubelet reads (contract §1.4, §3.1). */
 enum fv_status { FV_SUCCESS, FV_FAILURE, FV_NOT_SUPPORTED };
 

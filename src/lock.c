@@ -91,13 +91,18 @@ static int lock_path(struct fv_ctx *cx, const char *name, char *dir, size_t dlen
 	return 0;
 }
 
+void fv_lock_volume_name(const struct fv_ctx *cx, const char *volume, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s-vol-%s", cx->drv->name, volume);
+}
+
 /*
  * Removing a lock file others may hold: the holder unlinks it while it
  * still holds the lock (fv_unlock_remove()), and every locker checks, once
  * it holds the lock, that its descriptor is still the file the path names
  * (same device and inode); a waiter that got the lock on a removed file
- * starts again with the new one.  So lock files exist only while in use
- * (issue 17: one per pod dir ever mounted used to pile up in the run dir).
+ * starts again with the new one.  So lock files exist only while in use:
+ * none is left per pod dir ever mounted.
  */
 void fv_unlock_remove(struct fv_ctx *cx, const char *name, int fd)
 {
@@ -137,7 +142,7 @@ static int lock_named(struct fv_ctx *cx, const char *name, unsigned int timeout_
 		/*
 		 * A wait may last up to lock_timeout (150 s by default): it leaves
 		 * a line in the log whether or not debug is on, and so does its
-		 * end, so that a slow call can be told from a stuck one (issue 17).
+		 * end, so that a slow call can be told from a stuck one.
 		 */
 		r = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : NEG_ERRNO();
 		if (r == -EWOULDBLOCK && timeout_ms > 0) {

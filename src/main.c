@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The only main(): pick the driver by basename(argv[0]), dispatch the op
+ * The program (fv_main(), called by drivers/registry.c's main() with the
+ * list of drivers): pick the driver by basename(argv[0]), dispatch the op
  * by argv[1] with its exact argument count, print exactly one JSON reply.
  *
  * Before anything else runs, fd 1 is kept aside for the reply and fds 0, 1
@@ -15,7 +16,6 @@
 #include <sys/stat.h>
 
 #include "internal.h"
-#include "fv/blkvol.h"
 #include "fv/exec.h"
 #include "fv/lock.h"
 #include "fv/log.h"
@@ -43,7 +43,7 @@ enum {
 	OP_NODE = 1 << 4,      /* args[1] names a node: another node's call touches nothing here */
 	OP_LOOK = 1 << 5,      /* never changes the node */
 	OP_LOCAL = 1 << 6,     /* for people and the installer: no config, no log, no lock */
-	OP_NODE_SIDE = 1 << 7, /* runs on the node: block drivers collect garbage afterwards */
+	OP_NODE_SIDE = 1 << 7, /* runs on the node: the driver's after_node_op follows */
 };
 
 struct op {
@@ -57,6 +57,9 @@ struct op {
 };
 
 #define SLOT(op) offsetof(struct fv_driver, op)
+
+/* argv[0] as copied for basename(): a longer path is cut, and then names no driver. */
+#define PROG_NAME_MAX 256
 
 static int run_attach(struct call *c)
 {
@@ -127,7 +130,7 @@ static int run_help(struct call *c);
 /* The installer's check of a node config, with this build's own parser (deploy/install.sh). */
 static int run_check_config(struct call *c)
 {
-	char err[512];
+	char err[FV_CONFIG_ERR_MAX];
 	int r = fv_config_check_file(&c->cx->cfg, c->cx->drv->name, c->args[0], err, sizeof(err));
 
 	return r < 0 ? fv_fail(c->cx, r, "%s", err) : 0;
@@ -238,9 +241,8 @@ static int reply(int fd, enum fv_status st, struct fv_ctx *cx, const struct call
 	struct fv_caps cp = cx->drv->caps;
 	struct fv_reply r = { .status = st, .caps = caps ? &cp : NULL };
 
-	/* node mode: kubelet then calls only mount and unmount (docs/design.md, "Two attach modes") */
-	if (cx->drv->blk && cx->config_ok && fv_blkvol_node_mode(cx))
-		cp.attach = false;
+	if (caps && cx->drv->init_caps && cx->config_ok)
+		cx->drv->init_caps(cx, &cp);
 
 	snprintf(msg, sizeof(msg), "%s%s%s", cx->message, cx->message[0] && cx->detail[0] ? ": " : "",
 		 cx->detail);
@@ -339,7 +341,7 @@ static int check_dir_arg(struct fv_ctx *cx, const char *p, bool must_exist, char
 static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 {
 	const char *v;
-	char name[PATH_MAX + 64];
+	char name[FV_LOCK_NAME_MAX];
 	int lockfd = -1, r;
 
 	if (op->json >= 0) {
@@ -357,9 +359,10 @@ static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 	v = c->volume;
 	/* the lock guards this node's state; a call for another node has none to guard */
 	if (op->lock_arg != -1 && v && !((op->flags & OP_NODE) && c->remote)) {
-		snprintf(name, sizeof(name), "%s-%s-%s", cx->drv->name,
-			 op->flags & OP_LOCK_DIR ? "dir" : "vol",
-			 op->flags & OP_LOCK_DIR ? c->args[0] : v);
+		if (op->flags & OP_LOCK_DIR)
+			snprintf(name, sizeof(name), "%s-dir-%s", cx->drv->name, c->args[0]);
+		else
+			fv_lock_volume_name(cx, v, name, sizeof(name));
 		lockfd = fv_lock(cx, name);
 		if ((lockfd == -EROFS || lockfd == -EACCES) && (op->flags & OP_LOCK_SOFT)) {
 			cx->message[0] = '\0';
@@ -371,29 +374,38 @@ static int dispatch(struct fv_ctx *cx, const struct op *op, struct call *c)
 	r = op->run(c);
 	/*
 	 * The lock file goes with the lock (fv_unlock_remove(), safe against
-	 * waiters): one per pod dir ever mounted used to stay in the run dir.
+	 * waiters): none stays in the run dir per pod dir ever mounted.
 	 */
 	if (lockfd >= 0)
 		fv_unlock_remove(cx, name, lockfd);
-	/* after the op's own work and locks; bounded, never changes the reply */
-	if ((op->flags & OP_NODE_SIDE) && cx->drv->blk)
-		fv_blkvol_gc_maybe(cx);
+	if ((op->flags & OP_NODE_SIDE) && cx->drv->after_node_op)
+		cx->drv->after_node_op(cx);
 	return r;
 }
 
-int main(int argc, char **argv)
+/* The driver called @name in @drivers, or NULL. */
+static const struct fv_driver *find_driver(const struct fv_driver *const *drivers, size_t n,
+					   const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (streq(drivers[i]->name, name))
+			return drivers[i];
+	return NULL;
+}
+
+int fv_main(int argc, char **argv, const struct fv_driver *const *drivers, size_t ndrivers)
 {
 	static struct fv_ctx ctx;
 	struct fv_ctx *cx = &ctx;
 	struct call c = { .cx = cx };
 	const struct op *op = NULL;
 	const char *prog;
-	char err[512];
+	char err[FV_CONFIG_ERR_MAX];
 	enum fv_status st;
 	uint64_t t0 = fv_now_ms();
 	int out, r = 0, fixed = -1;
 	bool quiet, debug = false;
-	char base[256];
+	char base[PROG_NAME_MAX];
 	struct sigaction sa = { .sa_handler = on_term };
 
 	out = isolate_stdio();
@@ -406,7 +418,7 @@ int main(int argc, char **argv)
 
 	snprintf(base, sizeof(base), "%s", argc > 0 && argv[0] ? argv[0] : "");
 	prog = basename(base);
-	cx->drv = fv_driver_find(prog);
+	cx->drv = find_driver(drivers, ndrivers, prog);
 	for (size_t i = 0; argc > 1 && i < ARRAY_SIZE(ops); i++)
 		if (streq(ops[i].name, argv[1]))
 			op = &ops[i];
@@ -442,11 +454,11 @@ int main(int argc, char **argv)
 		 !*(void *const *)(const void *)((const char *)cx->drv + op->slot))
 		fixed = FV_NOT_SUPPORTED;
 	/*
-	 * Except for one setting: a block driver's init says which attach mode
-	 * this node runs (docs/design.md, "Two attach modes"), so it reads the
-	 * config - and answers controller mode when there is none to read.
+	 * Except when the driver's capabilities depend on the config
+	 * (init_caps): then init reads it, and answers as compiled in when
+	 * there is none to read.
 	 */
-	if (fixed == FV_SUCCESS && cx->drv->blk && !fv_log_debug_wanted()) {
+	if (fixed == FV_SUCCESS && cx->drv->init_caps && !fv_log_debug_wanted()) {
 		cx->config_ok = fv_config_load(&cx->cfg, cx->drv->name, err, sizeof(err)) == 0;
 		return reply(out, FV_SUCCESS, cx, &c, true);
 	}

@@ -15,7 +15,7 @@
 #define KEY_SHOWN 64 /* bytes of a key quoted in a message */
 
 /*
- * Values are exactly what the JSON says (issue 9 item 5).  A string with a
+ * Values are exactly what the JSON says.  A string with a
  * NUL (\u0000 - argv cannot carry a raw one) would be read by every C
  * consumer up to the NUL only: "ok.img\u0000../x" as "ok.img".  Such a
  * string is refused for every key, known or not, nested or not, and in a

@@ -356,22 +356,21 @@ uint64_t fv_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-bool fv_is_token(const char *s)
-{
-	if (!s || !*s)
-		return false;
-	for (; *s; s++)
-		if (*s <= 0x20 || *s >= 0x7f || strchr(",\"'\\`$;&|<>(){}=", *s))
-			return false;
-	return true;
-}
-
 uint64_t fv_hash64(const char *s)
 {
-	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
+	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a: offset basis and prime */
 
 	for (; *s; s++)
 		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+	return h;
+}
+
+uint32_t fv_hash32(const char *s)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 16777619u;
 	return h;
 }
 

@@ -7,6 +7,8 @@
  *   iscsiadm.c  the iscsiadm transport: deadlines, exit codes, discovery, login
  *   sysfs.c     the kernel's view of sessions and LUN disks (libudev), and
  *               the logout decision
+ *   owner.c     the owner records: which sessions and discovery records are ours
+ *   pr.c        SCSI persistent reservations: the node's key, fencing a LUN
  *   ops.c       the backend steps of the block-volume class (fv/blkvol.h)
  */
 #ifndef FV_ISCSI_H

@@ -165,7 +165,7 @@ static int add_chap(const char **argv, int *n, unsigned int *redact, const char 
  * sendtargets discovery at @portal; on success the portal the target
  * advertises for @iqn ("addr:port", preferring @portal itself) goes to @adv.
  *
- * It leaves nothing in open-iscsi's database (issue 9 item 7).  Persistent
+ * It leaves nothing in open-iscsi's database.  Persistent
  * discovery ("-m discovery -t st") would write a discovery record and a
  * node record for EVERY target the portal advertises, with node.startup
  * as iscsid.conf says ("automatic" on some distributions: iscsid would log

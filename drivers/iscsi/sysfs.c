@@ -5,7 +5,7 @@
  * session are the block devices of type "disk" below its transport device
  * (udev_enumerate_add_match_parent), each with its LUN from the parent
  * "scsi_device" (H:C:T:L).  Lists grow as needed: no fixed limit (a
- * target may export hundreds of LUNs, and a truncated list once made the
+ * target may export hundreds of LUNs, and a truncated list would make the
  * logout decision miss a mounted LUN).
  *
  * libudev reads /sys itself and takes no other root; the host-lane unit

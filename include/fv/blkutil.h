@@ -34,6 +34,9 @@ int fv_blk_lock(struct fv_ctx *cx, const char *dev);
  */
 int fv_blk_probe(struct fv_ctx *cx, const char *dev, char *type, size_t len);
 
+/* A filesystem type name as libblkid and the mount table give it ("ext4", "xfs"), and a NUL. */
+#define FV_FSTYPE_MAX 64
+
 /*
  * fv_blk_busy() - is block device @dev in use anywhere on the node: mounted
  * in any mount namespace, held by device-mapper, md or swap, or opened

@@ -46,6 +46,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct fv_caps;
 struct fv_ctx;
 struct fv_mntinfo;
 struct fv_dir;
@@ -161,10 +162,13 @@ int fv_blkvol_op_gc(struct fv_ctx *cx);
  */
 void fv_blkvol_gc_maybe(struct fv_ctx *cx);
 
+/* fv_blkvol_init_caps() - init's capabilities on this node: attach is false in node mode. */
+void fv_blkvol_init_caps(const struct fv_ctx *cx, struct fv_caps *caps);
+
 /*
  * The capabilities and op slots of a block driver (inside its struct
  * fv_driver initialiser).  Every capability holds for a filesystem on a
- * block device; attach is answered false in node mode (fv_blkvol_node_mode).
+ * block device; attach is answered false in node mode (fv_blkvol_init_caps()).
  */
 #define FV_BLKVOL_OPS(ops)                                        \
 	.caps = { .attach = true, .selinux_relabel = true,        \
@@ -177,35 +181,10 @@ void fv_blkvol_gc_maybe(struct fv_ctx *cx);
 	.mountdevice = fv_blkvol_op_mountdevice,                  \
 	.unmountdevice = fv_blkvol_op_unmountdevice,              \
 	.mount = fv_blkvol_op_mount, .unmount = fv_blkvol_op_unmount, \
-	.expandfs = fv_blkvol_op_expandfs, .gc = fv_blkvol_op_gc
+	.expandfs = fv_blkvol_op_expandfs, .gc = fv_blkvol_op_gc,  \
+	.init_caps = fv_blkvol_init_caps, .after_node_op = fv_blkvol_gc_maybe
 
-/*
- * fv_blkvol_node_mode() - does this node run block drivers in node mode
- * (config attach_mode = node)?  Then init answers attach:false and kubelet
- * calls only mount and unmount, which do the whole node-side work.
- */
-bool fv_blkvol_node_mode(const struct fv_ctx *cx);
-
-/*
- * fv_blkvol_mountdevice() - mount block device @dev at the global path @gd
- * (fv_dir_arg(), must exist), read-only when @ro; the mount is made on the
- * verified directory itself (fv_dir_mount()).  Already mounted there from @dev is
- * success (made read-write first when it is read-only and !@ro: the mode is
- * the pods' binds'); mounted from anything else is -FV_ERR_CONFLICT.  The device is
- * probed with libblkid: a blank device gets @fstype (or @default_fstype)
- * unless @ro; a filesystem other than a requested @fstype is refused,
- * never reformatted.
- */
-int fv_blkvol_mountdevice(struct fv_ctx *cx, const struct fv_dir *gd, const char *dev,
-			  const char *fstype, const char *default_fstype, bool ro);
-
-/*
- * fv_blkvol_writable() - make the device mount @gd of a volume read-write for
- * a read-write pod (read-only pods came first); a device that cannot be
- * written is -errno with a message that names the conflict.
- */
-int fv_blkvol_writable(struct fv_ctx *cx, const struct fv_dir *gd);
-
+/* The pod bind and its undo, also for the CSI endpoint's publish and unpublish. */
 /*
  * fv_blkvol_bind() - bind the device mount at @src (a whole-filesystem
  * mount of a block device; a path we know, opened literally) into the pod
@@ -218,18 +197,10 @@ int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro)
 /*
  * fv_blkvol_unmount() - unmount @dir (taken literally: a symlink or magic
  * link in it is refused) completely and check it is left empty (kubelet
- * removes it with rmdir).  A missing or unmounted dir is success.  @ret (may be NULL) gets the topmost mount that was there, or
- * an empty source and devno 0 when nothing was mounted.
+ * removes it with rmdir).  A missing or unmounted dir is success.  @ret
+ * (may be NULL) gets the topmost mount that was there, or an empty source
+ * and devno 0 when nothing was mounted.
  */
 int fv_blkvol_unmount(struct fv_ctx *cx, const char *dir, struct fv_mntinfo *ret);
-
-/*
- * fv_kubelet_global_path() - kubelet's global mount path for the pod
- * volume dir @poddir:
- *   <root>/pods/<uid>/volumes/<vendor>~<driver>/<name>  ->
- *   <root>/plugins/kubernetes.io/flexvolume/<vendor>/<driver>/mounts/<name>
- * (docs/flexvolume-contract.md §2).  Returns false when @poddir has another shape.
- */
-bool fv_kubelet_global_path(const char *poddir, char *ret, size_t len);
 
 #endif

@@ -34,18 +34,23 @@
 #include <limits.h>
 #include <stdbool.h>
 
+#define FV_NODE_NAME_MAX 256  /* a Kubernetes node name: a DNS subdomain, at most 253 bytes */
+#define FV_ATTACH_MODE_MAX 16 /* the longest attach mode, "controller", and a NUL */
+/* An error text of the config parser: "FILE:LINE: " and what is wrong with one line. */
+#define FV_CONFIG_ERR_MAX 512
+
 struct fv_config {
 	char loop_root[PATH_MAX];
 	char state_dir[PATH_MAX];
 	char run_dir[PATH_MAX];
 	char log_file[PATH_MAX];
-	char node_name[256];
+	char node_name[FV_NODE_NAME_MAX];
 	char helper_path[PATH_MAX];
 	unsigned int lock_timeout;   /* seconds */
 	unsigned int helper_timeout; /* seconds */
 	unsigned int mount_timeout;  /* seconds */
 	unsigned int device_timeout; /* seconds */
-	char attach_mode[16];	     /* "controller" or "node" */
+	char attach_mode[FV_ATTACH_MODE_MAX]; /* "controller" or "node" */
 	unsigned int gc_grace;	     /* seconds (docs/design.md, "Garbage collection") */
 	unsigned int gc_interval;    /* seconds; 0: no opportunistic pass */
 	bool debug;		     /* debug lines in the log */
@@ -55,7 +60,8 @@ struct fv_config {
 /*
  * fv_config_load() - fill @cfg from defaults, the config file and the
  * environment, for driver @driver (used in the default log file name).
- * Returns: 0, or -errno / -FV_ERR_BADOPT with a description in @err.
+ * Returns: 0, or -errno / -FV_ERR_BADOPT with a description in @err
+ * (FV_CONFIG_ERR_MAX).
  */
 int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t errlen);
 

@@ -13,8 +13,15 @@
  *   - checked the argument count of the op (docs/flexvolume-contract.md §1.2),
  *   - parsed the options JSON (if the op carries one) into struct fv_opts,
  *   - loaded the node configuration (struct fv_config),
- *   - taken the per-volume lock (unless the op is lock-free: init, attach,
- *     isattached and getvolumename never touch the node's state).
+ *   - taken the lock the op needs (src/main.c's op table): the volume's
+ *     (fv_lock_volume_name()) for mountdevice, unmountdevice, detach and
+ *     expandfs; the pod directory's for mount and unmount (kubelet runs
+ *     those of one volume for several pods in parallel).  The other ops run
+ *     unlocked: init, getvolumename, attach and isattached touch no node
+ *     state; waitforattach has no trusted volume name to lock, and gc
+ *     covers many volumes, so both lock what they touch themselves (the
+ *     block class: the backend object, each volume before its release).
+ *     A detach for another node takes no lock.
  *
  * Every op returns 0 on success or a negative errno / -FV_ERR_* code.  On
  * failure it should explain itself with fv_fail(), which sets the reply's
@@ -28,6 +35,7 @@
 #define FV_DRIVER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "fv/macro.h"
@@ -36,8 +44,7 @@
  * Domain errors without an errno, returned negated.  Their range is ours
  * alone: errno values stay below 4096 (the kernel's MAX_ERRNO) and
  * libmount's MNT_ERR_* use 5000..5999 (mountutil.c translates those to
- * errno values; they never pass through).  5001..5005 once collided with
- * them (issue 9 item 8).
+ * errno values; they never pass through), so ours start above both.
  */
 enum {
 	FV_ERR_BASE = 100000,
@@ -120,6 +127,21 @@ struct fv_driver {
 	 * volumes nobody uses any more (docs/design.md, "Garbage collection").
 	 */
 	int (*gc)(struct fv_ctx *cx);
+
+	/*
+	 * Optional: init's capabilities depend on the node configuration (the
+	 * block class: attach is false in node mode).  With it, init reads the
+	 * configuration, and answers @caps as compiled in when there is none.
+	 */
+	void (*init_caps)(const struct fv_ctx *cx, struct fv_caps *caps);
+
+	/*
+	 * Optional: called after each node-side op (waitforattach, mountdevice,
+	 * unmountdevice, mount, unmount) once its own work is done and its lock
+	 * released, whatever it answered.  Bounded; never changes the reply
+	 * (the block class: the opportunistic collector).
+	 */
+	void (*after_node_op)(struct fv_ctx *cx);
 };
 
 /* Set the reply message (printf-style) and return @err.  The first call wins. */
@@ -143,10 +165,11 @@ const struct fv_config *fv_ctx_config(const struct fv_ctx *cx);
 /* Is @node (an attach/isattached/detach argument) the node this runs on (config node_name)? */
 bool fv_ctx_node_is_local(const struct fv_ctx *cx, const char *node);
 
-/* The driver being run (for names in paths and logs). */
-const struct fv_driver *fv_ctx_driver(const struct fv_ctx *cx);
-
-/* Look a driver up by name (drivers/registry.c).  Returns NULL if unknown. */
-const struct fv_driver *fv_driver_find(const char *name);
+/*
+ * fv_main() - the program (src/main.c): run the op argv[1] with the driver
+ * of @drivers named basename(argv[0]), print its one reply.  Returns the
+ * exit code.  drivers/registry.c's main() hands it the list of drivers.
+ */
+int fv_main(int argc, char **argv, const struct fv_driver *const *drivers, size_t ndrivers);
 
 #endif

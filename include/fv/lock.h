@@ -7,7 +7,13 @@
 #ifndef FV_LOCK_H
 #define FV_LOCK_H
 
+#include <limits.h>
+#include <stddef.h>
+
 struct fv_ctx;
+
+/* A lock name: a path-long volume name or directory, and the driver's name and kind before it. */
+#define FV_LOCK_NAME_MAX (PATH_MAX + 64)
 
 /*
  * fv_flock_deadline() - flock(@fd, @op) (LOCK_EX or LOCK_SH), waiting at
@@ -29,6 +35,14 @@ int fv_lock(struct fv_ctx *cx, const char *name);
 /* fv_lock() without waiting: a lock someone holds is -EWOULDBLOCK (no message set). */
 int fv_lock_try(struct fv_ctx *cx, const char *name);
 void fv_unlock(int fd);
+
+/*
+ * fv_lock_volume_name() - the name of the lock on volume @volume's node
+ * state, "<driver>-vol-<volume>", into @buf (FV_LOCK_NAME_MAX): the one the
+ * dispatcher takes for mountdevice, unmountdevice and detach, node-mode
+ * mount and unmount take, and the collector tries before it releases.
+ */
+void fv_lock_volume_name(const struct fv_ctx *cx, const char *volume, char *buf, size_t len);
 
 /*
  * fv_unlock_remove() - fv_unlock() of the lock @name (@fd), removing its

@@ -83,8 +83,13 @@ int fv_name_escape(const char *s, char *buf, size_t len);
  */
 int fv_name_key(const char *s, char *buf, size_t len);
 
-/* FNV-1a 64-bit hash of a string: stable short names for long ones. */
+/*
+ * The FNV-1a hash of a string, 64 bits: stable short names for long ones
+ * (not a security boundary: whoever reads a name back checks the text).
+ */
 uint64_t fv_hash64(const char *s);
+/* The same, 32 bits: for names already published with it (the provisioner's lease name). */
+uint32_t fv_hash32(const char *s);
 
 /* The last component of @path ("/a/b/pv1" -> "pv1"; a trailing '/' keeps the whole path). */
 const char *fv_path_last(const char *path);
@@ -97,9 +102,6 @@ ssize_t fv_read_line(const char *path, char *buf, size_t len);
 
 /* Monotonic clock in milliseconds. */
 uint64_t fv_now_ms(void);
-
-/* Is @s a sane single-token string: printable ASCII, no spaces/commas/quotes? */
-bool fv_is_token(const char *s);
 
 /*
  * fv_host_check() - a host as users write it in options (nfs server, iSCSI

@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Private to the block-volume class (fv/blkvol.h): what its three files
+ * share.  blkvol.c holds the class and controller mode, blkvol-node.c node
+ * mode, blkvol-gc.c the collector.  Every function here sets the reply
+ * message on failure (fv_fail()).
+ */
+#ifndef FV_BLKVOL_INTERNAL_H
+#define FV_BLKVOL_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "internal.h"
+#include "fv/blkvol.h"
+
+struct fv_dir;
+struct fv_mntinfo;
+
+/* The backend steps of the driver being run. */
+static inline const struct fv_blkvol_ops *blkvol_ops(const struct fv_ctx *cx)
+{
+	return cx->drv->blk;
+}
+
+/*
+ * fv_blkvol_node_mode() - does this node run block drivers in node mode
+ * (config attach_mode = node)?  Then init answers attach:false and kubelet
+ * calls only mount and unmount, which do the whole node-side work.
+ */
+bool fv_blkvol_node_mode(const struct fv_ctx *cx);
+
+/*
+ * fv_blkvol_parse() - the options -> the backend's volume (malloc'ed, into
+ * *@ret; free it with fv_blkvol_vol_freep(), which wipes it: it may hold
+ * secrets).  The same validation for every op that carries options.
+ */
+int fv_blkvol_parse(struct fv_ctx *cx, const struct fv_opts *o, void **ret);
+void fv_blkvol_vol_freep(void **p);
+
+/* Take the lock of volume @name (fv_lock_volume_name()).  Returns the fd or <0. */
+int fv_blkvol_lock_volume(struct fv_ctx *cx, const char *name);
+
+/* The state key of the record waitforattach keeps under the options' volume name @hint. */
+void fv_blkvol_hinted_key(const char *hint, char *buf, size_t len);
+
+/* Release the node-side attach recorded under @key for volume @name; the record goes on success. */
+int fv_blkvol_release_record(struct fv_ctx *cx, const char *name, const char *key, dev_t devno);
+
+/*
+ * Undo the node-side attach of the volume @name (a trusted name), whose
+ * device mount was on @devno (0: unknown), then forget its records.
+ */
+int fv_blkvol_release_volume(struct fv_ctx *cx, const char *name, dev_t devno);
+
+/*
+ * The device mount @gd of volume @name goes, and the node-side attach with
+ * it.  Call with the volume lock held.  1: left for other mounts (@busy_ok).
+ */
+int fv_blkvol_unmount_and_release(struct fv_ctx *cx, const char *name, const struct fv_dir *gd,
+				  bool busy_ok);
+
+/*
+ * The node-side attach claimed for @name, the device formatted if blank and
+ * mounted at @gd, the record written.  @kubelet_dev: the device kubelet
+ * passed (mountdevice), or NULL.
+ */
+int fv_blkvol_attach_and_mount(struct fv_ctx *cx, const void *v, const struct fv_opts *o,
+			       const char *name, const struct fv_dir *gd, const char *kubelet_dev);
+
+/*
+ * Volume @name is mounted on this node (@mi): the options must name that
+ * very device (@found and @dev are the backend's find() answer).
+ */
+int fv_blkvol_require_named_device(struct fv_ctx *cx, const char *name, int found,
+				   const char *dev, const struct fv_mntinfo *mi);
+
+/*
+ * fv_blkvol_writable() - make the device mount @gd of a volume read-write for
+ * a read-write pod (read-only pods came first); a device that cannot be
+ * written is -errno with a message that names the conflict.
+ */
+int fv_blkvol_writable(struct fv_ctx *cx, const struct fv_dir *gd);
+
+
+/* blkvol-node.c: node mode's mount and unmount (fv_blkvol_op_mount(), fv_blkvol_op_unmount()). */
+int fv_blkvol_node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o);
+int fv_blkvol_node_unmount(struct fv_ctx *cx, const char *dir);
+
+/* Node mode: the directory of the device mount of volume key @vkey, into @buf. */
+int fv_blkvol_node_device_dir(struct fv_ctx *cx, const char *vkey, char *buf, size_t len);
+
+/*
+ * Node mode: when no pod of volume @vkey uses its device mount @path any
+ * more, that mount and the node-side attach go.  Call with the volume lock held.
+ */
+int fv_blkvol_node_teardown(struct fv_ctx *cx, const char *vkey, const char *path,
+			    dev_t was_devno);
+
+/*
+ * Node mode: call @fn for each volume key with a device mount directory of
+ * the pod dir name @name, or (NULL) of every name.
+ */
+int fv_blkvol_node_each(struct fv_ctx *cx, const char *name,
+			int (*fn)(struct fv_ctx *cx, const char *vkey, void *arg), void *arg);
+
+#endif
