@@ -24,7 +24,7 @@
 
 #include "fv/macro.h"
 
-/* The gRPC status codes (grpc/doc/statuscodes.md). */
+/* The gRPC status codes, as the gRPC project numbers them (its "status codes" document). */
 enum grpc_code {
 	GRPC_OK = 0,
 	GRPC_CANCELLED = 1,
