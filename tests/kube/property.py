@@ -95,7 +95,11 @@ class Api:
             req.add_header("Content-Type", ctype)
         try:
             with urllib.request.urlopen(req, context=self.ctx, timeout=30) as r:
-                return r.status, json.loads(r.read() or b"null")
+                raw = r.read()
+                # /readyz and /healthz answer plain text ("ok")
+                if not r.headers.get("Content-Type", "").startswith("application/json"):
+                    return r.status, raw.decode(errors="replace")
+                return r.status, json.loads(raw or b"null")
         except urllib.error.HTTPError as e:
             try:
                 return e.code, json.loads(e.read() or b"null")
