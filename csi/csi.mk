@@ -1,4 +1,4 @@
-# csi/csi.mk - flexvol-csi, the CSI endpoint of the flexvol drivers (issue 28; docs/design.md, "CSI").
+# csi/csi.mk - flexvol-csi, the CSI endpoint of the flexvol drivers (docs/design.md, "CSI").
 # Included by the top Makefile.  Outside `make` and `make check` (and CI): it needs
 # libnghttp2-dev, libprotobuf-c-dev, protobuf-c-compiler and libprotobuf-dev (ci/deps --csi).
 #

@@ -81,7 +81,7 @@ static bool xfs_mkfs_unfinished(int fd)
  * small reads instead.  Its zfs_member prober reads each of a device's four
  * 256 KiB ZFS labels whole, and xfs_external_log the first 256 KiB, each into
  * a fresh buffer: 1.25 MiB of page faults and copies, nearly all of a
- * probe's time (4.9 ms of CPU against 0.16 ms without the two, issue 29),
+ * probe's time (4.9 ms of CPU against 0.16 ms without the two),
  * to look at 8 bytes in every KiB of each label's second half and 4 bytes
  * of every sector.  Here they go through one 16 KiB buffer.
  *

@@ -592,8 +592,8 @@ static int bind_staged(struct fv_ctx *cx, int sfd, int dfd, const char *dst)
 }
 
 /*
- * A read-only bind is never writable, not even between two syscalls (issue
- * 17): with the new mount API it is made read-only before it is attached
+ * A read-only bind is never writable, not even between two syscalls:
+ * with the new mount API it is made read-only before it is attached
  * (bind_atomic); without it, in a private staging directory before it is
  * moved into place (bind_staged).  A read-write bind is one mount(2).
  * Plain mount(2) rather than libmount: libmount would do the read-only step

@@ -4,7 +4,7 @@
  * in lo_file_name (loop.c); this file binds, finds, claims and releases
  * them, and holds a device made here open until a mount holds it.
  *
- * The kernel's costs decide the shape (issue 29): LOOP_CONFIGURE sets every
+ * The kernel's costs decide the shape: LOOP_CONFIGURE sets every
  * field of a free device at once, and LOOP_CLR_FD of an unused device is
  * free, but LOOP_SET_STATUS64 on a bound one drains and freezes its queue
  * (15-25 ms here, with or without a mount).  So the claim of mountdevice and
@@ -118,8 +118,7 @@ static int each_binding_sysfs(loop_binding_fn fn, void *arg)
  * a walk, but only over bound devices: /proc/partitions lists block devices
  * with a non-zero capacity, which leaves out every free loop device (a node
  * may keep thousands).  One read of a kernel file, like mountinfo, instead
- * of a sysfs lookup and an open() per device (25 ms for 1,000 free devices,
- * issue 11).  We never bind an image under one sector (loop_bind), so none
+ * of a sysfs lookup and an open() per device (25 ms for 1,000 free devices).  We never bind an image under one sector (loop_bind), so none
  * of ours is left out.  The kernel still decides: LOOP_GET_STATUS64 answers
  * each listed device.
  */

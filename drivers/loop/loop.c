@@ -221,7 +221,7 @@ static int check_owner(struct fv_ctx *cx, const struct loopvol *v, int fd, const
 /*
  * A read-only request still binds the image read-write when it can be
  * written here: the loop device is shared by every pod of the volume on
- * this node, and read-only is a property of each pod's bind (issue 17,
+ * this node, and read-only is a property of each pod's bind (see
  * docs/design.md "Read-only and read-write pods of one volume").  A
  * read-only binding could never be made writable while a read-only pod
  * uses it, so a read-write pod coming second would wait forever.  The
