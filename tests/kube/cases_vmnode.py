@@ -59,10 +59,11 @@ def log(msg):
 # --- the guest -------------------------------------------------------------------------------------
 
 class Guest:
-    def __init__(self, cl, name=NAME, port=VM_PORT):
+    def __init__(self, cl, name=NAME, port=VM_PORT, initiator=INITIATOR):
         self.cl = cl
         self.name = name
         self.port = port
+        self.initiator = initiator    # its own iSCSI identity, so its own reservation key
         self.dir = os.path.join(C.ROOT, "build", "kube-vmnode", name)
         self.seq = 0
         self.proc = None
@@ -115,6 +116,7 @@ registerWithTaints:
             "images": [os.path.join(images_dir, x) for x in ("pause.tar", "busybox.tar", "installer.tar")],
             "dirs": ["log", "flexvol/loop", "flexvol/state", "etc", "plugins"],
             "driver_env": env, "healthz_port": 10248,
+            "fixtures_env": {"FLEXVOL_VM_INITIATOR": self.initiator},
             "kubelet_args": [f"--kubeconfig={C.p('kubelet.kubeconfig')}", f"--config={C.p('kubelet', 'config.yaml')}",
                              f"--root-dir={C.p('kubelet')}", f"--hostname-override={self.name}",
                              "--cloud-provider=external", f"--node-labels={TAINT}=true", "--v=2"],
@@ -578,7 +580,7 @@ def _iscsi_in_use(t, g, pv, pod, iqn, mode):
         want.append(C.p("kubelet", "plugins", "kubernetes.io", "flexvolume", "flexvol", "iscsi", "mounts", pv))
     check(sorted(want) == mps, f"mounts of {dev}: {mps}, want {sorted(want)}")
     keys, res = g.pr_state(dev)
-    key = pr_key(INITIATOR)
+    key = pr_key(g.initiator)
     check(res is not None and res[0] == key and "registrants only" in res[1].lower() and keys == [key],
           f"reservation of {dev}: keys {[hex(k) for k in keys]}, holder {res}; this node's key {key:#x}")
     return dev
