@@ -123,8 +123,9 @@ def pki():
         sh(["openssl", "x509", "-req", "-in", f"{d}/{name}.csr", "-CA", f"{d}/ca.crt", "-CAkey", f"{d}/ca.key",
             "-CAcreateserial", "-days", "3", "-extfile", f"{d}/{name}.ext", "-out", f"{d}/{name}.crt"])
 
+    # 10.0.2.2: QEMU's user-mode gateway, the address the VM node (cases_vmnode.py) reaches it at
     cert("apiserver", "/CN=kube-apiserver", "serverAuth",
-         "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+         "IP:127.0.0.1,IP:10.0.0.1,IP:10.0.2.2,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
          "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local")
     cert("apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client", "clientAuth")
     cert("admin", "/O=system:masters/CN=flexvol-kube-admin", "clientAuth")
@@ -333,8 +334,10 @@ class Cluster:
             f"--client-ca-file={k}/ca.crt",
             f"--kubelet-client-certificate={k}/apiserver-kubelet-client.crt",
             f"--kubelet-client-key={k}/apiserver-kubelet-client.key",
-            # the node name resolves to 127.0.0.1 here (the kubelet listens there only)
-            "--kubelet-preferred-address-types=Hostname",
+            # the node name resolves to 127.0.0.1 here (the kubelet listens there only); the VM
+            # node (cases_vmnode.py) has only an InternalIP, 127.0.0.1, where QEMU forwards its
+            # kubelet's port
+            "--kubelet-preferred-address-types=Hostname,InternalIP",
             "--authorization-mode=Node,RBAC",
             # the default admission chain plus NodeRestriction, as kubeadm runs it
             "--enable-admission-plugins=NodeRestriction",
@@ -353,63 +356,12 @@ class Cluster:
                  self.https_ok(f"{API}/readyz", "admin"), 120)
 
     def start_containerd(self):
-        c = os.path.join(RUN, "containerd")
-        write(p("containerd", "config.toml"), f"""version = 3
-root = "{p('containerd', 'root')}"
-state = "{c}"
-disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.tracing",
-                    "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile",
-                    "io.containerd.snapshotter.v1.erofs"]
-
-[grpc]
-  address = "{c}/containerd.sock"
-
-[ttrpc]
-  address = "{c}/containerd.sock.ttrpc"
-
-[debug]
-  address = ""
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{p('containerd', 'opt')}"
-
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "overlayfs"
-  [plugins."io.containerd.cri.v1.images".pinned_images]
-    sandbox = "{PAUSE_IMAGE}"
-
-[plugins."io.containerd.cri.v1.runtime"]
-  # the host lacks CAP_SYS_RESOURCE: runc cannot lower a sandbox's oom_score_adj to -998
-  restrict_oom_score_adj = true
-  # pod network namespaces under RUN (not /run/netns): teardown unmounts what is under RUN
-  netns_mounts_under_state_dir = true
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = ["/usr/lib/cni"]
-    conf_dir = "{p('cni', 'net.d')}"
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        BinaryName = "/usr/sbin/runc"
-        Root = "{RUN}/runc"
-        SystemdCgroup = false
-
-[plugins."io.containerd.grpc.v1.cri"]
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-""")
+        write(p("containerd", "config.toml"), containerd_config())
         # a pod network on a bridge that connects nothing: no gateway, no route, no NAT on the
         # host.  Pods that are not hostNetwork (the e2e suites') get eth0 with an address, which
         # containerd needs ("failed to find network info for sandbox" with loopback alone); the
         # bridge goes at teardown, the address records live under BASE.
-        write(p("cni", "net.d", "10-flexvol-kube.conflist"), json.dumps({
-            "cniVersion": "1.0.0", "name": "flexvol-kube",
-            "plugins": [{"type": "bridge", "bridge": CNI_BRIDGE, "isGateway": False,
-                         "ipMasq": False,
-                         "ipam": {"type": "host-local", "dataDir": p("cni", "ipam"),
-                                  "ranges": [[{"subnet": "10.244.0.0/24"}]]}}]}) + "\n")
+        write(p("cni", "net.d", "10-flexvol-kube.conflist"), cni_config() + "\n")
         env = {"PATH": f"{self.bin}:/usr/sbin:/usr/bin:/sbin:/bin"}
         self.start("containerd", [self.b("containerd"), "--config", p("containerd", "config.toml")], env)
         wait_for("containerd", lambda: self.check_alive("containerd") or
@@ -425,40 +377,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.traci
         return names
 
     def start_kubelet(self):
-        k = p("pki")
-        write(p("kubelet", "config.yaml"), f"""apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-address: 127.0.0.1
-port: 10250
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-healthzPort: 10248
-tlsCertFile: {k}/kubelet-serving.crt
-tlsPrivateKeyFile: {k}/kubelet-serving.key
-authentication:
-  anonymous: {{enabled: false}}
-  webhook: {{enabled: false}}
-  x509: {{clientCAFile: {k}/ca.crt}}
-authorization:
-  mode: AlwaysAllow
-containerRuntimeEndpoint: unix://{RUN}/containerd/containerd.sock
-# this host's cgroup layout is v1 (hybrid: tmpfs at /sys/fs/cgroup, cgroup2 only at .../unified);
-# from v1.35 the kubelet refuses cgroup v1 unless told otherwise
-failCgroupV1: false
-cgroupDriver: cgroupfs
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
-evictionHard: {{}}
-failSwapOn: false
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-podLogsDir: {p('pod-logs')}
-volumePluginDir: {p('plugins')}
-clusterDomain: cluster.local
-resolvConf: /etc/resolv.conf
-serializeImagePulls: false
-volumeStatsAggPeriod: 0s
-""")
+        write(p("kubelet", "config.yaml"), kubelet_config())
         os.makedirs(p("plugins"), exist_ok=True)
         env = dict(self.driver_env, FLEXVOL_LOG_FILE=p("log", "kubelet-driver.log"))
         env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -544,6 +463,106 @@ volumeStatsAggPeriod: 0s
 
     def down(self):
         teardown(self.bin, self)
+
+
+# --- node configuration (also written for the VM node of cases_vmnode.py, whose BASE and RUN
+# have the same paths inside the guest) ------------------------------------------------------------
+
+def containerd_config():
+    c = os.path.join(RUN, "containerd")
+    return f"""version = 3
+root = "{p('containerd', 'root')}"
+state = "{c}"
+disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.tracing",
+                    "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile",
+                    "io.containerd.snapshotter.v1.erofs"]
+
+[grpc]
+  address = "{c}/containerd.sock"
+
+[ttrpc]
+  address = "{c}/containerd.sock.ttrpc"
+
+[debug]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{p('containerd', 'opt')}"
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "{PAUSE_IMAGE}"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  # the host lacks CAP_SYS_RESOURCE: runc cannot lower a sandbox's oom_score_adj to -998
+  restrict_oom_score_adj = true
+  # pod network namespaces under RUN (not /run/netns): teardown unmounts what is under RUN
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "{p('cni', 'net.d')}"
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = "/usr/sbin/runc"
+        Root = "{RUN}/runc"
+        SystemdCgroup = false
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+"""
+
+
+def cni_config():
+    """a pod network on a bridge that connects nothing (see Cluster.start_containerd)"""
+    return json.dumps({
+        "cniVersion": "1.0.0", "name": "flexvol-kube",
+        "plugins": [{"type": "bridge", "bridge": CNI_BRIDGE, "isGateway": False,
+                     "ipMasq": False,
+                     "ipam": {"type": "host-local", "dataDir": p("cni", "ipam"),
+                              "ranges": [[{"subnet": "10.244.0.0/24"}]]}}]})
+
+
+def kubelet_config(address="127.0.0.1", port=10250, extra=""):
+    k = p("pki")
+    return f"""apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: {address}
+port: {port}
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+tlsCertFile: {k}/kubelet-serving.crt
+tlsPrivateKeyFile: {k}/kubelet-serving.key
+authentication:
+  anonymous: {{enabled: false}}
+  webhook: {{enabled: false}}
+  x509: {{clientCAFile: {k}/ca.crt}}
+authorization:
+  mode: AlwaysAllow
+containerRuntimeEndpoint: unix://{RUN}/containerd/containerd.sock
+# this host's cgroup layout is v1 (hybrid: tmpfs at /sys/fs/cgroup, cgroup2 only at .../unified);
+# from v1.35 the kubelet refuses cgroup v1 unless told otherwise
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+evictionHard: {{}}
+failSwapOn: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+podLogsDir: {p('pod-logs')}
+volumePluginDir: {p('plugins')}
+clusterDomain: cluster.local
+resolvConf: /etc/resolv.conf
+serializeImagePulls: false
+volumeStatsAggPeriod: 0s
+""" + extra
 
 
 # --- teardown --------------------------------------------------------------------------------------

@@ -1,0 +1,689 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Cluster-lane cases on a second node: the VM lane's guest (tests/vm/run), whose kernel has the
+NFS client and server and the iSCSI initiator and target this host's kernel lacks, joined to the
+lane's control plane as a real node (issue 25).
+
+    make check-kube-vm      (FLEXVOL_KUBE_VMNODE=1 python3 tests/kube/run.py -k vmnode)
+
+The guest gets QEMU's user-mode network (`tests/vm/run --nic user,...`: no bridge, no tap, nothing
+owned by root on the host): its kubelet reaches the API server at 10.0.2.2:6443 (QEMU's gateway
+is the host's 127.0.0.1; the API server's certificate names 10.0.2.2), and QEMU forwards the
+host's 127.0.0.1:VM_PORT to the kubelet's port in the guest, so that the API server reaches it for
+logs and exec. The kubelet runs with --cloud-provider=external and this lane plays the cloud
+controller: it sets the node's only address (InternalIP 127.0.0.1, the forwarded port's end; the
+API server prefers Hostname, then InternalIP) and removes the uninitialized taint; the node keeps
+its own name, label (flexvol.test/vm-node) and taint (flexvol.test/vm-node:NoSchedule: only pods
+that tolerate it, the installer DaemonSet and these cases' pods, run there). In the guest:
+tests/kube/vmnode_guest.py (the VM lane's NFS server and iSCSI target, containerd, the kubelet,
+and a small request server through files in the shared workspace, which these cases use to
+look at the guest's real state: its mount table, /sys/block, open-iscsi's sessions and node
+records, the LUN's persistent reservation).
+"""
+import atexit
+import base64
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import cluster as C
+from run import BUSYBOX, LINE_RE, NS, CaseFailed, check
+
+sys.path.insert(0, os.path.join(C.ROOT, "tests", "vm"))
+from iscsi_driver import pr_key  # noqa: E402 - the driver's reservation key of an initiator name
+
+NAME = "flexvol-vm-1"
+VM_PORT = 10350                      # the guest kubelet's port, forwarded from the host's 127.0.0.1
+TAINT = "flexvol.test/vm-node"
+VM_MEM = os.environ.get("FLEXVOL_KUBE_VM_MEM", "2048")
+NFS_SERVER = "127.0.0.1"             # the VM lane's fixtures, inside the guest (tests/vm/fixtures)
+NFS_EXPORT = "/srv/flexvol/nfs"
+PORTAL = "127.0.0.1:3260"
+IQN1 = "iqn.2024-01.io.flexvol.test:target1"
+IQN2 = "iqn.2024-01.io.flexvol.test:target2-chap"
+CHAP_USER, CHAP_SECRET = "flexvol-user", "flexvol-secret1"
+INITIATOR = "iqn.2024-01.io.flexvol.test:initiator-vm"
+GUEST_DRIVER_LOG = C.p("log", "kubelet-driver.log")   # inside the guest (its BASE is a tmpfs)
+
+GUEST = None  # the running guest (one per run)
+
+
+def log(msg):
+    print(f"vmnode: {msg}", flush=True)
+
+
+# --- the guest -------------------------------------------------------------------------------------
+
+class Guest:
+    def __init__(self, cl, name=NAME, port=VM_PORT, initiator=INITIATOR):
+        self.cl = cl
+        self.name = name
+        self.port = port
+        self.initiator = initiator    # its own iSCSI identity, so its own reservation key
+        self.dir = os.path.join(C.ROOT, "build", "kube-vmnode", name)
+        self.seq = 0
+        self.proc = None
+        self.times = {}
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    # -- preparation on the host: certificates, kubeconfig, configs (BASE's layout, in the guest)
+    def prepare(self, images_dir):
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.path("base", "pki"), mode=0o700)
+        os.makedirs(self.path("logs"))
+        os.makedirs(self.path("rpc"))
+        os.chmod(self.dir, 0o700)
+        ca, pki = C.p("pki"), self.path("base", "pki")
+        shutil.copy(os.path.join(ca, "ca.crt"), pki)
+        self.cert("kubelet", f"/O=system:nodes/CN=system:node:{self.name}", "clientAuth")
+        self.cert("kubelet-serving", f"/CN={self.name}", "serverAuth",
+                  f"DNS:{self.name},IP:127.0.0.1,IP:10.0.2.15")
+        k = C.p("pki")
+        C.write(self.path("base", "kubelet.kubeconfig"), f"""apiVersion: v1
+kind: Config
+clusters:
+- name: flexvol-kube
+  cluster:
+    server: https://10.0.2.2:6443
+    certificate-authority: {k}/ca.crt
+users:
+- name: kubelet
+  user:
+    client-certificate: {k}/kubelet.crt
+    client-key: {k}/kubelet.key
+contexts:
+- name: flexvol-kube
+  context: {{cluster: flexvol-kube, user: kubelet}}
+current-context: flexvol-kube
+""", 0o600)
+        C.write(self.path("base", "kubelet", "config.yaml"), C.kubelet_config("0.0.0.0", self.port, f"""\
+registerWithTaints:
+- key: {TAINT}
+  value: "true"
+  effect: NoSchedule
+"""))
+        C.write(self.path("base", "containerd", "config.toml"), C.containerd_config())
+        C.write(self.path("base", "cni", "net.d", "10-flexvol-kube.conflist"), C.cni_config() + "\n")
+        env = dict(self.cl.driver_env, FLEXVOL_LOG_FILE=GUEST_DRIVER_LOG)
+        C.write(self.path("node.json"), json.dumps({
+            "name": self.name, "base": C.BASE, "run": C.RUN, "bin": self.cl.bin,
+            "images": [os.path.join(images_dir, x) for x in ("pause.tar", "busybox.tar", "installer.tar")],
+            "dirs": ["log", "flexvol/loop", "flexvol/state", "etc", "plugins"],
+            "driver_env": env, "healthz_port": 10248,
+            "fixtures_env": {"FLEXVOL_VM_INITIATOR": self.initiator},
+            "kubelet_args": [f"--kubeconfig={C.p('kubelet.kubeconfig')}", f"--config={C.p('kubelet', 'config.yaml')}",
+                             f"--root-dir={C.p('kubelet')}", f"--hostname-override={self.name}",
+                             "--cloud-provider=external", f"--node-labels={TAINT}=true", "--v=2"],
+        }, indent=1) + "\n")
+
+    def cert(self, name, subj, usage, san=None):
+        ca, d = C.p("pki"), self.path("base", "pki")
+        C.sh(["openssl", "genrsa", "-out", f"{d}/{name}.key", "2048"])
+        C.sh(["openssl", "req", "-new", "-key", f"{d}/{name}.key", "-subj", subj, "-out", f"{d}/{name}.csr"])
+        ext = f"basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage={usage}\n"
+        if san:
+            ext += f"subjectAltName={san}\n"
+        C.write(f"{d}/{name}.ext", ext)
+        C.sh(["openssl", "x509", "-req", "-in", f"{d}/{name}.csr", "-CA", f"{ca}/ca.crt", "-CAkey", f"{ca}/ca.key",
+              "-CAcreateserial", "-CAserial", f"{d}/ca.srl", "-days", "3", "-extfile", f"{d}/{name}.ext",
+              "-out", f"{d}/{name}.crt"])
+
+    # -- boot and join
+    def boot(self):
+        argv = [os.path.join(C.ROOT, "tests", "vm", "run"), "--nic",
+                f"user,hostfwd=tcp:127.0.0.1:{self.port}-:{self.port}", "--hostname", self.name,
+                "--mem", VM_MEM, "--smp", "2", "--timeout", "7200", C.ROOT, "--",
+                "/usr/bin/python3", "tests/kube/vmnode_guest.py", self.dir]
+        self.console = open(self.path("logs", "console.log"), "ab")
+        self.t_boot = time.monotonic()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.console,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def console_tail(self, n=25):
+        try:
+            with open(self.path("logs", "console.log"), errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def wait_up(self, timeout=900):
+        st = self.path("status")
+
+        def up():
+            if not self.running():
+                raise CaseFailed(f"the guest stopped (exit {self.proc.returncode}):\n{self.console_tail()}")
+            if not os.path.exists(st):
+                return False
+            with open(st) as f:
+                s = json.load(f)
+            if s["state"] != "up":
+                raise CaseFailed(f"the guest node did not come up: {s.get('error')}\n{self.console_tail()}")
+            return s
+        s = C.wait_for("the guest's containerd and kubelet", up, timeout, 1)
+        self.times.update({f"guest {k}": v for k, v in s["times"].items()})
+        self.times["guest uptime when up"] = round(s["uptime"], 1)
+        self.times["boot to kubelet up (host wall)"] = round(time.monotonic() - self.t_boot, 1)
+
+    def join(self, timeout=600):
+        """Play the cloud controller for the node the kubelet registered (--cloud-provider=external):
+        its address, the end of the forwarded port; the uninitialized taint removed."""
+        C.wait_for(f"node {self.name} registered", lambda: self.cl.kubectl(
+            "get", "node", self.name, check=False).returncode == 0, timeout, 1)
+        self.times["boot to node registered"] = round(time.monotonic() - self.t_boot, 1)
+        self.cl.kubectl("patch", "node", self.name, "--subresource=status", "--type=merge", "-p", json.dumps(
+            {"status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]}}))
+        self.cl.kubectl("taint", "node", self.name, "node.cloudprovider.kubernetes.io/uninitialized-", check=False)
+
+        def ready():
+            if not self.running():
+                raise CaseFailed(f"the guest stopped:\n{self.console_tail()}")
+            n = self.cl.kjson("get", "node", self.name)
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+        C.wait_for(f"node {self.name} Ready", ready, timeout, 1)
+        self.times["boot to node Ready"] = round(time.monotonic() - self.t_boot, 1)
+
+    # -- requests to the guest (tests/kube/vmnode_guest.py serves them)
+    def rpc(self, req, timeout=180):
+        if not self.running():
+            raise CaseFailed(f"the guest is not running:\n{self.console_tail()}")
+        self.seq += 1
+        n = self.seq
+        tmp, path, res = (self.path("rpc", f"{n}.{x}") for x in ("tmp", "req", "res"))
+        with open(tmp, "w") as f:
+            json.dump(req, f)
+        os.rename(tmp, path)
+        end = time.monotonic() + timeout
+        while not os.path.exists(res):
+            if time.monotonic() > end or not self.running():
+                raise CaseFailed(f"no answer from the guest to {req} within {timeout} s")
+            time.sleep(0.05)
+        with open(res) as f:
+            out = json.load(f)
+        os.unlink(res)
+        return out
+
+    def sh(self, *argv, check_rc=True, timeout=120, input=None):
+        r = self.rpc({"argv": list(argv), "timeout": timeout, "input": input}, timeout + 60)
+        if check_rc and r["rc"] != 0:
+            raise CaseFailed(f"in the guest: {' '.join(argv)}: exit {r['rc']}: {r.get('stderr', '').strip()[-1500:]}")
+        return r
+
+    def read(self, path, offset=0):
+        r = self.rpc({"op": "read", "path": path, "offset": offset})
+        if r["rc"] != 0:
+            raise CaseFailed(f"in the guest: read {path}: {r.get('stderr')}")
+        return r["stdout"], r["size"]
+
+    # -- the guest's state
+    def mounts(self):
+        """(mount point, fs type, source, mount options + superblock options) of every mount"""
+        out = []
+        for line in self.read("/proc/self/mountinfo")[0].splitlines():
+            parts = line.split()
+            i = parts.index("-")
+            out.append((parts[4], parts[i + 1], parts[i + 2], parts[5] + "," + parts[i + 3]))
+        return out
+
+    def mounts_under(self, prefix):
+        return [m for m in self.mounts() if m[0].startswith(prefix)]
+
+    def sessions(self):
+        r = self.sh("iscsiadm", "-m", "session", check_rc=False)
+        return [] if r["rc"] == 21 else [ln for ln in r["stdout"].splitlines() if ln.strip()]
+
+    def node_records(self):
+        r = self.sh("sh", "-c", "ls /etc/iscsi/nodes 2>/dev/null || true")
+        return r["stdout"].split()
+
+    def lun_disk(self, iqn, lun=1):
+        r = self.sh("readlink", "-f", f"/dev/disk/by-path/ip-{PORTAL}-iscsi-{iqn}-lun-{lun}", check_rc=False)
+        d = r["stdout"].strip()
+        return d if r["rc"] == 0 and d.startswith("/dev/sd") else None
+
+    def pr_state(self, dev):
+        """(registered keys, (holder key, type) or None) of a LUN, as sg_persist reads them"""
+        keys = self.sh("sg_persist", "--in", "-k", dev)["stdout"]
+        res = self.sh("sg_persist", "--in", "-r", dev)["stdout"]
+        ks = sorted(int(x, 16) for x in re.findall(r"^\s+(0x[0-9a-fA-F]+)\s*$", keys, re.M))
+        m = re.search(r"Key=(0x[0-9a-fA-F]+)\s*\n\s*scope: (\S+),\s+type: (.*)", res)
+        return ks, ((int(m.group(1), 16), m.group(3).strip()) if m else None)
+
+    # the guest kubelet's driver log
+    def logpos(self):
+        r = self.sh("sh", "-c", f"stat -c %s {GUEST_DRIVER_LOG} 2>/dev/null || echo 0")
+        return int(r["stdout"].strip() or 0)
+
+    def ops(self, since=0):
+        text, _ = self.read(GUEST_DRIVER_LOG, since)
+        out = []
+        for line in text.splitlines():
+            m = LINE_RE.match(line)
+            if m:
+                out.append(dict(zip(("time", "driver", "pid", "op", "volume", "status", "rest"), m.groups())))
+        return out
+
+    def wait_op(self, op, since, driver, status="Success", timeout=300):
+        def found():
+            return [o for o in self.ops(since) if o["op"] == op and o["status"] == status and o["driver"] == driver]
+        try:
+            return C.wait_for(f"{op} {status} in the guest's driver log", found, timeout, 1)
+        except TimeoutError as e:
+            seen = [(o["op"], o["status"]) for o in self.ops(since)]
+            raise CaseFailed(f"{e}; calls seen there: {seen[-25:]}")
+
+    def kubelet_log(self):
+        try:
+            with open(self.path("logs", "kubelet.log"), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    # -- teardown
+    def stop(self):
+        """Pods on the node deleted (the kubelet unmounts through the drivers), then the guest's
+        own teardown (kubelet, containerd, what is left checked), the guest powered off, the
+        Node object deleted. Returns what the guest found left behind."""
+        report = {}
+        if self.running():
+            r = self.cl.kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={self.name}", "-o", "json",
+                                check=False)
+            for p in (json.loads(r.stdout)["items"] if r.returncode == 0 else []):
+                if p["metadata"].get("ownerReferences", [{}])[0].get("kind") != "DaemonSet":
+                    self.cl.kubectl("delete", "pod", "-n", p["metadata"]["namespace"], p["metadata"]["name"],
+                                    "--grace-period=2", "--timeout=120s", check=False, timeout=150)
+            try:
+                report = self.rpc({"op": "stop"}, 300).get("report", {})
+            except CaseFailed as e:
+                report = {"stop": str(e)}
+            try:
+                self.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                report["guest"] = "did not power off within 120 s: stopped"
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, 15)   # tests/vm/run stops qemu and removes its temp dir
+            self.proc.wait(60)
+        self.cl.kubectl("delete", "node", self.name, "--ignore-not-found", check=False)
+        self.cl.kubectl("delete", "pods", "-A", "--field-selector", f"spec.nodeName={self.name}", "--force",
+                        "--grace-period=0", check=False)
+        shutil.rmtree(self.path("base"), ignore_errors=True)    # the node's private keys
+        shutil.rmtree(self.path("rpc"), ignore_errors=True)
+        for f in ("status", "node.json"):
+            if os.path.exists(self.path(f)):
+                os.unlink(self.path(f))
+        return report
+
+
+def _stop_at_exit():
+    if GUEST is not None and GUEST.running():
+        log("stopping the guest left running")
+        GUEST.stop()
+
+
+atexit.register(_stop_at_exit)
+
+
+def guest():
+    if GUEST is None or not GUEST.running():
+        raise CaseFailed("no guest node (case vmnode_join did not run or failed)")
+    return GUEST
+
+
+# --- objects ---------------------------------------------------------------------------------------
+
+def vpod(t, g, name, cmd, claim=None, read_only=False, sub_path=None):
+    """a busybox pod on the guest node (its node selector and the node's taint tolerated)"""
+    mount = {"name": "data", "mountPath": "/data"}
+    if sub_path:
+        mount["subPath"] = sub_path
+    spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 2, "hostNetwork": True,
+            "nodeSelector": {"kubernetes.io/hostname": g.name},
+            "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "app", "image": BUSYBOX, "imagePullPolicy": "Never",
+                            "command": ["/bin/sh", "-c", cmd], "volumeMounts": [mount] if claim else []}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim, "readOnly": read_only}}]
+            if claim else []}
+    t.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}, "spec": spec})
+
+
+def pod_uid(t, name):
+    return t.kj("get", "pod", name, "-n", NS)["metadata"]["uid"]
+
+
+def pod_volume_dir(t, name, driver, pv):
+    return C.p("kubelet", "pods", pod_uid(t, name), "volumes", f"flexvol~{driver}", pv)
+
+
+def flex_pv(t, name, driver, options, access, fs=None, secret=None, size="64Mi"):
+    fv = {"driver": f"flexvol/{driver}", "options": options}
+    if fs:
+        fv["fsType"] = fs
+    if secret:
+        fv["secretRef"] = {"name": secret, "namespace": NS}
+    t.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+             "spec": {"capacity": {"storage": size}, "accessModes": [access],
+                      "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "", "flexVolume": fv}})
+    t.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": NS},
+             "spec": {"accessModes": [access], "storageClassName": "", "volumeName": name,
+                      "resources": {"requests": {"storage": size}}}})
+    C.wait_for(f"claim {name} Bound", lambda: t.kj("get", "pvc", name, "-n", NS)["status"].get("phase") == "Bound", 60)
+
+
+def run_pod(t, g, name, cmd, claim, marker, **kw):
+    vpod(t, g, name, cmd, claim, **kw)
+    t.wait_pod(name, phases=("Running", "Succeeded"), timeout=300)
+    t.wait_log(name, marker, timeout=120)
+
+
+def delete_pods(t, *names):
+    for n in names:
+        t.k("delete", "pod", n, "-n", NS, "--ignore-not-found", "--wait=false")
+    for n in names:
+        t.delete_pod(n)
+
+
+# --- cases -----------------------------------------------------------------------------------------
+
+def case_vmnode_join(t):
+    """The guest boots with QEMU's user-mode network, its kubelet and containerd join the control
+    plane over TLS through 10.0.2.2, the node registers with its name, label and taint and becomes
+    Ready; the installer DaemonSet puts the drivers on it (the guest kubelet loads flexvol/nfs and
+    iscsi); the API server reaches the guest's kubelet for logs and exec through the forwarded
+    port. Prints how long each step took."""
+    global GUEST
+    if GUEST is not None:
+        GUEST.stop()
+    images = os.environ.get("FLEXVOL_KUBE_IMAGES", os.path.join(C.ROOT, "build", "kube-images"))
+    g = Guest(t.cl)
+    g.prepare(images)
+    GUEST = g
+    g.boot()
+    g.wait_up()
+    g.join()
+    n = t.kj("get", "node", g.name)
+    check(n["metadata"]["labels"].get(TAINT) == "true", f"label {TAINT} missing: {n['metadata']['labels']}")
+    check(n["metadata"]["labels"].get("kubernetes.io/hostname") == g.name, "hostname label")
+    # (the node lifecycle controller's node.kubernetes.io/not-ready may still be going)
+    taints = {(x["key"], x["effect"]) for x in n["spec"].get("taints", [])
+              if not x["key"].startswith("node.kubernetes.io/")}
+    check(taints == {(TAINT, "NoSchedule")}, f"taints {taints}")
+    check(n["status"]["nodeInfo"]["kernelVersion"] != os.uname().release,
+          f"the node runs the host's kernel {os.uname().release}?")
+    check(n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == g.port, "kubelet endpoint port")
+    # the installer's pod on the new node, and the drivers it puts there
+    t.rollout(timeout=600)
+    g.times["boot to drivers installed"] = round(time.monotonic() - g.t_boot, 1)
+    C.wait_for("the guest kubelet to load flexvol/nfs and flexvol/iscsi", lambda: all(
+        f'"Loaded volume plugin" pluginName="flexvol/{d}"' in g.kubelet_log() for d in ("nfs", "iscsi")), 180, 1)
+    ds_pod = [p for p in t.kj("get", "pods", "-n", "kube-system", "--field-selector",
+                             f"spec.nodeName={g.name}")["items"]]
+    check(len(ds_pod) == 1, f"pods on the guest node: {[p['metadata']['name'] for p in ds_pod]}")
+    # logs and exec: the API server to the guest's kubelet, through QEMU's forwarded port
+    r = t.k("logs", "-n", "kube-system", ds_pod[0]["metadata"]["name"], "-c", "install", check=False)
+    check(r.returncode == 0 and r.stdout.strip(), f"kubectl logs of the guest's installer pod: {r.stderr}")
+    vpod(t, g, "vm-hello", "echo HELLO-FROM-$(cat /proc/sys/kernel/hostname); sleep 3600")
+    try:
+        t.wait_pod("vm-hello", timeout=300)
+        t.wait_log("vm-hello", f"HELLO-FROM-{g.name}")
+        r = t.k("exec", "vm-hello", "-n", NS, "--", "cat", "/proc/sys/kernel/osrelease", check=False)
+        check(r.returncode == 0 and r.stdout.strip() == n["status"]["nodeInfo"]["kernelVersion"],
+              f"kubectl exec on the guest node: {r.stdout} {r.stderr}")
+        # the taint: a pod without the toleration is not placed there (the host node has room)
+        t.pod("vm-untolerated", "sleep 3600")
+        t.wait_pod("vm-untolerated", timeout=120)
+        check(t.kj("get", "pod", "vm-untolerated", "-n", NS)["spec"]["nodeName"] == C.NODE,
+              "a pod without the toleration landed on the guest node")
+    finally:
+        delete_pods(t, "vm-hello", "vm-untolerated")
+    log("times (s): " + ", ".join(f"{k} {v}" for k, v in g.times.items()))
+
+
+def _nfs_opts(vers, **kw):
+    o = {"server": NFS_SERVER, "share": NFS_EXPORT, "nfsVersion": vers}
+    o.update(kw)
+    return o
+
+
+def _nfs_mount_of(g, d):
+    m = [x for x in g.mounts() if x[0] == d]
+    return m[0] if m else None
+
+
+def case_vmnode_nfs_v3_rwx(t):
+    """NFSv3, ReadWriteMany: two pods on the volume at once; each sees the other's file; in the
+    guest's mount table two nfs mounts (vers=3) of the export, one per pod dir; both gone after
+    the pods, the files on the server's export."""
+    g = guest()
+    pv = "vm-nfs3"
+    flex_pv(t, pv, "nfs", _nfs_opts("3"), "ReadWriteMany")
+    try:
+        cmd = ("echo from-$POD > /data/$POD && echo WROTE; "
+               "i=0; while [ $i -lt 120 ] && [ ! -f /data/$PEER ]; do sleep 1; i=$((i+1)); done; "
+               "cat /data/$PEER; sleep 3600")
+        vpod(t, g, "vm-nfs3-a", cmd.replace("$POD", "a").replace("$PEER", "b"), pv)
+        vpod(t, g, "vm-nfs3-b", cmd.replace("$POD", "b").replace("$PEER", "a"), pv)
+        t.wait_pod("vm-nfs3-a", timeout=300)
+        t.wait_pod("vm-nfs3-b", timeout=300)
+        t.wait_log("vm-nfs3-a", "from-b", 180)
+        t.wait_log("vm-nfs3-b", "from-a", 180)
+        dirs = [pod_volume_dir(t, p, "nfs", pv) for p in ("vm-nfs3-a", "vm-nfs3-b")]
+        for d in dirs:
+            m = _nfs_mount_of(g, d)
+            check(m is not None, f"no mount at {d} in the guest")
+            check(m[1] == "nfs" and m[2] == f"{NFS_SERVER}:{NFS_EXPORT}" and "vers=3" in m[3],
+                  f"mount at {d}: {m}")
+        srv = g.sh("cat", f"{NFS_EXPORT}/a", f"{NFS_EXPORT}/b")["stdout"]
+        check(srv == "from-a\nfrom-b\n", f"the server's export holds {srv!r}")
+    finally:
+        delete_pods(t, "vm-nfs3-a", "vm-nfs3-b")
+        t.drop_pv(pv)
+    left = [m for m in g.mounts() if m[1] in ("nfs", "nfs4")]
+    check(not left, f"nfs mounts left in the guest: {left}")
+    g.sh("rm", "-f", f"{NFS_EXPORT}/a", f"{NFS_EXPORT}/b")
+
+
+def case_vmnode_nfs_v42(t):
+    """NFSv4.2: a pod writes and ends, a second pod reads the file back; the mount is nfs4 with
+    vers=4.2 while each pod runs and gone after it."""
+    g = guest()
+    pv = "vm-nfs42"
+    flex_pv(t, pv, "nfs", _nfs_opts("4.2"), "ReadWriteOnce")
+    try:
+        vpod(t, g, "vm-nfs42-w", "echo v42-data > /data/f && sync && echo WROTE && sleep 3600", pv)
+        t.wait_pod("vm-nfs42-w", timeout=300)
+        t.wait_log("vm-nfs42-w", "WROTE")
+        d = pod_volume_dir(t, "vm-nfs42-w", "nfs", pv)
+        m = _nfs_mount_of(g, d)
+        check(m is not None and m[1] == "nfs4" and "vers=4.2" in m[3] and m[2] == f"{NFS_SERVER}:{NFS_EXPORT}",
+              f"mount at {d}: {m}")
+        delete_pods(t, "vm-nfs42-w")
+        check(_nfs_mount_of(g, d) is None, f"{d} still mounted after the pod")
+        run_pod(t, g, "vm-nfs42-r", "cat /data/f", pv, "v42-data")
+    finally:
+        delete_pods(t, "vm-nfs42-w", "vm-nfs42-r")
+        t.drop_pv(pv)
+        g.sh("rm", "-f", f"{NFS_EXPORT}/f")
+    left = [m for m in g.mounts() if m[1] in ("nfs", "nfs4")]
+    check(not left, f"nfs mounts left in the guest: {left}")
+
+
+def case_vmnode_nfs_readonly(t):
+    """A read-only claim: the mount in the guest is ro, the pod reads and its write fails with
+    "Read-only file system"; nothing written on the server."""
+    g = guest()
+    pv = "vm-nfs-ro"
+    g.sh("sh", "-c", f"echo ro-data > {NFS_EXPORT}/ro-f")
+    flex_pv(t, pv, "nfs", _nfs_opts("4.2"), "ReadWriteMany")
+    try:
+        run_pod(t, g, "vm-nfs-ro", "cat /data/ro-f; echo x > /data/new 2>&1 || echo WRITE-REFUSED; sleep 3600", pv,
+                "WRITE-REFUSED", read_only=True)
+        out = t.logs("vm-nfs-ro")
+        check("ro-data" in out and "Read-only file system" in out, f"pod log: {out!r}")
+        m = _nfs_mount_of(g, pod_volume_dir(t, "vm-nfs-ro", "nfs", pv))
+        check(m is not None and "ro" in m[3].split(",")[:1], f"read-only mount in the guest: {m}")
+        check(g.sh("test", "-e", f"{NFS_EXPORT}/new", check_rc=False)["rc"] != 0, "the write reached the server")
+    finally:
+        delete_pods(t, "vm-nfs-ro")
+        t.drop_pv(pv)
+        g.sh("rm", "-f", f"{NFS_EXPORT}/ro-f")
+
+
+def case_vmnode_nfs_subpath(t):
+    """The driver's subPath (the mount's source is server:/share/sub) and a pod's volumeMount
+    subPath below it: the file lands in share/sub/dir on the server."""
+    g = guest()
+    pv = "vm-nfs-sub"
+    g.sh("mkdir", "-p", f"{NFS_EXPORT}/sub")
+    flex_pv(t, pv, "nfs", _nfs_opts("4.2", subPath="sub"), "ReadWriteMany")
+    try:
+        run_pod(t, g, "vm-nfs-sub", "echo sub-data > /data/f && echo WROTE && sleep 3600", pv, "WROTE",
+                sub_path="dir")
+        m = _nfs_mount_of(g, pod_volume_dir(t, "vm-nfs-sub", "nfs", pv))
+        check(m is not None and m[2] == f"{NFS_SERVER}:{NFS_EXPORT}/sub", f"subPath mount in the guest: {m}")
+        srv = g.sh("cat", f"{NFS_EXPORT}/sub/dir/f", check_rc=False)
+        check(srv["stdout"] == "sub-data\n", f"server's {NFS_EXPORT}/sub/dir/f: {srv}")
+    finally:
+        delete_pods(t, "vm-nfs-sub")
+        t.drop_pv(pv)
+        g.sh("rm", "-rf", f"{NFS_EXPORT}/sub")
+
+
+def _iscsi_gone(g, iqn):
+    """no session to the target, no node record, no disk of it left in the guest"""
+    s = [x for x in g.sessions() if iqn in x]
+    check(not s, f"iSCSI session left: {s}")
+    recs = [x for x in g.node_records() if x == iqn]
+    check(not recs, f"open-iscsi node record left: {recs}")
+    check(g.lun_disk(iqn) is None, f"the LUN's disk is still there: {g.lun_disk(iqn)}")
+
+
+def _iscsi_in_use(t, g, pv, pod, iqn, mode):
+    """the pod runs: a session to the target, the LUN's disk in /sys/block, mounted (the pod dir;
+    in controller mode also the global mount), the node's key holds a WRITE EXCLUSIVE -
+    REGISTRANTS ONLY reservation"""
+    s = [x for x in g.sessions() if iqn in x]
+    check(len(s) == 1, f"sessions to {iqn}: {g.sessions()}")
+    dev = g.lun_disk(iqn)
+    check(dev is not None, "no disk for the LUN (by-path link)")
+    check(g.sh("test", "-d", f"/sys/block/{os.path.basename(dev)}", check_rc=False)["rc"] == 0, f"{dev} not in /sys/block")
+    mps = sorted(m[0] for m in g.mounts() if m[2] == dev)
+    want = [pod_volume_dir(t, pod, "iscsi", pv)]
+    if mode == "controller":
+        want.append(C.p("kubelet", "plugins", "kubernetes.io", "flexvolume", "flexvol", "iscsi", "mounts", pv))
+    check(sorted(want) == mps, f"mounts of {dev}: {mps}, want {sorted(want)}")
+    keys, res = g.pr_state(dev)
+    key = pr_key(g.initiator)
+    check(res is not None and res[0] == key and "registrants only" in res[1].lower() and keys == [key],
+          f"reservation of {dev}: keys {[hex(k) for k in keys]}, holder {res}; this node's key {key:#x}")
+    return dev
+
+
+def case_vmnode_iscsi_controller(t):
+    """iSCSI in controller mode (LUN 1 of the target without CHAP, whose session also shows
+    LUN 2): attach in the controller-manager's driver log; waitforattach (login), mountdevice (the
+    reservation taken), mount in the guest's; the LUN's own disk mounted at the global and the
+    pod path; the pod writes; deleted: unmount, unmountdevice (logout), detach; no session, node
+    record or disk left in the guest."""
+    g = guest()
+    t.ensure_mode("controller")
+    pv = "vm-iscsi-c"
+    pos, gpos = t.logpos(), g.logpos()
+    flex_pv(t, pv, "iscsi", {"targetPortal": PORTAL, "iqn": IQN1, "lun": "1"}, "ReadWriteOnce", fs="ext4")
+    try:
+        run_pod(t, g, "vm-iscsi-c", "echo iscsi-controller > /data/f && sync && echo WROTE && sleep 3600", pv, "WROTE")
+        t.wait_op("kcm", "attach", pos, driver="iscsi")
+        for op in ("waitforattach", "mountdevice", "mount"):
+            g.wait_op(op, gpos, "iscsi")
+        _iscsi_in_use(t, g, pv, "vm-iscsi-c", IQN1, "controller")
+        pos, gpos = t.logpos(), g.logpos()
+        delete_pods(t, "vm-iscsi-c")
+        for op in ("unmount", "unmountdevice"):
+            g.wait_op(op, gpos, "iscsi")
+        t.wait_op("kcm", "detach", pos, driver="iscsi", timeout=300)
+        _iscsi_gone(g, IQN1)
+    finally:
+        delete_pods(t, "vm-iscsi-c")
+        t.drop_pv(pv)
+
+
+def guest_mode(t, g, mode):
+    """t.ensure_mode on the host, then the guest's side: its installer copied the mode's node
+    config, its kubelet restarted so that it probes the drivers again"""
+    t.ensure_mode(mode)
+    conf = C.p("etc", "flexvol.conf")
+    C.wait_for(f"the guest's node config in {mode} mode", lambda: (
+        "\nattach_mode = node" in g.sh("cat", conf, check_rc=False)["stdout"]) == (mode == "node"), 180, 2)
+    gpos = g.logpos()
+    r = g.rpc({"op": "restart-kubelet"}, 400)
+    check(r["rc"] == 0, f"restart of the guest's kubelet: {r}")
+    g.wait_op("init", gpos, "iscsi", timeout=180)
+
+
+def case_vmnode_iscsi_node(t):
+    """iSCSI in node mode (no attach controller), CHAP from the PV's Secret (the target that
+    requires it): only mount and unmount in the guest's driver log (login, reservation, mkfs,
+    mount all in mount); the pod writes; deleted: the session logged out, no record, no disk;
+    the secret in no log."""
+    g = guest()
+    guest_mode(t, g, "node")
+    pv = "vm-iscsi-n"
+    t.apply({"apiVersion": "v1", "kind": "Secret", "type": "flexvol/iscsi",
+             "metadata": {"name": "vm-chap", "namespace": NS},
+             "data": {"session.username": base64.b64encode(CHAP_USER.encode()).decode(),
+                      "session.password": base64.b64encode(CHAP_SECRET.encode()).decode()}})
+    gpos = g.logpos()
+    flex_pv(t, pv, "iscsi", {"targetPortal": PORTAL, "iqn": IQN2, "lun": "1"}, "ReadWriteOnce", fs="ext4",
+            secret="vm-chap")
+    try:
+        run_pod(t, g, "vm-iscsi-n", "echo node > /data/f && sync && echo WROTE && sleep 3600", pv, "WROTE")
+        g.wait_op("mount", gpos, "iscsi")
+        calls = {o["op"] for o in g.ops(gpos) if o["driver"] == "iscsi"}
+        check(not calls & {"attach", "waitforattach", "mountdevice"}, f"node mode, calls: {sorted(calls)}")
+        _iscsi_in_use(t, g, pv, "vm-iscsi-n", IQN2, "node")
+        gpos = g.logpos()
+        delete_pods(t, "vm-iscsi-n")
+        g.wait_op("unmount", gpos, "iscsi")
+        _iscsi_gone(g, IQN2)
+    finally:
+        delete_pods(t, "vm-iscsi-n")
+        t.drop_pv(pv)
+        t.delete("secret", "vm-chap")
+    check(CHAP_SECRET not in g.read(GUEST_DRIVER_LOG)[0], "the CHAP secret is in the guest's driver log")
+
+
+def case_vmnode_down(t):
+    """The guest leaves: pods on it deleted, its kubelet and containerd stopped; in the guest no
+    pod mount, iSCSI session or node record, loop device, node mount or process is left; the
+    guest powers off with status 0; the Node object is deleted; on the host no qemu, the forwarded
+    port closed, the node's keys removed."""
+    global GUEST
+    g = guest()
+    rep = g.stop()
+    GUEST = None
+    rc = g.proc.returncode
+    left = {k: v for k, v in rep.items() if v and k != "containers_left_at_stop"}
+    check(not left, f"left in the guest: {left}")
+    check(rc == 0, f"the guest's run ended with {rc}:\n{g.console_tail()}")
+    check(t.k("get", "node", g.name, check=False).returncode != 0, "the Node object is still there")
+    s = socket.socket()
+    try:
+        s.settimeout(2)
+        closed = s.connect_ex(("127.0.0.1", g.port)) != 0
+    finally:
+        s.close()
+    check(closed, f"127.0.0.1:{g.port} still answers")
+    check(not os.path.exists(g.path("base")), "the node's keys are still in the workspace")
+
+
+CASES = []
+if os.environ.get("FLEXVOL_KUBE_VMNODE") == "1":
+    CASES = [case_vmnode_join, case_vmnode_nfs_v3_rwx, case_vmnode_nfs_v42, case_vmnode_nfs_readonly,
+             case_vmnode_nfs_subpath, case_vmnode_iscsi_controller, case_vmnode_iscsi_node, case_vmnode_down]
