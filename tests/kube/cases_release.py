@@ -175,4 +175,108 @@ def case_release_policy_provisioned_pvs(t):
     check(not bad, f"refused by the API server: {bad}")
 
 
-CASES = [case_release_policy_provisioned_pvs, case_release_site_upgrade]
+
+def _helm(t, *args, timeout=300):
+    helm = subprocess.run([os.path.join(C.ROOT, "tests", "kube", "build-helm")], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=1800)
+    if helm.returncode != 0:
+        raise CaseFailed(f"tests/kube/build-helm: {helm.stderr[-500:]}")
+    r = subprocess.run([helm.stdout.strip().splitlines()[-1], "--kubeconfig", C.p("admin.kubeconfig"), *args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise CaseFailed(f"helm {' '.join(args[:2])}: {r.stderr.strip()[-800:]}")
+    return r.stdout
+
+
+def _lane_uninstalled(t):
+    """The lane's kustomize install removed (its objects would not be the chart's); the drivers stay."""
+    if t.installed:
+        t.k("delete", "-k", os.path.join(HERE, "overlays", t.installed), "--wait=true", "--ignore-not-found",
+            timeout=180)
+    t.installed, t.mode = None, None
+
+
+def _lane_reinstalled(t):
+    """The lane's own install again, for the cases after this one."""
+    t.install("kubeadm")
+    t.mode = "controller"
+
+
+def case_release_helm(t):
+    """deploy/helm/flexvol installed by helm (the lane's image, plugin and config directories,
+    host network), upgraded to the v2 image (every container v2, the installed driver v2's),
+    uninstalled (the DaemonSet, policy and ConfigMaps gone)."""
+    chart = os.path.join(C.ROOT, "deploy", "helm", "flexvol")
+    _lane_uninstalled(t)
+    lane = ["--set", "image.repository=localhost/flexvol/installer", "--set", f"pluginDir={C.p('plugins')}",
+            "--set", f"nodeConfigDir={C.p('etc')}", "--set", "hostNetwork=true"]
+    try:
+        _helm(t, "install", "flexvol", chart, "-n", "kube-system", *lane, "--set", "image.tag=kube-test",
+              "--wait", "--timeout", "4m")
+        t.rollout()
+        ds = t.kj("-n", "kube-system", "get", "ds", "flexvol-installer")
+        check(all(c["image"] == INSTALLER for c in ds["spec"]["template"]["spec"]["containers"]), "image after install")
+        check(t.k("get", "validatingadmissionpolicy", "flexvol-volumes", check=False).returncode == 0,
+              "no admission policy after helm install")
+        _helm(t, "upgrade", "flexvol", chart, "-n", "kube-system", *lane, "--set", "image.tag=kube-test-v2",
+              "--wait", "--timeout", "4m")
+        t.rollout()
+        ds = t.kj("-n", "kube-system", "get", "ds", "flexvol-installer")
+        check(all(c["image"] == INSTALLER_V2 for c in ds["spec"]["template"]["spec"]["containers"]),
+              "image after upgrade")
+        with open(os.path.join(C.p("plugins"), "flexvol~loop", "loop"), "rb") as f:
+            check(f.read().endswith(MARK), "the installed driver is not v2's after helm upgrade")
+        check(_drivers_in(t, "gc").endswith(MARK), "gc does not hold the v2 drivers")
+    finally:
+        try:
+            _helm(t, "uninstall", "flexvol", "-n", "kube-system", "--wait", "--timeout", "3m")
+        finally:
+            gone = {f"{k}/{n}": t.k("get", k, n, *(["-n", ns] if ns else []), check=False).returncode != 0
+                    for k, n, ns in (("ds", "flexvol-installer", "kube-system"), ("cm", "flexvol-config", "kube-system"),
+                                     ("cm", "flexvol-policy", "kube-system"),
+                                     ("validatingadmissionpolicy", "flexvol-volumes", None))}
+            _lane_reinstalled(t)
+    check(all(gone.values()), f"left after helm uninstall: {[k for k, v in gone.items() if not v]}")
+
+
+def case_release_artefacts(t):
+    """A release installed from its artefacts alone (make release VERSION=<VERSION>
+    RELEASE_IMAGE=localhost/flexvol/installer, in build/release/<VERSION>, or
+    FLEXVOL_RELEASE_DIR): SHA256SUMS verified, the OCI image index archive imported into
+    containerd, manifests/kubeadm+loop.yaml applied with the lane's patches: every container on
+    the index digest, the installer logs the release's version, the node agent reports."""
+    version = open(os.path.join(C.ROOT, "VERSION")).read().strip()
+    rel = os.environ.get("FLEXVOL_RELEASE_DIR") or os.path.join(C.ROOT, "build", "release", version)
+    check(os.path.isfile(os.path.join(rel, "SHA256SUMS")),
+          f"no release in {rel} (make release VERSION={version} RELEASE_IMAGE=localhost/flexvol/installer)")
+    r = subprocess.run(["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=rel, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    check(r.returncode == 0, f"sha256sum -c SHA256SUMS: {r.stdout[-300:]}")
+    t.cl.ctr("images", "import", "--base-name", "localhost/flexvol/installer", "--all-platforms",
+             os.path.join(rel, f"flexvol-installer-{version}.oci.tar"), timeout=300)
+    _lane_uninstalled(t)
+    os.makedirs(SITE, exist_ok=True)
+    shutil.copy(os.path.join(rel, "manifests", "kubeadm+loop.yaml"), os.path.join(SITE, "release.yaml"))
+    k = json.load(open(os.path.join(site(INSTALLER, components=("loop",)), "kustomization.yaml")))
+    k["resources"] = ["release.yaml"]
+    k.pop("components", None)
+    k.pop("images", None)
+    with open(os.path.join(SITE, "kustomization.yaml"), "w") as f:
+        json.dump(k, f)
+    try:
+        t.k("apply", "-k", SITE, timeout=120)
+        t.rollout()
+        ds = t.kj("-n", "kube-system", "get", "ds", "flexvol-installer")
+        imgs = {c["image"] for c in ds["spec"]["template"]["spec"]["containers"]}
+        check(len(imgs) == 1 and "@sha256:" in imgs.pop(), f"DaemonSet images {imgs}")
+        logs = t.k("-n", "kube-system", "logs", "ds/flexvol-installer", "-c", "install", check=False).stdout
+        check(f"flexvol {version}:" in logs, f"installer log does not name {version}: {logs[-400:]}")
+        C.wait_for("the node agent's report", lambda: t.k("-n", "flexvol-loop", "get", "cm", C.NODE,
+                                                         check=False).returncode == 0, 90, 1)
+    finally:
+        t.k("delete", "-k", SITE, "--wait=true", "--ignore-not-found", check=False, timeout=180)
+        shutil.rmtree(SITE, ignore_errors=True)
+        _lane_reinstalled(t)
+
+
+CASES = [case_release_policy_provisioned_pvs, case_release_site_upgrade, case_release_helm, case_release_artefacts]
