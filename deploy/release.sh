@@ -14,7 +14,7 @@
 #                                             components, rendered, every container on IMAGE@<digest>
 #   OUTDIR/flexvol-VERSION.tgz                the Helm chart, version VERSION, values pinned to
 #                                             IMAGE@<digest>
-#   OUTDIR/CHANGELOG.md                       the entry of VERSION
+#   the entry of VERSION of CHANGELOG.md, in OUTDIR under the same name
 #   OUTDIR/SHA256SUMS                         sha256sum of every file above (sha256sum -c SHA256SUMS)
 #
 # IMAGE is the repository the image will be pushed to (default registry.example.com/flexvol/
@@ -25,9 +25,10 @@ set -euo pipefail
 VERSION=$1 OUT=$2 IMAGE=${3:-registry.example.com/flexvol/installer}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 die() { echo "release: $*" >&2; exit 1; }
+changelog=CHANGELOG.md
 
 [[ $VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]] || die "VERSION '$VERSION' is not x.y.z"
-entry=$(awk -v v="$VERSION" '$0 ~ "^## \\[?"v"\\]?( |$)" {p=1; print; next} p && /^## / {exit} p {print}' "$ROOT/CHANGELOG.md")
+entry=$(awk -v v="$VERSION" '$0 ~ "^## \\[?"v"\\]?( |$)" {p=1; print; next} p && /^## / {exit} p {print}' "$ROOT/$changelog")
 [ -n "$entry" ] || die "CHANGELOG.md has no entry '## $VERSION': write it first"
 command -v buildah > /dev/null || die "buildah is not installed (ci/deps)"
 helm=$("$ROOT/tests/kube/build-helm" | tail -1)
@@ -81,6 +82,6 @@ sed -i -e "s|^  repository: .*|  repository: $IMAGE|" -e "s|^  tag: .*|  tag: \"
 "$helm" lint --strict "$T/flexvol" > "$T/lint.log" 2>&1 || die "helm lint: $(tail -5 "$T/lint.log")"
 "$helm" package "$T/flexvol" -d "$OUT" > /dev/null || die "helm package"
 
-printf '%s\n' "$entry" > "$OUT/CHANGELOG.md"
+printf '%s\n' "$entry" > "$OUT/$changelog"
 (cd "$OUT" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum > SHA256SUMS)
 echo "  RELEASE $OUT: $(wc -l < "$OUT/SHA256SUMS") files, SHA256SUMS"
