@@ -35,8 +35,8 @@ rke: {pluginDir: /var/lib/kubelet/volumeplugins, attachMode: controller}
 
 {{/*
 The objects of a manifest of deploy/ (files/: links to deploy/), namespaced ones
-moved to "ns" as kustomize's namespace transformer would, and ServiceAccount subjects in
-"subjectNs" when given.  Args: (dict "root" $ "file" "files/x.yaml" "ns" "..." "subjectNs" "...")
+moved to "ns" as kustomize's namespace transformer would, and the subjects naming the
+installer's ServiceAccount (deploy/loop's replacements) in "subjectNs" when given.  Args: (dict "root" $ "file" "files/x.yaml" "ns" "..." "subjectNs" "...")
 */}}
 {{- define "flexvol.manifest" -}}
 {{- range $doc := splitList "\n---\n" (.root.Files.Get .file) }}
@@ -44,7 +44,7 @@ moved to "ns" as kustomize's namespace transformer would, and ServiceAccount sub
 {{- if $o.kind }}
 {{- if and $.ns $o.metadata.namespace }}{{ $_ := set $o.metadata "namespace" $.ns }}{{ end }}
 {{- if and $.subjectNs $o.subjects }}
-{{- range $s := $o.subjects }}{{ if eq $s.kind "ServiceAccount" }}{{ $_ := set $s "namespace" $.subjectNs }}{{ end }}{{ end }}
+{{- range $s := $o.subjects }}{{ if and (eq $s.kind "ServiceAccount") (eq $s.name "flexvol-installer") }}{{ $_ := set $s "namespace" $.subjectNs }}{{ end }}{{ end }}
 {{- end }}
 ---
 {{ toYaml $o }}
