@@ -7,7 +7,13 @@
 #                        make check-deploy renders it in every overlay; the real API
 #                        server runs the same examples in the real-cluster lane (tests/kube/).
 
-.PHONY: check-policy
+#   make policy-keys     rewrite the policy's option key lists from the drivers' code
+#                        (deploy/policy/gen-keys; check-deploy fails while they differ)
+
+.PHONY: check-policy policy-keys
+
+policy-keys:
+	$(Q)deploy/policy/gen-keys
 
 check-policy:
 	$(Q)python3 tests/policy/run --build $(O)

@@ -6,7 +6,9 @@
 #   make check-static    the distroless check: every static driver alone in an empty
 #                        chroot, ops as kube-controller-manager runs them (root)
 #   make check-deploy    installer test (atomic, idempotent install.sh, validate, uninstall,
-#                        readiness) + manifest validation (kustomize overlays rendered), the
+#                        readiness) + manifest validation (kustomize overlays rendered, with
+#                        every combination of the components), the Helm chart against them
+#                        (tests/static/helm-test; helm from tests/kube/build-helm, cached), the
 #                        version of a tree without git, the logrotate snippet
 #   make image-context   build/image/: the OCI build context for deploy/Containerfile
 #   make check-image     the image assembled by hand from that context (no engine needed)
@@ -124,6 +126,7 @@ endif
 check-deploy: all
 	$(Q)FLEXVOL_BUILD=$(O) tests/static/installer-test
 	$(Q)FLEXVOL_BUILD=$(O) tests/static/manifest-test
+	$(Q)tests/static/helm-test
 	$(Q)tests/static/docs-test
 	$(Q)tests/static/release-test
 

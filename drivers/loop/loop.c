@@ -51,7 +51,7 @@ static int loop_parse(struct fv_ctx *cx, const struct fv_opts *o, void *vol)
 {
 	struct loopvol *v = vol;
 	const struct fv_config *cfg = fv_ctx_config(cx);
-	const char *file, *size;
+	const char *file, *size, *prealloc;
 	int r;
 
 	memset(v, 0, sizeof(*v));
@@ -71,6 +71,18 @@ static int loop_parse(struct fv_ctx *cx, const struct fv_opts *o, void *vol)
 			       "option 'size' must be a quantity from 1Mi to 1Pi in whole 512-byte "
 			       "sectors (e.g. 64Mi, 1Gi, 500M): '%s'",
 			       size);
+	/*
+	 * Set by flexvol-provisioner for its node agent, which allocates the
+	 * image's blocks (docs/loop-provisioning.md); the driver only checks it.
+	 * Read here so that it is one of this driver's options, which the
+	 * admission policy's key list is generated from (deploy/policy/gen-keys).
+	 */
+	r = fv_opt(cx, o, "preallocate", &prealloc);
+	if (r < 0)
+		return r;
+	if (r == 0 && strcmp(prealloc, "true") != 0 && strcmp(prealloc, "false") != 0)
+		return fv_fail(cx, -FV_ERR_BADOPT, "option 'preallocate' must be true or false: '%s'",
+			       prealloc);
 	v->fstype = o->fstype;
 	v->ro = o->readonly;
 	return 0;

@@ -7,7 +7,8 @@ deploy/loop is applied as it is, with what this single-node, registry-less clust
 changed: the locally imported image with imagePullPolicy: Never, the host network and
 KUBERNETES_SERVICE_HOST/PORT on 127.0.0.1 (no kube-proxy), and the lane's loop root
 (FLEXVOL_LOOP_ROOT of the drivers, tests/kube/cluster.py) for the agent's hostPath and
---loop-root.  The provisioner is deploy/provisioner's (cases_provisioner.deploy).
+--loop-root.  The provisioner is deploy/loop's (provisioner.yaml, with cases_provisioner.deploy's
+lane changes).
 """
 import json
 import os
@@ -72,7 +73,7 @@ def _setup(t):
     t.k("-n", "kube-system", "patch", "ds", "flexvol-installer", "--type=strategic", "-p",
         json.dumps(patch))
     t.rollout()
-    P.deploy(t)
+    P.deploy(t, files=[os.path.join(LOOP_DIR, "provisioner.yaml")])
     C.wait_for("the node agent's report", lambda: t.k("-n", "flexvol-loop", "get", "cm", C.NODE,
                                                      check=False).returncode == 0, 60, 1)
     t.loopprov = True

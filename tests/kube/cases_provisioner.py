@@ -25,9 +25,12 @@ def _objs(t, path):
     return t.objs(path)
 
 
-def deploy(t, replicas=1):
-    """Apply rbac.yaml and deployment.yaml with the lane's four changes; wait until Available."""
-    objs = _objs(t, os.path.join(PROV_DIR, "rbac.yaml")) + _objs(t, os.path.join(PROV_DIR, "deployment.yaml"))
+def deploy(t, replicas=1, files=None):
+    """Apply rbac.yaml and deployment.yaml (or @files: deploy/loop's provisioner.yaml) with the
+    lane's four changes; wait until Available."""
+    files = files or [os.path.join(PROV_DIR, "rbac.yaml"), os.path.join(PROV_DIR, "deployment.yaml")]
+    objs = [o for f in files for o in _objs(t, f)]
+    name = [o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"][0]
     for o in objs:
         if o["kind"] == "Deployment":
             o["spec"]["replicas"] = replicas
@@ -47,12 +50,12 @@ def deploy(t, replicas=1):
                               for a in ct["args"]]
                 ct.pop("livenessProbe", None)
                 ct.pop("readinessProbe", None)
-            for v in spec["volumes"]:
+            for v in spec.get("volumes") or []:
                 if v["name"] == "share":
                     v.pop("nfs", None)
                     v["hostPath"] = {"path": SHARE, "type": "DirectoryOrCreate"}
     t.k("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
-    r = t.k("-n", "kube-system", "rollout", "status", "deploy/flexvol-provisioner", "--timeout=120s",
+    r = t.k("-n", "kube-system", "rollout", "status", f"deploy/{name}", "--timeout=120s",
             check=False, timeout=150)
     if r.returncode != 0:
         pods = t.k("-n", "kube-system", "get", "pods", "-l", LABEL, "-o", "wide", check=False).stdout

@@ -486,6 +486,15 @@ def bad_size(e):
 
 
 @case
+def bad_preallocate(e):
+    """preallocate (the provisioner's, for its node agent) is one of the driver's options: true
+    or false, anything else a Failure naming it; a valid one changes nothing of the op"""
+    for v in ("yes", "1", "TRUE", "true;x"):
+        bad(e, e.opts(extra={"preallocate": v}), ["option 'preallocate' must be true or false"])
+    e.k.attach(e.opts(extra={"preallocate": "true"}), expect="Success")
+
+
+@case
 def bad_fstype_injection(e):
     for fs in ("ext4 -O ^has_journal", "ext4;reboot", "../../bin/sh", "btrfsx", "vfat", "ext4,nodev"):
         bad(e, e.opts(fstype=fs), ["fsType"])

@@ -1,0 +1,87 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# deploy/release.sh VERSION OUTDIR IMAGE - the artefacts of a release (make release VERSION=x.y.z),
+# from the image contexts build/image (amd64) and build/image-arm64 (arm64) that make release
+# has just built with that version compiled in:
+#
+#   OUTDIR/flexvol-installer-VERSION.oci.tar  the installer image for linux/amd64 and linux/arm64:
+#                                             one OCI image index, as an OCI archive
+#                                             (skopeo copy --all oci-archive:FILE docker://IMAGE:VERSION,
+#                                             or buildah/podman pull oci-archive:FILE)
+#   OUTDIR/manifests/<overlay>[+loop][+provisioner].yaml
+#                                             every overlay with every combination of the
+#                                             components, rendered, every container on IMAGE@<digest>
+#   OUTDIR/flexvol-VERSION.tgz                the Helm chart, version VERSION, values pinned to
+#                                             IMAGE@<digest>
+#   the entry of VERSION of CHANGELOG.md, in OUTDIR under the same name
+#   OUTDIR/SHA256SUMS                         sha256sum of every file above (sha256sum -c SHA256SUMS)
+#
+# IMAGE is the repository the image will be pushed to (default registry.example.com/flexvol/
+# installer); the digest is the index's, which a copy with skopeo --all keeps.  Needs root
+# (buildah with a private storage root under a temp directory, removed at the end), kubectl
+# (kustomize) and helm (tests/kube/build-helm).
+set -euo pipefail
+VERSION=$1 OUT=$2 IMAGE=${3:-registry.example.com/flexvol/installer}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+die() { echo "release: $*" >&2; exit 1; }
+changelog=CHANGELOG.md
+
+[[ $VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]] || die "VERSION '$VERSION' is not x.y.z"
+entry=$(awk -v v="$VERSION" '$0 ~ "^## \\[?"v"\\]?( |$)" {p=1; print; next} p && /^## / {exit} p {print}' "$ROOT/$changelog")
+[ -n "$entry" ] || die "CHANGELOG.md has no entry '## $VERSION': write it first"
+command -v buildah > /dev/null || die "buildah is not installed (ci/deps)"
+helm=$("$ROOT/tests/kube/build-helm" | tail -1)
+
+rm -rf "$OUT"; mkdir -p "$OUT/manifests"
+T=$(mktemp -d /tmp/flexvol-release.XXXXXX)
+B=(buildah --root "$T/root" --runroot "$T/run" --storage-driver vfs)
+cleanup() { "${B[@]}" rmi --all > /dev/null 2>&1 || true; rm -rf "$T"; }
+trap cleanup EXIT
+
+# --- the image index: the same buildah commands as make check-multiarch (deploy/README.md)
+ref=localhost/flexvol/installer:$VERSION
+for a in amd64:image arm64:image-arm64; do
+	arch=${a%%:*} ctx=$ROOT/build/${a#*:}
+	grep -q "^ARG FLEXVOL_VERSION=$VERSION\$" "$ctx/Containerfile" || die "$ctx is not of version $VERSION"
+	"${B[@]}" bud --platform "linux/$arch" --manifest "$ref" "$ctx" > "$T/bud-$arch.log" 2>&1 ||
+		die "buildah bud $arch: $(tail -3 "$T/bud-$arch.log")"
+done
+archive=$OUT/flexvol-installer-$VERSION.oci.tar
+"${B[@]}" manifest push --all --digestfile "$T/digest" "$ref" "oci-archive:$archive:$VERSION" > "$T/push.log" 2>&1 ||
+	die "buildah manifest push: $(tail -3 "$T/push.log")"
+digest=$(cat "$T/digest")
+[[ $digest =~ ^sha256:[0-9a-f]{64}$ ]] || die "no digest from buildah: '$digest'"
+echo "  RELEASE $archive: $IMAGE@$digest (linux/amd64, linux/arm64)"
+
+# --- the manifests: every overlay x every combination of the components
+site=$T/site; mkdir -p "$site"
+rel=$(realpath --relative-to="$site" "$ROOT/deploy")
+for o in "$ROOT"/deploy/overlays/*/kustomization.yaml; do
+	o=$(basename "$(dirname "$o")")
+	for comps in "" loop provisioner "loop provisioner"; do
+		name=$o
+		{
+			printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n'
+			printf 'resources:\n  - %s\n' "$rel/overlays/$o"
+			[ -z "$comps" ] || printf 'components:\n'
+			for c in $comps; do name=$name+$c; printf '  - %s\n' "$rel/$c"; done
+			printf 'images:\n  - name: registry.example.com/flexvol/installer\n    newName: %s\n    digest: %s\n' \
+				"$IMAGE" "$digest"
+		} > "$site/kustomization.yaml"
+		kubectl kustomize "$site" > "$OUT/manifests/$name.yaml" 2> "$T/kustomize.log" ||
+			die "kustomize $name: $(tail -3 "$T/kustomize.log")"
+	done
+done
+
+# --- the chart, its values pinned to the digest
+cp -rL "$ROOT/deploy/helm/flexvol" "$T/flexvol"
+sed -i -e "s|^version: .*|version: $VERSION|" -e "s|^appVersion: .*|appVersion: \"$VERSION\"|" "$T/flexvol/Chart.yaml"
+sed -i -e "s|^  repository: .*|  repository: $IMAGE|" -e "s|^  tag: .*|  tag: \"$VERSION\"|" \
+	-e "s|^  digest: .*|  digest: \"$digest\"|" "$T/flexvol/values.yaml"
+"$helm" lint --strict "$T/flexvol" > "$T/lint.log" 2>&1 || die "helm lint: $(tail -5 "$T/lint.log")"
+"$helm" package "$T/flexvol" -d "$OUT" > /dev/null || die "helm package"
+
+printf '%s\n' "$entry" > "$OUT/$changelog"
+(cd "$OUT" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum > SHA256SUMS)
+echo "  RELEASE $OUT: $(wc -l < "$OUT/SHA256SUMS") files, SHA256SUMS"
