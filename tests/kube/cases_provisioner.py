@@ -25,6 +25,10 @@ def _objs(t, path):
     return t.objs(path)
 
 
+# the lane's host-network port of each provisioner Deployment (see deploy())
+HOST_PORTS = {"flexvol-provisioner": 8080, "flexvol-loop-provisioner": 8081}
+
+
 def deploy(t, replicas=1, files=None):
     """Apply rbac.yaml and deployment.yaml (or @files: deploy/loop's provisioner.yaml) with the
     lane's four changes; wait until Available."""
@@ -41,6 +45,15 @@ def deploy(t, replicas=1, files=None):
             ct.setdefault("env", []).extend([{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
                                              {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}])
             spec["hostNetwork"] = True
+            # on the host network two Deployments on one node cannot both take the manifests'
+            # port 8080 (the scheduler keeps the second Pending: no free ports): deploy/loop's
+            # provisioner serves on HOST_PORTS' port of its own (probes follow the named port)
+            port = HOST_PORTS.get(name, 8080)
+            ct["args"] = [a if a != "--http-endpoint=:8080" else f"--http-endpoint=:{port}"
+                          for a in ct["args"]]
+            for cp in ct.get("ports") or []:
+                if cp.get("containerPort") == 8080:
+                    cp["containerPort"] = port
             if replicas > 1:
                 # on the host network the replicas of one node share one port (and the scheduler
                 # places no two pods declaring the same port on a node): each takes a port of its

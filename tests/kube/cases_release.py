@@ -56,6 +56,14 @@ def site(image, components=("loop", "provisioner"), overlay="kubeadm"):
             "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": dep, "namespace": "kube-system"},
             "spec": {"replicas": 1, "template": {"spec": {"hostNetwork": True, "containers": [
                 {"name": "provisioner", "env": API_ENV}]}}}})})
+    if "loop" in components and "provisioner" in components:
+        # on the host network both Deployments cannot take port 8080 on the one node (the second
+        # stays Pending: no free ports): deploy/loop's serves on 8081, as in cases_provisioner
+        patches.append({"target": {"kind": "Deployment", "name": "flexvol-loop-provisioner"}, "patch": json.dumps([
+            {"op": "test", "path": "/spec/template/spec/containers/0/args/2", "value": "--http-endpoint=:8080"},
+            {"op": "replace", "path": "/spec/template/spec/containers/0/args/2", "value": "--http-endpoint=:8081"},
+            {"op": "test", "path": "/spec/template/spec/containers/0/ports/0/containerPort", "value": 8080},
+            {"op": "replace", "path": "/spec/template/spec/containers/0/ports/0/containerPort", "value": 8081}])})
     if "provisioner" in components:  # no NFS client on this host: the share is a hostPath
         patches.append({"target": {"kind": "Deployment", "name": "flexvol-provisioner"}, "patch": json.dumps([
             {"op": "replace", "path": "/spec/template/spec/volumes/0",
