@@ -54,7 +54,10 @@ def site(image, components=("loop", "provisioner"), overlay="kubeadm"):
             (["flexvol-provisioner"] if "provisioner" in components else []):
         patches.append({"patch": json.dumps({
             "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": dep, "namespace": "kube-system"},
-            "spec": {"replicas": 1, "template": {"spec": {"hostNetwork": True, "containers": [
+            # on the host network of one node a surge pod cannot take its predecessor's port
+            # (it stays Pending and the rollout never ends): the upgrade replaces the pod instead
+            "spec": {"replicas": 1, "strategy": {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+                     "template": {"spec": {"hostNetwork": True, "containers": [
                 {"name": "provisioner", "env": API_ENV}]}}}})})
     if "loop" in components and "provisioner" in components:
         # on the host network both Deployments cannot take port 8080 on the one node (the second
@@ -261,8 +264,17 @@ def case_release_artefacts(t):
     r = subprocess.run(["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=rel, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
     check(r.returncode == 0, f"sha256sum -c SHA256SUMS: {r.stdout[-300:]}")
-    t.cl.ctr("images", "import", "--base-name", "localhost/flexvol/installer", "--all-platforms",
-             os.path.join(rel, f"flexvol-installer-{version}.oci.tar"), timeout=300)
+    archive = os.path.join(rel, f"flexvol-installer-{version}.oci.tar")
+    t.cl.ctr("images", "import", "--base-name", "localhost/flexvol/installer", "--all-platforms", archive,
+             timeout=300)
+    # the release's manifests name the image by the index's digest, and the CRI finds an image by
+    # its references only (without name@digest the kubelet tries to pull it): a registry would
+    # answer that reference; here it is tagged (ctr's --digests names the archive's outer index)
+    import tarfile
+    with tarfile.open(archive) as tf:
+        index = json.load(tf.extractfile("index.json"))["manifests"][0]["digest"]
+    t.cl.ctr("images", "tag", "--force", f"localhost/flexvol/installer:{version}",
+             f"localhost/flexvol/installer@{index}")
     _lane_uninstalled(t)
     os.makedirs(SITE, exist_ok=True)
     shutil.copy(os.path.join(rel, "manifests", "kubeadm+loop.yaml"), os.path.join(SITE, "release.yaml"))
