@@ -41,7 +41,7 @@ static struct fvp_prov p;
 static void on_lost(void *ud)
 {
 	(void)ud;
-	fvp_log_info("leadership lost: exiting so that only the new leader works");
+	fvp_log_error("leadership lost: exiting so that only the new leader works");
 	_exit(1);
 }
 
@@ -409,7 +409,7 @@ static int run_controller(struct options *o)
 			 o->lc.renew_deadline_s, o->lc.retry_s);
 		r = fvp_lease_acquire(lk, &o->lc, &stopping, on_lost, NULL, &lease);
 		if (r < 0 && r != -ECANCELED) {
-			fvp_log_info("leader election failed: %s", strerror(-r));
+			fvp_log_error("leader election failed: %s", strerror(-r));
 			exit_code = 1;
 			fvp_flag_set(&stopping, 1);
 		}

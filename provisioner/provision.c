@@ -256,7 +256,7 @@ static int provision(struct fvp_prov *p, const struct fvp_backend *b, json_objec
 	pv = build_pv(b, pv_name, pvc, sc, &vol);
 	fvp_volume_done(&vol);
 	if (!pv) {
-		fvp_log_info("claim %s/%s: out of memory", ns, name);
+		fvp_log_error("claim %s/%s: out of memory", ns, name);
 		json_object_put(updated);
 		return -ENOMEM;
 	}
@@ -270,7 +270,7 @@ static int provision(struct fvp_prov *p, const struct fvp_backend *b, json_objec
 		fvp_log_info("claim %s/%s: PV %s exists already (created by another replica or before a "
 			 "restart)", ns, name, pv_name);
 	} else if (st < 0) {
-		fvp_log_info("claim %s/%s: creating PV %s failed: %s (retried after a backoff)", ns,
+		fvp_log_warning("claim %s/%s: creating PV %s failed: %s (retried after a backoff)", ns,
 			 name, pv_name, err);
 	} else {
 		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "creating PV %s failed: HTTP %d %s",
@@ -294,7 +294,7 @@ static int pv_exists(struct fvp_prov *p, const char *name)
 	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
 	st = fvp_kube_request(p->k, "GET", path, NULL, NULL, err, sizeof(err));
 	if (st < 0)
-		fvp_log_info("GET PV %s: %s", name, err);
+		fvp_log_warning("GET PV %s: %s", name, err);
 	return st == 200 ? 1 : st == 404 ? 0 : st < 0 ? st : -EIO;
 }
 
@@ -361,7 +361,7 @@ static int remove_unused_asset(struct fvp_prov *p, json_object *pvc)
 			fvp_log_info("claim %s/%s deleted before its PV was made: %s",
 				 fvp_jstr(meta, "namespace"), fvp_jstr(meta, "name"), err);
 		else if (r < 0)
-			fvp_log_info("claim %s/%s deleted: %s", fvp_jstr(meta, "namespace"),
+			fvp_log_warning("claim %s/%s deleted: %s", fvp_jstr(meta, "namespace"),
 				 fvp_jstr(meta, "name"), err);
 	}
 	json_object_put(sc);

@@ -73,14 +73,14 @@ static int delete_pv(struct fvp_prov *p, const char *name, const char *uid, json
 	}
 	if (st == 409) {
 		/* the uid precondition failed: a new PV of that name is not ours to delete */
-		fvp_log_info("PV %s: re-created meanwhile (uid differs): not deleted", name);
+		fvp_log_warning("PV %s: re-created meanwhile (uid differs): not deleted", name);
 		json_object_put(reply);
 		return 1;
 	}
 	if (st < 0)
-		fvp_log_info("PV %s: delete failed: %s", name, err);
+		fvp_log_warning("PV %s: delete failed: %s", name, err);
 	else
-		fvp_log_info("PV %s: delete failed: HTTP %d %s", name, st, fvp_kube_status_message(reply));
+		fvp_log_warning("PV %s: delete failed: HTTP %d %s", name, st, fvp_kube_status_message(reply));
 	json_object_put(reply);
 	return st < 0 ? st : -EIO;
 }
@@ -127,7 +127,7 @@ static int reclaim_on_node(struct fvp_prov *p, json_object *pv)
 	fvp_api_select(path, sizeof(path), FVP_API_NODE, "kubernetes.io/hostname", host);
 	st = fvp_kube_request(p->k, "GET", path, NULL, &list, err, sizeof(err));
 	if (st != 200 || !list) {
-		fvp_log_info("PV %s: cannot list nodes: %s", name, st < 0 ? err : fvp_kube_status_message(list));
+		fvp_log_warning("PV %s: cannot list nodes: %s", name, st < 0 ? err : fvp_kube_status_message(list));
 		json_object_put(list);
 		return -EIO;
 	}

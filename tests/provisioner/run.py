@@ -1280,6 +1280,56 @@ def half_started_watches(e):
     check("Argument list too long" not in e.log(), "no watch leaked")
 
 
+# --- what Kubernetes users expect of a provisioner: events, log lines, metrics ---------------
+
+# klog's header: severity, mmdd, UTC time to the microsecond, pid padded to 7, file:line]
+KLOG = re.compile(r"^([IWE])(\d{4}) (\d\d:\d\d:\d\d\.\d{6}) +(\d+) ([a-z-]+\.c):(\d+)\] (.*)$")
+
+
+def klog_lines(text):
+    """every line of @text parsed as klog's; a line that is not fails"""
+    out = []
+    for line in text.splitlines():
+        m = KLOG.match(line)
+        check(m, "not a klog line: %r" % line)
+        out.append(m)
+    return out
+
+
+@case
+def log_lines_klog(e):
+    """every log line has klog's header (severity I/W/E, time, pid, source file:line); events
+    are structured lines ("Event occurred" object=... reason=... message=...), a Warning event
+    a W line; a failure to reach the API server a W line; quotes in values escaped"""
+    e.sc()
+    e.sc(name="bad", params={"server": "s", "share": "/x", "colour": "blue"})
+    p = e.start()
+    ok = e.pvc("ok")
+    bad = e.pvc("bad", sc="bad")
+    wait_for(lambda: e.bound(ok), "bound")
+    wait_for(lambda: e.events(bad, "ProvisioningFailed"), "failure event")
+    wait_for(lambda: "ProvisioningSucceeded" in e.log(), "the success logged")
+    lines = klog_lines(e.log())
+    check(all(int(m.group(4)) == p.pid for m in lines if m.group(5) != "backend-nfs.c"),
+          "the pid is the provisioner's (a storage child logs its own)")
+    ev = [m for m in lines if m.group(7).startswith('"Event occurred" ')]
+    succ = [m for m in ev if 'reason="ProvisioningSucceeded"' in m.group(7)]
+    fail = [m for m in ev if 'reason="ProvisioningFailed"' in m.group(7)]
+    check(succ and succ[0].group(1) == "I" and 'type="Normal"' in succ[0].group(7) and
+          'object="default/ok"' in succ[0].group(7) and
+          'kind="PersistentVolumeClaim"' in succ[0].group(7), "success: an I line: %s" % succ)
+    check(succ[0].group(5) == "provision.c", "the caller's source line: %s" % succ[0].group(0))
+    check(fail and fail[0].group(1) == "W" and 'type="Warning"' in fail[0].group(7),
+          "failure: a W line: %s" % fail)
+    # an event the API server keeps refusing: a W line that says so
+    e.st.throttle("POST", "/api/v1/namespaces/default/events", n=3, retry_after=0)
+    late = e.pvc("late")
+    wait_for(lambda: e.bound(late), "bound")
+    warn = wait_for(lambda: [m for m in klog_lines(e.log()) if m.group(1) == "W" and
+                             "not sent" in m.group(7)], "a W line for the event not sent")
+    check("HTTP 429" in warn[0].group(7) and warn[0].group(5) == "events.c", warn[0].group(0))
+
+
 # the flexvol/loop cases (controller and node agent) live in their own file
 import loop_cases  # noqa: E402
 
