@@ -217,12 +217,12 @@ void fvp_event_at(const char *file, int line, struct fvp_events *evs, json_objec
 	fvp_jset(ev, "reason", reason);
 	fvp_jset(ev, "message", msg);
 	fvp_jset(ev, "type", warning ? "Warning" : "Normal");
-	fvp_jset(src, "component", "flexvol-provisioner");
+	fvp_jset(src, "component", FVP_COMPONENT);
 	json_object_object_add(ev, "source", src);
 	fvp_jset(ev, "firstTimestamp", now);
 	fvp_jset(ev, "lastTimestamp", now);
 	json_object_object_add(ev, "count", json_object_new_int(1));
-	fvp_jset(ev, "reportingComponent", "flexvol-provisioner");
+	fvp_jset(ev, "reportingComponent", FVP_COMPONENT);
 	fvp_jset(ev, "reportingInstance", evs->identity);
 	fvp_api_path(path, sizeof(path), FVP_API_EVENT, evns, NULL, NULL);
 	st = fvp_kube_request(evs->k, "POST", path, ev, &reply, err, sizeof(err));

@@ -26,6 +26,8 @@
 
 #include "fv/macro.h"
 
+/* the events' source and reportingComponent, the log's name for this program */
+#define FVP_COMPONENT "flexvol-provisioner"
 #define FVP_EVENT_REPEAT_S 600 /* the same event for the same object at most every 10 min */
 /* what was sent, per object and reason: a claim's Provisioning and ProvisioningFailed are two */
 #define FVP_EVENT_CACHE 512

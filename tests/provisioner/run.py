@@ -1330,6 +1330,51 @@ def log_lines_klog(e):
     check("HTTP 429" in warn[0].group(7) and warn[0].group(5) == "events.c", warn[0].group(0))
 
 
+@case
+def provisioning_and_skip_events(e):
+    """a Normal "Provisioning" event when work on a claim starts (before its outcome); a refused
+    claim gets it once, not at every retry; a claim handed to us whose class is gone, or names
+    another of our provisioners, gets a ProvisioningSkipped warning (kubectl describe pvc says
+    why it is Pending); a class on another share a Normal ProvisioningSkipped"""
+    e.sc()
+    e.sc(name="bad", params={"server": "s", "share": "/x", "colour": "blue"})
+    e.sc(name="loopish", provisioner="flexvol/loop", params={})
+    e.sc(name="elsewhere", params={"server": "other.example.com", "share": "/other"})
+    e.start("--share", "nfs.example.com:/export/k8s")
+    ok = e.pvc("ok")
+    bad = e.pvc("bad", sc="bad")
+    gone = e.pvc("gone", sc="gone", provisioner=PROV)
+    loopish = e.pvc("loopish", sc="loopish", provisioner=PROV)
+    elsewhere = e.pvc("elsewhere", sc="elsewhere")
+    wait_for(lambda: e.bound(ok), "bound")
+    prov = e.events(ok, "Provisioning")
+    check(len(prov) == 1 and prov[0]["type"] == "Normal" and '"default/ok"' in prov[0]["message"]
+          and PROV in prov[0]["message"], "one Provisioning event: %s" % prov)
+    order = [x["reason"] for x in e.events(ok)]
+    check(order.index("Provisioning") < order.index("ProvisioningSucceeded"), "before: %s" % order)
+    wait_for(lambda: e.events(bad, "ProvisioningFailed"), "the refusal")
+    check(e.events(bad, "Provisioning"), "a refused claim: Provisioning too")
+    sk = wait_for(lambda: e.events(gone, "ProvisioningSkipped"), "class gone: an event")
+    check(sk[0]["type"] == "Warning" and "'gone'" in sk[0]["message"] and
+          "does not exist" in sk[0]["message"], sk[0]["message"])
+    sk = wait_for(lambda: e.events(loopish, "ProvisioningSkipped"), "another provisioner's class")
+    check(sk[0]["type"] == "Warning" and "names flexvol/loop" in sk[0]["message"], sk[0]["message"])
+    sk = wait_for(lambda: e.events(elsewhere, "ProvisioningSkipped"), "another share: an event")
+    check(sk[0]["type"] == "Normal" and "other.example.com:/other" in sk[0]["message"] and
+          "--share" in sk[0]["message"], sk[0]["message"])
+    for c in (gone, loopish, elsewhere):
+        check(e.pv_of(c) is None and not e.events(c, "Provisioning"), "skipped, not started")
+    # retries (backoff 0.5..2 s) and resyncs (5 s) repeat none of them
+    wait_for(lambda: e.st.count("GET", "/apis/storage.k8s.io/v1/storageclasses/bad") >= 4,
+             "the refused claim retried", 20)
+    time.sleep(e.resync + 0.5)
+    for c, reason in ((bad, "Provisioning"), (bad, "ProvisioningFailed"), (gone, "ProvisioningSkipped"),
+                      (elsewhere, "ProvisioningSkipped")):
+        check(len(e.events(c, reason)) == 1, "%s once for %s: %s" % (
+            reason, c["metadata"]["name"], [x["message"] for x in e.events(c, reason)]))
+    check(e.tree() == [dirname_of(ok)], "one directory: %s" % e.tree())
+
+
 # the flexvol/loop cases (controller and node agent) live in their own file
 import loop_cases  # noqa: E402
 
