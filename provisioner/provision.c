@@ -454,7 +454,8 @@ int fvp_ctl_claim_changed(struct fvp_prov *p, json_object *pvc)
 		double t0 = fvp_ctl_now_s();
 
 		r = provision(p, b, pvc, sc, pv_name);
-		fvp_metrics_observe(FVP_M_PROVISION, r == 0, fvp_ctl_now_s() - t0);
+		fvp_metrics_observe(FVP_M_PROVISION, b->name, fvp_jstr2(sc, "metadata", "name"), r == 0,
+				    fvp_ctl_now_s() - t0);
 	} else if (r == 1) {
 		r = has_finalizer(pvc) && set_finalizer(p, pvc, false, NULL) == -EIO ? -EIO : 0;
 	}

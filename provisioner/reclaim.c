@@ -173,7 +173,8 @@ int fvp_ctl_pv_changed(struct fvp_prov *p, json_object *pv)
 	json_object *meta = fvp_jget(pv, "metadata"), *spec = fvp_jget(pv, "spec"), *reply = NULL;
 	const char *name = fvp_jstr(meta, "name"), *uid = fvp_jstr(meta, "uid"),
 		   *phase = fvp_jstr2(pv, "status", "phase"),
-		   *policy = fvp_jstr(spec, "persistentVolumeReclaimPolicy");
+		   *policy = fvp_jstr(spec, "persistentVolumeReclaimPolicy"),
+		   *cls = fvp_jstr(spec, "storageClassName"); /* the metrics' label */
 	const struct fvp_backend *b = fvp_ctl_backend(fvp_jstr(fvp_jget(meta, "annotations"), FVP_ANN_PROVISIONED_BY));
 	bool deleting = fvp_jget(meta, "deletionTimestamp") != NULL, fin = has_pv_finalizer(pv);
 	bool finished = false; /* this call ended the PV (metrics: one success per reclaim) */
@@ -209,7 +210,7 @@ int fvp_ctl_pv_changed(struct fvp_prov *p, json_object *pv)
 	r = reclaim_asset(p, b, pv);
 	if (r != 0) {
 		if (r < 0)
-			fvp_metrics_observe(FVP_M_DELETE, false, fvp_ctl_now_s() - t0);
+			fvp_metrics_observe(FVP_M_DELETE, b->name, cls, false, fvp_ctl_now_s() - t0);
 		return r < 0 ? r : 0;
 	}
 	if (!deleting) {
@@ -233,7 +234,7 @@ int fvp_ctl_pv_changed(struct fvp_prov *p, json_object *pv)
 	r = r == -EIO ? -EIO : 0;
 out:
 	if (r < 0 || finished)
-		fvp_metrics_observe(FVP_M_DELETE, r >= 0, fvp_ctl_now_s() - t0);
+		fvp_metrics_observe(FVP_M_DELETE, b->name, cls, r >= 0, fvp_ctl_now_s() - t0);
 	json_object_put(reply);
 	return r < 0 ? r : 0;
 }

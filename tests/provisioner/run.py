@@ -843,21 +843,24 @@ def metrics_and_probes(e):
     wait_for(lambda: e.pv_of(ok) is None, "reclaimed")
     st, body, ctype = http_get(url + "/metrics")
     check(st == 200 and ctype.startswith("text/plain; version=0.0.4"), "content type %s" % ctype)
-    check(metric(body, 'flexvol_provisioner_provision_total{result="success"}') == 1, body)
-    check(metric(body, 'flexvol_provisioner_provision_total{result="failure"}') >= 1, body)
+    nfs = 'backend="%s",class="nfs"' % PROV
+    check(metric(body, 'flexvol_provisioner_provision_total{%s,result="success"}' % nfs) == 1, body)
+    check(metric(body, 'flexvol_provisioner_provision_total{backend="%s",class="bad",'
+                       'result="failure"}' % PROV) >= 1, body)
     # counted a moment after the PV delete returns (slower on a sanitizer build)
     wait_for(lambda: metric(http_get(url + "/metrics")[1],
-                            'flexvol_provisioner_delete_total{result="success"}') == 1,
+                            'flexvol_provisioner_delete_total{%s,result="success"}' % nfs) == 1,
              "the delete counted")
-    check(metric(body, "flexvol_provisioner_provision_duration_seconds_count") >= 2, body)
-    check(metric(body, 'flexvol_provisioner_provision_duration_seconds_bucket{le="+Inf"}') ==
-          metric(body, "flexvol_provisioner_provision_duration_seconds_count"), "histogram")
+    check(metric(body, "flexvol_provisioner_provision_duration_seconds_count{%s}" % nfs) >= 1, body)
+    check(metric(body, 'flexvol_provisioner_provision_duration_seconds_bucket{%s,le="+Inf"}' % nfs) ==
+          metric(body, "flexvol_provisioner_provision_duration_seconds_count{%s}" % nfs), "histogram")
     check(metric(body, "flexvol_provisioner_queue_depth") >= 1, "the failing claim waits: %s" %
           metric(body, "flexvol_provisioner_queue_depth"))
     check(metric(body, "flexvol_provisioner_leader") == 1, "leader")
     check("# TYPE flexvol_provisioner_provision_duration_seconds histogram" in body, "TYPE line")
     for line in body.splitlines():
-        check(line.startswith("#") or re.match(r"^[a-z_]+(\{[a-z]+=\"[^\"]*\"\})? [0-9.e+-]+$", line),
+        check(line.startswith("#") or
+              re.match(r'^[a-z_]+(\{[a-z]+="[^"]*"(,[a-z]+="[^"]*")*\})? [0-9.e+-]+$', line),
               "exposition line: %r" % line)
     for path in ("/healthz", "/readyz"):
         st, body, _ = http_get(url + path)
@@ -1373,6 +1376,53 @@ def provisioning_and_skip_events(e):
         check(len(e.events(c, reason)) == 1, "%s once for %s: %s" % (
             reason, c["metadata"]["name"], [x["message"] for x in e.events(c, reason)]))
     check(e.tree() == [dirname_of(ok)], "one directory: %s" % e.tree())
+
+
+@case
+def metrics_labels_build_process(e):
+    """provision counts and durations labelled by backend and class (bounded: past 48 classes
+    the rest count as class="_other", never a series per claim); flexvol_provisioner_build_info
+    with the version; Prometheus' process metrics (CPU, descriptors, memory, start time)"""
+    n = 52
+    for i in range(n):
+        e.sc(name="bad%02d" % i, params={"server": "s", "share": "/x", "colour": "blue"})
+    e.sc()
+    p = e.start()
+    t0 = time.time()
+    url = http_url(e, 0)
+    ok = e.pvc("ok")
+    wait_for(lambda: e.bound(ok), "bound")
+    claims = [e.pvc("c%02d" % i, sc="bad%02d" % i) for i in range(n)]
+    for c in claims:
+        wait_for(lambda c=c: e.events(c, "ProvisioningFailed"), "refused", 30)
+    body = wait_for(lambda: (lambda b: b if metric(
+        b, 'flexvol_provisioner_provision_total{backend="%s",class="nfs",result="success"}' % PROV)
+        == 1 else None)(http_get(url + "/metrics")[1]), "the success counted")
+    classes = set(re.findall(r'^flexvol_provisioner_provision_total\{backend="[^"]*",class="([^"]*)",'
+                             r'result="failure"\}', body, re.M))
+    check(len(classes) <= 49 and "_other" in classes, "bounded: %d classes %s" % (len(classes), classes))
+    fails = sum(float(v) for v in re.findall(
+        r'^flexvol_provisioner_provision_total\{[^}]*result="failure"\} (\S+)$', body, re.M))
+    check(fails >= n, "every failure counted: %s" % fails)
+    check("pvc-" not in body and "c00" not in body, "no claim in a label")
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))), "VERSION")) as f:
+        version = f.read().strip()
+    m = re.search(r'^flexvol_provisioner_build_info\{version="([^"]*)",compiler="[^"]+",'
+                  r'arch="(amd64|arm64|other)"\} 1$', body, re.M)
+    check(m and m.group(1).startswith(version), "build_info: %s" % (m and m.group(0)))
+    check("# TYPE process_cpu_seconds_total counter" in body, "process CPU")
+    check(metric(body, "process_cpu_seconds_total") > 0, "CPU spent")
+    check(metric(body, "process_max_fds") >= 64, "descriptor limit")
+    if not CHROOT:  # /proc: not in the empty chroot
+        fds = len(os.listdir("/proc/%d/fd" % p.pid))
+        check(abs(metric(body, "process_open_fds") - fds) <= 8, "open fds %s ~ %d" % (
+            metric(body, "process_open_fds"), fds))
+        check(1 << 20 < metric(body, "process_resident_memory_bytes") < 1 << 30, "RSS")
+        check(metric(body, "process_virtual_memory_bytes") >= metric(body, "process_resident_memory_bytes"),
+              "virtual >= resident")
+        check(abs(metric(body, "process_start_time_seconds") - t0) < 5, "start time %s ~ %s" % (
+            metric(body, "process_start_time_seconds"), t0))
 
 
 # the flexvol/loop cases (controller and node agent) live in their own file
