@@ -30,11 +30,14 @@
 #include "fv/macro.h"
 #include "fv/util.h"
 #include "agent.h"
+#include "flag.h"
 #include "api.h"
 #include "controller.h"
 #include "jsonutil.h"
 #include "kube.h"
 #include "loop.h"
+#include "metrics.h"
+#include "params.h"
 
 /*
  * The loop device bound to the file @st, if any: its number, or -1.  The
@@ -481,6 +484,14 @@ static bool unchanged(json_object *data)
 	return same;
 }
 
+static int mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int)ts.tv_sec;
+}
+
 int fvp_agent_pass(struct fvp_agent *a, struct fvp_kube *k)
 {
 	_cleanup_close_ int rootfd = open(a->loop_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -497,20 +508,48 @@ int fvp_agent_pass(struct fvp_agent *a, struct fvp_kube *k)
 		return -EIO;
 	if (unchanged(data)) {
 		json_object_put(data);
+		/* the list (the API) answered, and the published report is still the node's */
+		fvp_flag_set(&a->api_ok, r != -EIO);
 		return r;
 	}
 	w = publish(a, k, data);
 	if (w < 0)
 		last_t = 0; /* not published: the next pass tries again */
+	else
+		fvp_flag_set(&a->published, 1);
+	fvp_flag_set(&a->api_ok, w == 0 && r != -EIO);
 	return w ?: r;
+}
+
+int fvp_agent_health(void *ud, bool ready, char *msg, size_t len)
+{
+	struct fvp_agent *a = ud;
+	int idle = mono_s() - fvp_flag_get(&a->passed_at), limit = 2 * (int)a->interval_s + 60;
+
+	if (idle > limit)
+		return fvp_fail(msg, len, -EIO, "no pass has ended for %d s (a pass every %u s)", idle,
+				a->interval_s);
+	if (!ready)
+		return 0;
+	if (!fvp_flag_get(&a->published))
+		return fvp_fail(msg, len, -EAGAIN, "no space report published yet (ConfigMap %s/%s)",
+				a->capacity_ns, a->node);
+	if (!fvp_flag_get(&a->api_ok))
+		return fvp_fail(msg, len, -EIO, "the last pass could not reach the API server "
+				"(the log says why)");
+	return 0;
 }
 
 int fvp_agent_run(struct fvp_agent *a, struct fvp_kube *k, volatile int *stopping)
 {
 	fvp_log_info("node agent on %s: loop root %s, report in ConfigMap %s/%s every %u s", a->node,
 		 a->loop_root, a->capacity_ns, a->node, a->interval_s);
+	fvp_flag_set(&a->passed_at, mono_s());
 	while (!*stopping) {
-		(void)fvp_agent_pass(a, k);
+		int r = fvp_agent_pass(a, k);
+
+		fvp_metrics_agent_pass(r >= 0 || r == -EBUSY);
+		fvp_flag_set(&a->passed_at, mono_s());
 		for (unsigned int i = 0; i < a->interval_s * 10 && !*stopping; i++)
 			usleep(100000);
 	}
