@@ -1324,6 +1324,9 @@ def log_lines_klog(e):
     check(succ[0].group(5) == "provision.c", "the caller's source line: %s" % succ[0].group(0))
     check(fail and fail[0].group(1) == "W" and 'type="Warning"' in fail[0].group(7),
           "failure: a W line: %s" % fail)
+    # values are quoted as klog quotes them: the quotes in the Provisioning message escaped
+    check(any(m.group(7).endswith(r'message="%s is provisioning a volume for claim \"default/ok\""'
+                                  % PROV) for m in ev), "quotes escaped: %s" % [m.group(7) for m in ev])
     # an event the API server keeps refusing: a W line that says so
     e.st.throttle("POST", "/api/v1/namespaces/default/events", n=3, retry_after=0)
     late = e.pvc("late")
