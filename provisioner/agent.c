@@ -30,11 +30,14 @@
 #include "fv/macro.h"
 #include "fv/util.h"
 #include "agent.h"
+#include "flag.h"
 #include "api.h"
 #include "controller.h"
 #include "jsonutil.h"
 #include "kube.h"
 #include "loop.h"
+#include "metrics.h"
+#include "params.h"
 
 /*
  * The loop device bound to the file @st, if any: its number, or -1.  The
@@ -93,7 +96,7 @@ static void set_owner(int fd, const char *img, const char *pv)
 	if (fsetxattr(fd, FV_LOOP_OWNER_XATTR, pv, strlen(pv), XATTR_CREATE) == 0)
 		fvp_log_info("image %s: owner record %s", img, pv);
 	else if (errno != EEXIST)
-		fvp_log_info("image %s: cannot record its owner %s: %s", img, pv, strerror(errno));
+		fvp_log_warning("image %s: cannot record its owner %s: %s", img, pv, strerror(errno));
 }
 
 /* Allocate every block of @fd up to its size (a no-op on a fully allocated file). */
@@ -103,7 +106,7 @@ static int allocate(int fd, const char *img, const struct stat *st)
 		return 0;
 	/* mode 0 allocates the holes only: data already written stays as it is */
 	if (fallocate(fd, 0, 0, st->st_size) < 0) {
-		fvp_log_info("image %s: cannot preallocate %lld bytes: %s", img, (long long)st->st_size,
+		fvp_log_warning("image %s: cannot preallocate %lld bytes: %s", img, (long long)st->st_size,
 			 strerror(errno));
 		return NEG_ERRNO();
 	}
@@ -130,7 +133,7 @@ static int ensure_image(int rootfd, const char *img, const char *pv, uint64_t si
 
 			/* no room: nothing half-made stays behind (an empty file holds no data) */
 			(void)unlinkat(rootfd, img, 0);
-			fvp_log_info("image %s for %s: cannot make %llu bytes: %s", img, pv,
+			fvp_log_warning("image %s for %s: cannot make %llu bytes: %s", img, pv,
 				 (unsigned long long)size, strerror(-r));
 			return r;
 		}
@@ -143,7 +146,7 @@ static int ensure_image(int rootfd, const char *img, const char *pv, uint64_t si
 	close(TAKE_FD(fd));
 	fd = fv_open_regular_beneath(rootfd, img, O_RDWR, &st);
 	if (fd < 0) {
-		fvp_log_info("image %s for %s: %s", img, pv,
+		fvp_log_warning("image %s for %s: %s", img, pv,
 			 fd == -EMEDIUMTYPE ? "not a regular file, left alone" : strerror(-fd));
 		return fd;
 	}
@@ -171,7 +174,7 @@ static int delete_pv(struct fvp_kube *k, json_object *pv)
 	if (st == 200 || st == 202 || st == 404)
 		fvp_log_info("PV %s deleted", name);
 	else
-		fvp_log_info("PV %s: delete failed: %s", name, st < 0 ? err : fvp_kube_status_message(reply));
+		fvp_log_warning("PV %s: delete failed: %s", name, st < 0 ? err : fvp_kube_status_message(reply));
 	json_object_put(reply);
 	return st == 200 || st == 202 || st == 404 ? 0 : -EIO;
 }
@@ -210,7 +213,7 @@ static int drop_finalizer(struct fvp_kube *k, json_object *pv)
 	st = fvp_kube_request(k, "PATCH", path, body, &reply, err, sizeof(err));
 	json_object_put(body);
 	if (st != 200 && st != 404)
-		fvp_log_info("PV %s: removing its finalizer: %s", name,
+		fvp_log_warning("PV %s: removing its finalizer: %s", name,
 			 st < 0 ? err : fvp_kube_status_message(reply));
 	json_object_put(reply);
 	return st == 200 || st == 404 ? 0 : -EIO;
@@ -299,7 +302,7 @@ static int pvs_pass(struct fvp_agent *a, struct fvp_kube *k, int rootfd)
 	fvp_api_select(path, sizeof(path), FVP_API_PV, FVP_LOOP_LABEL_NODE, label);
 	st = fvp_kube_request(k, "GET", path, NULL, &list, err, sizeof(err));
 	if (st != 200 || !list) {
-		fvp_log_info("listing this node's PVs: %s", st < 0 ? err : fvp_kube_status_message(list));
+		fvp_log_warning("listing this node's PVs: %s", st < 0 ? err : fvp_kube_status_message(list));
 		json_object_put(list);
 		return -EIO;
 	}
@@ -354,7 +357,7 @@ static json_object *report(struct fvp_agent *a, int rootfd)
 	if (!data)
 		return NULL;
 	if (fstatvfs(rootfd, &vfs) < 0) {
-		fvp_log_info("loop root %s: statvfs: %s", a->loop_root, strerror(errno));
+		fvp_log_error("loop root %s: statvfs: %s", a->loop_root, strerror(errno));
 		json_object_put(data);
 		return NULL;
 	}
@@ -399,7 +402,7 @@ static int publish(struct fvp_agent *a, struct fvp_kube *k, json_object *data)
 	if (st == 200 && !cm)
 		snprintf(err, sizeof(err), "the answer is not an object");
 	if ((st != 200 && st != 404) || (st == 200 && !cm)) {
-		fvp_log_info("reading ConfigMap %s/%s: %s", a->capacity_ns, a->node,
+		fvp_log_warning("reading ConfigMap %s/%s: %s", a->capacity_ns, a->node,
 			 st < 0 || st == 200 ? err : fvp_kube_status_message(cm));
 		json_object_put(cm);
 		json_object_put(data);
@@ -435,7 +438,7 @@ static int publish(struct fvp_agent *a, struct fvp_kube *k, json_object *data)
 		st = fvp_kube_request(k, "PUT", path, cm, &reply, err, sizeof(err));
 	}
 	if (st != 200 && st != 201)
-		fvp_log_info("publishing ConfigMap %s/%s: %s", a->capacity_ns, a->node,
+		fvp_log_warning("publishing ConfigMap %s/%s: %s", a->capacity_ns, a->node,
 			 st < 0 ? err : fvp_kube_status_message(reply));
 	json_object_put(reply);
 	json_object_put(cm);
@@ -481,6 +484,14 @@ static bool unchanged(json_object *data)
 	return same;
 }
 
+static int mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int)ts.tv_sec;
+}
+
 int fvp_agent_pass(struct fvp_agent *a, struct fvp_kube *k)
 {
 	_cleanup_close_ int rootfd = open(a->loop_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -488,7 +499,7 @@ int fvp_agent_pass(struct fvp_agent *a, struct fvp_kube *k)
 	int r, w;
 
 	if (rootfd < 0) {
-		fvp_log_info("loop root %s: %s", a->loop_root, strerror(errno));
+		fvp_log_error("loop root %s: %s", a->loop_root, strerror(errno));
 		return NEG_ERRNO();
 	}
 	r = pvs_pass(a, k, rootfd);
@@ -497,20 +508,48 @@ int fvp_agent_pass(struct fvp_agent *a, struct fvp_kube *k)
 		return -EIO;
 	if (unchanged(data)) {
 		json_object_put(data);
+		/* the list (the API) answered, and the published report is still the node's */
+		fvp_flag_set(&a->api_ok, r != -EIO);
 		return r;
 	}
 	w = publish(a, k, data);
 	if (w < 0)
 		last_t = 0; /* not published: the next pass tries again */
+	else
+		fvp_flag_set(&a->published, 1);
+	fvp_flag_set(&a->api_ok, w == 0 && r != -EIO);
 	return w ?: r;
+}
+
+int fvp_agent_health(void *ud, bool ready, char *msg, size_t len)
+{
+	struct fvp_agent *a = ud;
+	int idle = mono_s() - fvp_flag_get(&a->passed_at), limit = 2 * (int)a->interval_s + 60;
+
+	if (idle > limit)
+		return fvp_fail(msg, len, -EIO, "no pass has ended for %d s (a pass every %u s)", idle,
+				a->interval_s);
+	if (!ready)
+		return 0;
+	if (!fvp_flag_get(&a->published))
+		return fvp_fail(msg, len, -EAGAIN, "no space report published yet (ConfigMap %s/%s)",
+				a->capacity_ns, a->node);
+	if (!fvp_flag_get(&a->api_ok))
+		return fvp_fail(msg, len, -EIO, "the last pass could not reach the API server "
+				"(the log says why)");
+	return 0;
 }
 
 int fvp_agent_run(struct fvp_agent *a, struct fvp_kube *k, volatile int *stopping)
 {
 	fvp_log_info("node agent on %s: loop root %s, report in ConfigMap %s/%s every %u s", a->node,
 		 a->loop_root, a->capacity_ns, a->node, a->interval_s);
+	fvp_flag_set(&a->passed_at, mono_s());
 	while (!*stopping) {
-		(void)fvp_agent_pass(a, k);
+		int r = fvp_agent_pass(a, k);
+
+		fvp_metrics_agent_pass(r >= 0 || r == -EBUSY);
+		fvp_flag_set(&a->passed_at, mono_s());
 		for (unsigned int i = 0; i < a->interval_s * 10 && !*stopping; i++)
 			usleep(100000);
 	}

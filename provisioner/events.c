@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,20 +19,92 @@
 #define EVENT_NAME_MAX 300
 /* One log line: a message and its subject (an event's, or a request's error). */
 #define LOG_LINE_MAX 2048
+/* klog's header, with a source file name of up to 64 bytes */
+#define LOG_HEAD_MAX 128
 
-void fvp_log_info(const char *fmt, ...)
+/* klog's header: "Lmmdd hh:mm:ss.uuuuuu PID(7) file:line] " (events.h) */
+static int header(char *buf, size_t len, enum fvp_severity sev, const char *file, int line)
 {
-	char stamp[FVP_TIME_MAX], line[LOG_LINE_MAX];
-	time_t now = time(NULL);
+	const char *base = strrchr(file, '/');
+	struct timespec ts;
 	struct tm tm;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	return snprintf(buf, len, "%c%02d%02d %02d:%02d:%02d.%06ld %7d %s:%d] ", (char)sev,
+			tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+			ts.tv_nsec / 1000, (int)getpid(), base ? base + 1 : file, line);
+}
+
+/* one entry, one line: control characters (a newline in an API error) become spaces */
+static void one_line(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = ' ';
+}
+
+void fvp_log_at(enum fvp_severity sev, const char *file, int line, const char *fmt, ...)
+{
+	char head[LOG_HEAD_MAX], text[LOG_LINE_MAX];
 	va_list ap;
 
-	gmtime_r(&now, &tm);
-	strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	header(head, sizeof(head), sev, file, line);
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "%s flexvol-provisioner[%d]: %s\n", stamp, (int)getpid(), line);
+	one_line(text);
+	/* one call, one line: stdio locks the stream, so threads never interleave inside it */
+	fprintf(stderr, "%s%s\n", head, text);
+}
+
+/* @s quoted as klog quotes a string value: "...", with \" \\ \n \t and \xNN escaped */
+static void quote(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c == '\n')
+			fputs("\\n", f);
+		else if (c == '\t')
+			fputs("\\t", f);
+		else if (c < 0x20 || c == 0x7f)
+			fprintf(f, "\\x%02x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+void fvp_logs_at(enum fvp_severity sev, const char *file, int line, const char *msg,
+		 const char *const *kv, size_t n)
+{
+	char head[LOG_HEAD_MAX], *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f) {
+		fvp_log_at(sev, file, line, "%s (out of memory)", msg);
+		return;
+	}
+	quote(f, msg);
+	for (size_t i = 0; i + 1 < n; i += 2) {
+		if (!kv[i + 1])
+			continue;
+		fprintf(f, " %s=", kv[i]);
+		quote(f, kv[i + 1]);
+	}
+	if (fclose(f) != 0 || !text) {
+		free(text);
+		fvp_log_at(sev, file, line, "%s (out of memory)", msg);
+		return;
+	}
+	header(head, sizeof(head), sev, file, line);
+	fprintf(stderr, "%s%s\n", head, text);
+	free(text);
 }
 
 static unsigned long hash_str(const char *a, const char *b)
@@ -48,18 +121,24 @@ static unsigned long hash_str(const char *a, const char *b)
 /* the cache below is shared by the worker threads */
 static pthread_mutex_t sent_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Was this exact event for this object sent within FVP_EVENT_REPEAT_S?  Records it otherwise. */
+/*
+ * Was this event (@reason, @msg) for this object sent within
+ * FVP_EVENT_REPEAT_S?  Records it otherwise.  One entry per object and
+ * reason: a new message for the same reason replaces the last one, and
+ * events of two reasons (Provisioning, then ProvisioningFailed at every
+ * retry) do not push each other out.
+ */
 static bool event_repeated(struct fvp_events *ev, const char *uid, const char *reason,
 			   const char *msg)
 {
-	unsigned long h = hash_str(reason, msg);
+	unsigned long r = hash_str(reason, ""), h = hash_str(reason, msg);
 	time_t now = time(NULL);
 	size_t slot = 0;
 	bool repeated = false;
 
 	pthread_mutex_lock(&sent_lock);
 	for (size_t i = 0; i < FVP_EVENT_CACHE; i++) {
-		if (streq(ev->sent[i].key, uid)) {
+		if (ev->sent[i].reason == r && streq(ev->sent[i].key, uid)) {
 			if (ev->sent[i].hash == h && now - ev->sent[i].when < FVP_EVENT_REPEAT_S)
 				repeated = true;
 			slot = i;
@@ -70,6 +149,7 @@ static bool event_repeated(struct fvp_events *ev, const char *uid, const char *r
 	}
 	if (!repeated) {
 		snprintf(ev->sent[slot].key, sizeof(ev->sent[slot].key), "%s", uid);
+		ev->sent[slot].reason = r;
 		ev->sent[slot].hash = h;
 		ev->sent[slot].when = now;
 	}
@@ -77,8 +157,8 @@ static bool event_repeated(struct fvp_events *ev, const char *uid, const char *r
 	return repeated;
 }
 
-void fvp_event(struct fvp_events *evs, json_object *obj, bool warning, const char *reason,
-	   const char *fmt, ...)
+void fvp_event_at(const char *file, int line, struct fvp_events *evs, json_object *obj,
+		  bool warning, const char *reason, const char *fmt, ...)
 {
 	json_object *meta = fvp_jget(obj, "metadata"), *ev, *m, *io, *src, *reply = NULL;
 	const char *ns = fvp_jstr(meta, "namespace"), *name = fvp_jstr(meta, "name"),
@@ -86,7 +166,7 @@ void fvp_event(struct fvp_events *evs, json_object *obj, bool warning, const cha
 	/* a claim has a namespace; a PV has none and its events go to "default", as client-go's */
 	bool is_pv = !ns;
 	const char *evns = is_pv ? "default" : ns;
-	char msg[EVENT_MSG_MAX], now[FVP_TIME_MAX], evname[EVENT_NAME_MAX];
+	char msg[EVENT_MSG_MAX], now[FVP_TIME_MAX], evname[EVENT_NAME_MAX], subject[600];
 	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	struct timespec ts;
 	va_list ap;
@@ -95,10 +175,15 @@ void fvp_event(struct fvp_events *evs, json_object *obj, bool warning, const cha
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (is_pv)
-		fvp_log_info("%s PV %s: %s", reason, name ? name : "?", msg);
-	else
-		fvp_log_info("%s %s/%s: %s", reason, ns, name ? name : "?", msg);
+	snprintf(subject, sizeof(subject), "%s%s%s", is_pv ? "" : ns, is_pv ? "" : "/",
+		 name ? name : "?");
+	/* client-go's recorder logs every event so; the source line is the caller's */
+	fvp_logs_at(warning ? FVP_WARNING : FVP_INFO, file, line, "Event occurred",
+		    (const char *[]){ "object", subject, "kind",
+				      is_pv ? "PersistentVolume" : "PersistentVolumeClaim", "type",
+				      warning ? "Warning" : "Normal", "reason", reason, "message",
+				      msg },
+		    10);
 	if (!evs->k || !fvp_safe_name(evns) || !name || !uid || event_repeated(evs, uid, reason, msg))
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -132,19 +217,19 @@ void fvp_event(struct fvp_events *evs, json_object *obj, bool warning, const cha
 	fvp_jset(ev, "reason", reason);
 	fvp_jset(ev, "message", msg);
 	fvp_jset(ev, "type", warning ? "Warning" : "Normal");
-	fvp_jset(src, "component", "flexvol-provisioner");
+	fvp_jset(src, "component", FVP_COMPONENT);
 	json_object_object_add(ev, "source", src);
 	fvp_jset(ev, "firstTimestamp", now);
 	fvp_jset(ev, "lastTimestamp", now);
 	json_object_object_add(ev, "count", json_object_new_int(1));
-	fvp_jset(ev, "reportingComponent", "flexvol-provisioner");
+	fvp_jset(ev, "reportingComponent", FVP_COMPONENT);
 	fvp_jset(ev, "reportingInstance", evs->identity);
 	fvp_api_path(path, sizeof(path), FVP_API_EVENT, evns, NULL, NULL);
 	st = fvp_kube_request(evs->k, "POST", path, ev, &reply, err, sizeof(err));
 	if (st < 0)
-		fvp_log_info("event %s for %s/%s not sent: %s", reason, evns, name, err);
+		fvp_log_warning("event %s for %s/%s not sent: %s", reason, evns, name, err);
 	else if (st != 201 && st != 200)
-		fvp_log_info("event %s for %s/%s not sent: HTTP %d %s", reason, evns, name, st,
+		fvp_log_warning("event %s for %s/%s not sent: HTTP %d %s", reason, evns, name, st,
 			 fvp_kube_status_message(reply));
 	json_object_put(reply);
 	json_object_put(ev);

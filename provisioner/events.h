@@ -3,18 +3,34 @@
  * What the provisioner tells: one log line per action on stderr (kubectl
  * logs), and Events on claims and PVs, each the same event for the same
  * object at most every FVP_EVENT_REPEAT_S.
+ *
+ * Log lines have klog's text form, so that whatever reads the logs of
+ * Kubernetes' own components reads ours:
+ *
+ *	I1204 01:02:03.123456   12345 provision.c:266] "Event occurred" object="ns/c" ...
+ *
+ * a severity letter (I info, W warning, E error), month and day, the UTC
+ * time to the microsecond, the process id padded to 7, the source file and
+ * line, "]", then the message: free text (klog's Infof), or a quoted message
+ * and key="value" pairs (klog's InfoS; fvp_logs()).  Control characters in
+ * a message become spaces: one line is one entry, whatever an API error or
+ * an object's name holds.
  */
 #ifndef FVP_EVENTS_H
 #define FVP_EVENTS_H
 
 #include <json-c/json.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <time.h>
 
 #include "fv/macro.h"
 
+/* the events' source and reportingComponent, the log's name for this program */
+#define FVP_COMPONENT "flexvol-provisioner"
 #define FVP_EVENT_REPEAT_S 600 /* the same event for the same object at most every 10 min */
-#define FVP_EVENT_CACHE 256
+/* what was sent, per object and reason: a claim's Provisioning and ProvisioningFailed are two */
+#define FVP_EVENT_CACHE 512
 
 struct fvp_kube;
 
@@ -22,19 +38,42 @@ struct fvp_events {
 	struct fvp_kube *k;
 	char identity[256]; /* the pod's host name: reportingInstance */
 	struct {
-		char key[96];
-		unsigned long hash;
+		char key[96];	     /* the object's uid */
+		unsigned long reason; /* a hash of the reason */
+		unsigned long hash;  /* a hash of the message */
 		time_t when;
 	} sent[FVP_EVENT_CACHE];
 };
 
-void fvp_log_info(const char *fmt, ...) _printf_(1, 2);
+/* klog's severities: the line's first letter */
+enum fvp_severity {
+	FVP_INFO = 'I',
+	FVP_WARNING = 'W', /* something is refused or failed and is retried */
+	FVP_ERROR = 'E',   /* something failed that needs a person, or the process stops */
+};
+
+/* One free-text line from @file:@line (the macros below fill them in). */
+void fvp_log_at(enum fvp_severity sev, const char *file, int line, const char *fmt, ...)
+	_printf_(4, 5);
+#define fvp_log_info(...) fvp_log_at(FVP_INFO, __FILE__, __LINE__, __VA_ARGS__)
+#define fvp_log_warning(...) fvp_log_at(FVP_WARNING, __FILE__, __LINE__, __VA_ARGS__)
+#define fvp_log_error(...) fvp_log_at(FVP_ERROR, __FILE__, __LINE__, __VA_ARGS__)
+
+/*
+ * One structured line: "@msg" then key="value" for each pair of @kv (@n
+ * strings: key, value, key, value...; a NULL value is skipped).  Values are
+ * quoted and escaped as klog quotes them.
+ */
+void fvp_logs_at(enum fvp_severity sev, const char *file, int line, const char *msg,
+		 const char *const *kv, size_t n);
 
 /*
  * Post an Event about @obj (a claim or a PV, its kind read from the object)
- * and log it.  @warning: type Warning, else Normal.
+ * and log it (a Warning event as a warning line, from the caller's line).
+ * @warning: type Warning, else Normal.
  */
-void fvp_event(struct fvp_events *ev, json_object *obj, bool warning, const char *reason,
-	   const char *fmt, ...) _printf_(5, 6);
+void fvp_event_at(const char *file, int line, struct fvp_events *ev, json_object *obj,
+		  bool warning, const char *reason, const char *fmt, ...) _printf_(7, 8);
+#define fvp_event(...) fvp_event_at(__FILE__, __LINE__, __VA_ARGS__)
 
 #endif

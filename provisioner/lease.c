@@ -167,14 +167,14 @@ static int try_once(struct fvp_lease *l, bool release)
 			observe(l, reply);
 		json_object_put(reply);
 		if (st < 0)
-			fvp_log_info("lease %s/%s: %s", l->cfg.ns, l->cfg.name, err);
+			fvp_log_warning("lease %s/%s: %s", l->cfg.ns, l->cfg.name, err);
 		return st == 201 || st == 200 ? 1 : st == 409 ? 0 : st < 0 ? st : -EIO;
 	}
 	if (st != 200 || !lease) {
 		if (st < 0)
-			fvp_log_info("lease %s/%s: %s", l->cfg.ns, l->cfg.name, err);
+			fvp_log_warning("lease %s/%s: %s", l->cfg.ns, l->cfg.name, err);
 		else if (st != 404)
-			fvp_log_info("lease %s/%s: HTTP %d %s", l->cfg.ns, l->cfg.name, st,
+			fvp_log_warning("lease %s/%s: HTTP %d %s", l->cfg.ns, l->cfg.name, st,
 				 fvp_kube_status_message(lease));
 		json_object_put(lease);
 		return st == 404 ? 0 : st < 0 ? st : -EIO;
@@ -217,9 +217,9 @@ static int try_once(struct fvp_lease *l, bool release)
 	if (st == 200)
 		observe(l, reply);
 	else if (st < 0)
-		fvp_log_info("lease %s/%s: update: %s", l->cfg.ns, l->cfg.name, err);
+		fvp_log_warning("lease %s/%s: update: %s", l->cfg.ns, l->cfg.name, err);
 	else if (st != 409)
-		fvp_log_info("lease %s/%s: update: HTTP %d %s", l->cfg.ns, l->cfg.name, st,
+		fvp_log_warning("lease %s/%s: update: HTTP %d %s", l->cfg.ns, l->cfg.name, st,
 			 fvp_kube_status_message(reply));
 	json_object_put(reply);
 	if (release)
@@ -245,7 +245,7 @@ static void *renewer(void *arg)
 		}
 		if (r == 0 || mono_ms() - last_ok >= (uint64_t)l->cfg.renew_deadline_s * 1000) {
 			fvp_flag_set(&held, 0);
-			fvp_log_info("lease %s/%s: %s: no longer the leader", l->cfg.ns, l->cfg.name,
+			fvp_log_warning("lease %s/%s: %s: no longer the leader", l->cfg.ns, l->cfg.name,
 				 r == 0 ? "another holder has it" : "not renewed within the deadline");
 			l->lost(l->ud);
 			break;

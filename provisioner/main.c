@@ -30,6 +30,9 @@
 #include "metrics.h"
 
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+/* --http-endpoint's defaults: the agent's differs, for a node that runs both on its network */
+#define FVP_CONTROLLER_HTTP ":8080"
+#define FVP_AGENT_HTTP ":8090"
 /* The lease's namespace, name and holder: DNS subdomains, at most 253 bytes */
 #define DNS_NAME_MAX 254
 
@@ -41,7 +44,7 @@ static struct fvp_prov p;
 static void on_lost(void *ud)
 {
 	(void)ud;
-	fvp_log_info("leadership lost: exiting so that only the new leader works");
+	fvp_log_error("leadership lost: exiting so that only the new leader works");
 	_exit(1);
 }
 
@@ -136,7 +139,7 @@ static void usage(FILE *f)
 		"                           [--record-owners]\n"
 		"                           [--provisioners LIST] [--capacity-namespace NS]\n"
 		"       flexvol-provisioner --node-agent [--node NAME] [--loop-root DIR] [--interval SECONDS]\n"
-		"                           [--capacity-namespace NS] [--server URL ...]\n"
+		"                           [--capacity-namespace NS] [--http-endpoint ADDR] [--server URL ...]\n"
 		"\n"
 		"Provisions a volume and a PV for each claim of a StorageClass whose\n"
 		"provisioner is one of:");
@@ -177,14 +180,15 @@ static void usage(FILE *f)
 		"                  and publish the loop root's space\n"
 		"  --node NAME     this node (default $NODE_NAME)\n"
 		"  --loop-root DIR the loop driver's root on this node (default /var/lib/flexvol/loop)\n"
-		"  --interval N    seconds between two passes (default 10)\n");
+		"  --interval N    seconds between two passes (default 10)\n"
+		"  --http-endpoint ADDR  /metrics, /healthz, /readyz (default " FVP_AGENT_HTTP ")\n");
 }
 
 /* What the command line asks for, besides the settings kept in p (parse_options()). */
 struct options {
 	struct fvp_kube_config kc;
 	const char *root;		/* --root: the share, mounted */
-	const char *http;		/* --http-endpoint, or "" */
+	const char *http;		/* --http-endpoint ("": none), NULL: the mode's default */
 	struct fvp_lease_config lc;
 	struct fvp_agent ag;
 	bool agent;			/* --node-agent */
@@ -320,15 +324,33 @@ static int parse_options(int argc, char **argv, struct options *o)
 	return -1;
 }
 
-/* --node-agent: make, preallocate and reclaim this node's images until stopped. */
+/*
+ * --node-agent: make, preallocate and reclaim this node's images until
+ * stopped; /metrics, /healthz and /readyz for the container's probes.
+ */
 static int run_agent(struct options *o)
 {
+	struct fvp_httpd_config hc = { .health = fvp_agent_health, .ud = &o->ag };
+	struct fvp_httpd *httpd = NULL;
+	char err[FVP_KUBE_ERR_MAX];
 	int r;
 
 	o->ag.capacity_ns = p.site.capacity_ns;
 	o->ag.ev.k = p.k;
 	snprintf(o->ag.ev.identity, sizeof(o->ag.ev.identity), "%s", o->ag.node);
+	fvp_metrics_set_agent(true);
+	/* the agent's own port: on a host-network DaemonSet it shares the node with the provisioner's */
+	hc.address = o->http ? o->http : FVP_AGENT_HTTP;
+	if (*hc.address) {
+		r = fvp_httpd_start(&hc, &httpd, err, sizeof(err));
+		if (r < 0) {
+			fprintf(stderr, "flexvol-provisioner: %s\n", err);
+			fvp_kube_free(p.k);
+			return 2;
+		}
+	}
 	r = fvp_agent_run(&o->ag, p.k, &stopping);
+	fvp_httpd_stop(httpd);
 	fvp_kube_free(p.k);
 	return r < 0 ? 1 : 0;
 }
@@ -361,7 +383,9 @@ static int run_controller(struct options *o)
 	}
 	fvp_flag_set(&p.healthy_at, mono_s());
 	fvp_metrics_set_gauges(fvp_ctl_gauges, &p);
-	if (o->http && *o->http) {
+	if (!o->http)
+		o->http = FVP_CONTROLLER_HTTP;
+	if (*o->http) {
 		hc.address = o->http;
 		r = fvp_httpd_start(&hc, &httpd, err, sizeof(err));
 		if (r < 0) {
@@ -409,7 +433,7 @@ static int run_controller(struct options *o)
 			 o->lc.renew_deadline_s, o->lc.retry_s);
 		r = fvp_lease_acquire(lk, &o->lc, &stopping, on_lost, NULL, &lease);
 		if (r < 0 && r != -ECANCELED) {
-			fvp_log_info("leader election failed: %s", strerror(-r));
+			fvp_log_error("leader election failed: %s", strerror(-r));
 			exit_code = 1;
 			fvp_flag_set(&stopping, 1);
 		}
@@ -436,7 +460,6 @@ int main(int argc, char **argv)
 {
 	struct options o = {
 		.root = "/persistentvolumes",
-		.http = ":8080",
 		.lc = { .duration_s = 15, .renew_deadline_s = 10, .retry_s = 2 },
 		.ag = { .loop_root = "/var/lib/flexvol/loop", .interval_s = 10 },
 	};

@@ -196,14 +196,20 @@ static int provision(struct fvp_prov *p, const struct fvp_backend *b, json_objec
 	int r, st;
 
 	r = b->class_check(&p->site, sc, err, sizeof(err));
+	if (r > 0) {
+		/* Normal: another instance (one Deployment per share) may well serve it */
+		fvp_event(&p->ev, pvc, false, "ProvisioningSkipped",
+			  "%s: left to the %s instance started with --share for that share", err,
+			  FVP_COMPONENT);
+		return 0;
+	}
+	/* work starts here: every refusal below comes after this event, as the library's */
+	fvp_event(&p->ev, pvc, false, "Provisioning", "%s is provisioning a volume for claim \"%s/%s\"",
+		  b->name, ns, name);
 	if (r < 0) {
 		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "StorageClass '%s': %s",
 		      fvp_jstr2(sc, "metadata", "name"), err);
 		return -EINVAL;
-	}
-	if (r > 0) {
-		fvp_log_info("claim %s/%s: %s: left to another instance", ns, name, err);
-		return 0;
 	}
 	if (refused(p, b, pvc, sc))
 		return -EINVAL;
@@ -256,7 +262,7 @@ static int provision(struct fvp_prov *p, const struct fvp_backend *b, json_objec
 	pv = build_pv(b, pv_name, pvc, sc, &vol);
 	fvp_volume_done(&vol);
 	if (!pv) {
-		fvp_log_info("claim %s/%s: out of memory", ns, name);
+		fvp_log_error("claim %s/%s: out of memory", ns, name);
 		json_object_put(updated);
 		return -ENOMEM;
 	}
@@ -270,7 +276,7 @@ static int provision(struct fvp_prov *p, const struct fvp_backend *b, json_objec
 		fvp_log_info("claim %s/%s: PV %s exists already (created by another replica or before a "
 			 "restart)", ns, name, pv_name);
 	} else if (st < 0) {
-		fvp_log_info("claim %s/%s: creating PV %s failed: %s (retried after a backoff)", ns,
+		fvp_log_warning("claim %s/%s: creating PV %s failed: %s (retried after a backoff)", ns,
 			 name, pv_name, err);
 	} else {
 		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "creating PV %s failed: HTTP %d %s",
@@ -294,16 +300,19 @@ static int pv_exists(struct fvp_prov *p, const char *name)
 	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
 	st = fvp_kube_request(p->k, "GET", path, NULL, NULL, err, sizeof(err));
 	if (st < 0)
-		fvp_log_info("GET PV %s: %s", name, err);
+		fvp_log_warning("GET PV %s: %s", name, err);
 	return st == 200 ? 1 : st == 404 ? 0 : st < 0 ? st : -EIO;
 }
 
 /*
  * Which class serves @pvc: 1 with *ret_sc and *ret_b when it is one of our
- * backends', 0 when not, <0 on an API error.
+ * backends', 0 when not, <0 on an API error.  When the controller-manager
+ * handed the claim to one of our backends but its class does not serve it
+ * (gone, or naming another provisioner), @why (may be NULL) says so; else
+ * it is left empty.
  */
 static int claim_is_ours(struct fvp_prov *p, json_object *pvc, json_object **ret_sc,
-			 const struct fvp_backend **ret_b)
+			 const struct fvp_backend **ret_b, char *why, size_t whylen)
 {
 	json_object *ann = fvp_jget(fvp_jget(pvc, "metadata"), "annotations");
 	const char *prov = fvp_jstr(ann, FVP_ANN_SP), *cls;
@@ -311,6 +320,8 @@ static int claim_is_ours(struct fvp_prov *p, json_object *pvc, json_object **ret
 	int r;
 
 	*ret_sc = NULL;
+	if (why)
+		why[0] = '\0';
 	if (!prov)
 		prov = fvp_jstr(ann, FVP_ANN_SP_BETA);
 	/*
@@ -321,10 +332,20 @@ static int claim_is_ours(struct fvp_prov *p, json_object *pvc, json_object **ret
 	if (!prov || !fvp_ctl_backend(prov))
 		return 0;
 	cls = claim_class(pvc);
-	if (!cls || !*cls)
+	if (!cls || !*cls) {
+		if (why)
+			snprintf(why, whylen, "the claim was handed to %s but names no StorageClass", prov);
 		return 0;
+	}
 	r = fvp_ctl_get_class(p, cls, ret_sc, &b);
+	if (r == 0 && why)
+		snprintf(why, whylen, "the claim was handed to %s, but StorageClass '%s' does not "
+			 "exist (deleted?) or names another provisioner: nothing is provisioned until "
+			 "it names %s again", prov, cls, prov);
 	if (r == 1 && !streq(prov, b->name)) {
+		if (why)
+			snprintf(why, whylen, "the claim was handed to %s, but StorageClass '%s' names "
+				 "%s", prov, cls, b->name);
 		json_object_put(*ret_sc);
 		*ret_sc = NULL;
 		return 0;
@@ -349,7 +370,7 @@ static int remove_unused_asset(struct fvp_prov *p, json_object *pvc)
 
 	if (!uid || !fvp_safe_name(uid) || strlen(uid) > 64)
 		return 0;
-	r = claim_is_ours(p, pvc, &sc, &b);
+	r = claim_is_ours(p, pvc, &sc, &b, NULL, 0);
 	if (r <= 0)
 		return r;
 	snprintf(pv_name, sizeof(pv_name), "pvc-%s", uid);
@@ -361,7 +382,7 @@ static int remove_unused_asset(struct fvp_prov *p, json_object *pvc)
 			fvp_log_info("claim %s/%s deleted before its PV was made: %s",
 				 fvp_jstr(meta, "namespace"), fvp_jstr(meta, "name"), err);
 		else if (r < 0)
-			fvp_log_info("claim %s/%s deleted: %s", fvp_jstr(meta, "namespace"),
+			fvp_log_warning("claim %s/%s deleted: %s", fvp_jstr(meta, "namespace"),
 				 fvp_jstr(meta, "name"), err);
 	}
 	json_object_put(sc);
@@ -392,7 +413,7 @@ int fvp_ctl_claim_changed(struct fvp_prov *p, json_object *pvc)
 	const char *uid = fvp_jstr(meta, "uid"), *phase = fvp_jstr2(pvc, "status", "phase"),
 		   *vol = fvp_jstr2(pvc, "spec", "volumeName");
 	const struct fvp_backend *b = NULL;
-	char pv_name[FVP_PV_NAME_MAX];
+	char pv_name[FVP_PV_NAME_MAX], why[FVP_ERR_MAX];
 	int r;
 
 	if (!uid || strlen(uid) > 64 || !fvp_safe_name(uid))
@@ -407,8 +428,11 @@ int fvp_ctl_claim_changed(struct fvp_prov *p, json_object *pvc)
 			return fvp_ctl_claim_resize(p, pvc);
 		return 0;
 	}
-	r = claim_is_ours(p, pvc, &sc, &b);
+	r = claim_is_ours(p, pvc, &sc, &b, why, sizeof(why));
 	if (r <= 0) {
+		/* handed to us, and no class of ours: kubectl describe says why it stays Pending */
+		if (r == 0 && why[0])
+			fvp_event(&p->ev, pvc, true, "ProvisioningSkipped", "%s", why);
 		/* no longer ours (its class is gone or changed): do not hold it */
 		if (r == 0 && has_finalizer(pvc))
 			(void)set_finalizer(p, pvc, false, NULL);
@@ -430,7 +454,8 @@ int fvp_ctl_claim_changed(struct fvp_prov *p, json_object *pvc)
 		double t0 = fvp_ctl_now_s();
 
 		r = provision(p, b, pvc, sc, pv_name);
-		fvp_metrics_observe(FVP_M_PROVISION, r == 0, fvp_ctl_now_s() - t0);
+		fvp_metrics_observe(FVP_M_PROVISION, b->name, fvp_jstr2(sc, "metadata", "name"), r == 0,
+				    fvp_ctl_now_s() - t0);
 	} else if (r == 1) {
 		r = has_finalizer(pvc) && set_finalizer(p, pvc, false, NULL) == -EIO ? -EIO : 0;
 	}

@@ -73,14 +73,14 @@ static int delete_pv(struct fvp_prov *p, const char *name, const char *uid, json
 	}
 	if (st == 409) {
 		/* the uid precondition failed: a new PV of that name is not ours to delete */
-		fvp_log_info("PV %s: re-created meanwhile (uid differs): not deleted", name);
+		fvp_log_warning("PV %s: re-created meanwhile (uid differs): not deleted", name);
 		json_object_put(reply);
 		return 1;
 	}
 	if (st < 0)
-		fvp_log_info("PV %s: delete failed: %s", name, err);
+		fvp_log_warning("PV %s: delete failed: %s", name, err);
 	else
-		fvp_log_info("PV %s: delete failed: HTTP %d %s", name, st, fvp_kube_status_message(reply));
+		fvp_log_warning("PV %s: delete failed: HTTP %d %s", name, st, fvp_kube_status_message(reply));
 	json_object_put(reply);
 	return st < 0 ? st : -EIO;
 }
@@ -127,7 +127,7 @@ static int reclaim_on_node(struct fvp_prov *p, json_object *pv)
 	fvp_api_select(path, sizeof(path), FVP_API_NODE, "kubernetes.io/hostname", host);
 	st = fvp_kube_request(p->k, "GET", path, NULL, &list, err, sizeof(err));
 	if (st != 200 || !list) {
-		fvp_log_info("PV %s: cannot list nodes: %s", name, st < 0 ? err : fvp_kube_status_message(list));
+		fvp_log_warning("PV %s: cannot list nodes: %s", name, st < 0 ? err : fvp_kube_status_message(list));
 		json_object_put(list);
 		return -EIO;
 	}
@@ -173,7 +173,8 @@ int fvp_ctl_pv_changed(struct fvp_prov *p, json_object *pv)
 	json_object *meta = fvp_jget(pv, "metadata"), *spec = fvp_jget(pv, "spec"), *reply = NULL;
 	const char *name = fvp_jstr(meta, "name"), *uid = fvp_jstr(meta, "uid"),
 		   *phase = fvp_jstr2(pv, "status", "phase"),
-		   *policy = fvp_jstr(spec, "persistentVolumeReclaimPolicy");
+		   *policy = fvp_jstr(spec, "persistentVolumeReclaimPolicy"),
+		   *cls = fvp_jstr(spec, "storageClassName"); /* the metrics' label */
 	const struct fvp_backend *b = fvp_ctl_backend(fvp_jstr(fvp_jget(meta, "annotations"), FVP_ANN_PROVISIONED_BY));
 	bool deleting = fvp_jget(meta, "deletionTimestamp") != NULL, fin = has_pv_finalizer(pv);
 	bool finished = false; /* this call ended the PV (metrics: one success per reclaim) */
@@ -209,7 +210,7 @@ int fvp_ctl_pv_changed(struct fvp_prov *p, json_object *pv)
 	r = reclaim_asset(p, b, pv);
 	if (r != 0) {
 		if (r < 0)
-			fvp_metrics_observe(FVP_M_DELETE, false, fvp_ctl_now_s() - t0);
+			fvp_metrics_observe(FVP_M_DELETE, b->name, cls, false, fvp_ctl_now_s() - t0);
 		return r < 0 ? r : 0;
 	}
 	if (!deleting) {
@@ -233,7 +234,7 @@ int fvp_ctl_pv_changed(struct fvp_prov *p, json_object *pv)
 	r = r == -EIO ? -EIO : 0;
 out:
 	if (r < 0 || finished)
-		fvp_metrics_observe(FVP_M_DELETE, r >= 0, fvp_ctl_now_s() - t0);
+		fvp_metrics_observe(FVP_M_DELETE, b->name, cls, r >= 0, fvp_ctl_now_s() - t0);
 	json_object_put(reply);
 	return r < 0 ? r : 0;
 }

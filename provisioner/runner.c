@@ -118,7 +118,7 @@ static void seen(struct runner *rn, enum kind k, json_object *obj, bool deleted)
 	else
 		json_object_object_add(rn->cache[k], key, json_object_get(obj));
 	if (fvp_queue_add(rn->p->queue, key, k, deleted, obj) < 0)
-		fvp_log_info("%s %s: out of memory, not queued", res[k].name, key);
+		fvp_log_error("%s %s: out of memory, not queued", res[k].name, key);
 }
 
 /*
@@ -150,9 +150,9 @@ static int list_all(struct runner *rn, enum kind k)
 		st = fvp_kube_request(rn->p->k, "GET", path, NULL, &list, err, sizeof(err));
 		if (st < 0 || st != 200 || !list) {
 			if (st < 0)
-				fvp_log_info("list %s: %s", base, err);
+				fvp_log_warning("list %s: %s", base, err);
 			else
-				fvp_log_info("list %s: HTTP %d %s", base, st, fvp_kube_status_message(list));
+				fvp_log_warning("list %s: HTTP %d %s", base, st, fvp_kube_status_message(list));
 			json_object_put(list);
 			json_object_put(fresh);
 			return st < 0 ? st : st == 410 ? -ESTALE : -EIO;
@@ -212,7 +212,7 @@ static int on_event(struct runner *rn, enum kind k, const char *type, json_objec
 		/* {"kind":"Status","code":410,"reason":"Expired",...}: the resourceVersion is gone */
 		json_object *code = fvp_jget(obj, "code");
 
-		fvp_log_info("%s watch: %s (%d %s)", res[k].name, fvp_kube_status_message(obj),
+		fvp_log_warning("%s watch: %s (%d %s)", res[k].name, fvp_kube_status_message(obj),
 			 code ? json_object_get_int(code) : 0, fvp_jstr(obj, "reason") ?: "");
 		if (code && json_object_get_int(code) == 410)
 			rn->expired = true;
@@ -295,7 +295,7 @@ int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 		qc.max_ms = qc.base_ms;
 	r = fvp_queue_new(&qc, &q);
 	if (r < 0) {
-		fvp_log_info("cannot start the workers: %s", strerror(-r));
+		fvp_log_error("cannot start the workers: %s", strerror(-r));
 		return r;
 	}
 	pthread_mutex_lock(&gauge_lock);
@@ -322,7 +322,7 @@ int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 			if (r == 0)
 				r = list_all(&rn, CLAIM);
 			if (r < 0) {
-				fvp_log_info("list failed (re-list failed); next try in %u s", backoff);
+				fvp_log_warning("list failed (re-list failed); next try in %u s", backoff);
 				pause_s(&rn, backoff);
 				backoff = backoff >= 30 ? 60 : backoff * 2;
 				continue;
@@ -351,7 +351,7 @@ int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 			fvp_kube_watch_clear(p->k);
 			watching[CLAIM] = watching[PV] = false;
 			listed = false;
-			fvp_log_info("cannot start watches: %s; next try in %u s", strerror(-r), backoff);
+			fvp_log_warning("cannot start watches: %s; next try in %u s", strerror(-r), backoff);
 			pause_s(&rn, backoff);
 			backoff = backoff >= 30 ? 60 : backoff * 2;
 			continue;

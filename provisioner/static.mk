@@ -56,7 +56,8 @@ check-static-provisioner: static-provisioner
 ifeq ($(STATIC_CROSS),)
 	$(Q)python3 tests/provisioner/run.py --build $(STATIC_O) --chroot \
 		-k provision_basic -k https -k delete_ -k restart_between -k watch_expired \
-		-k static_smoke -k leader_election -k metrics_and_probes -k plain_http -k reclaim_only_owned
+		-k static_smoke -k leader_election -k metrics_and_probes -k plain_http -k reclaim_only_owned \
+		-k metrics_labels_build_process -k log_lines_klog
 else
 	$(Q)python3 tests/provisioner/run.py --build $(STATIC_O) --chroot \
 		--emulator "$$(command -v $(STATIC_QEMU))" -k static_smoke

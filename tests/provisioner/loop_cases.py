@@ -429,3 +429,33 @@ def register(R):
         wait_for(lambda: e.bound(c), "loop claim bound")
         time.sleep(1)
         check(e.pv_of(n) is None, "an nfs claim provisioned by a loop-only instance")
+
+    @case
+    def loop_agent_health(e):
+        """the node agent serves /healthz, /readyz and /metrics (its passes, build_info, process
+        metrics; not the controller's series): ready once its report is published; while the
+        API refuses it, live but not ready, saying why; ready again after"""
+        node(e)
+        start_agent(e)
+        url = R.http_url(e, 0)
+        wait_for(lambda: report(e), "the agent's first report")
+        wait_for(lambda: R.http_get(url + "/readyz")[0] == 200, "ready")
+        check(R.http_get(url + "/healthz")[:2] == (200, "ok\n"), "live")
+        body = R.http_get(url + "/metrics")[1]
+        check(R.metric(body, 'flexvol_provisioner_agent_passes_total{result="success"}') >= 1, body)
+        check(R.metric(body, "flexvol_provisioner_agent_last_success_timestamp_seconds") > 0, body)
+        check("flexvol_provisioner_build_info{" in body and "process_cpu_seconds_total" in body,
+              "build_info and process metrics")
+        check("flexvol_provisioner_provision_total" not in body and
+              "flexvol_provisioner_leader" not in body, "no controller series")
+        # the API refuses the agent's list of its PVs: not ready, and why; still live
+        e.st.throttle("GET", "/api/v1/persistentvolumes", n=10000, retry_after=0)
+        st, why, _ = wait_for(lambda: (lambda r: r if r[0] == 503 else None)(
+            R.http_get(url + "/readyz")), "not ready while the API refuses")
+        check("API" in why, "says why: %r" % why)
+        check(R.http_get(url + "/healthz")[0] == 200, "live all the same")
+        check(R.metric(R.http_get(url + "/metrics")[1],
+                       'flexvol_provisioner_agent_passes_total{result="failure"}') >= 1, "failures counted")
+        with e.st.lock:
+            e.st.throttles.clear()
+        wait_for(lambda: R.http_get(url + "/readyz")[0] == 200, "ready again")

@@ -843,21 +843,24 @@ def metrics_and_probes(e):
     wait_for(lambda: e.pv_of(ok) is None, "reclaimed")
     st, body, ctype = http_get(url + "/metrics")
     check(st == 200 and ctype.startswith("text/plain; version=0.0.4"), "content type %s" % ctype)
-    check(metric(body, 'flexvol_provisioner_provision_total{result="success"}') == 1, body)
-    check(metric(body, 'flexvol_provisioner_provision_total{result="failure"}') >= 1, body)
+    nfs = 'backend="%s",class="nfs"' % PROV
+    check(metric(body, 'flexvol_provisioner_provision_total{%s,result="success"}' % nfs) == 1, body)
+    check(metric(body, 'flexvol_provisioner_provision_total{backend="%s",class="bad",'
+                       'result="failure"}' % PROV) >= 1, body)
     # counted a moment after the PV delete returns (slower on a sanitizer build)
     wait_for(lambda: metric(http_get(url + "/metrics")[1],
-                            'flexvol_provisioner_delete_total{result="success"}') == 1,
+                            'flexvol_provisioner_delete_total{%s,result="success"}' % nfs) == 1,
              "the delete counted")
-    check(metric(body, "flexvol_provisioner_provision_duration_seconds_count") >= 2, body)
-    check(metric(body, 'flexvol_provisioner_provision_duration_seconds_bucket{le="+Inf"}') ==
-          metric(body, "flexvol_provisioner_provision_duration_seconds_count"), "histogram")
+    check(metric(body, "flexvol_provisioner_provision_duration_seconds_count{%s}" % nfs) >= 1, body)
+    check(metric(body, 'flexvol_provisioner_provision_duration_seconds_bucket{%s,le="+Inf"}' % nfs) ==
+          metric(body, "flexvol_provisioner_provision_duration_seconds_count{%s}" % nfs), "histogram")
     check(metric(body, "flexvol_provisioner_queue_depth") >= 1, "the failing claim waits: %s" %
           metric(body, "flexvol_provisioner_queue_depth"))
     check(metric(body, "flexvol_provisioner_leader") == 1, "leader")
     check("# TYPE flexvol_provisioner_provision_duration_seconds histogram" in body, "TYPE line")
     for line in body.splitlines():
-        check(line.startswith("#") or re.match(r"^[a-z_]+(\{[a-z]+=\"[^\"]*\"\})? [0-9.e+-]+$", line),
+        check(line.startswith("#") or
+              re.match(r'^[a-z_]+(\{[a-z]+="[^"]*"(,[a-z]+="[^"]*")*\})? [0-9.e+-]+$', line),
               "exposition line: %r" % line)
     for path in ("/healthz", "/readyz"):
         st, body, _ = http_get(url + path)
@@ -1278,6 +1281,151 @@ def half_started_watches(e):
     c = e.pvc("after")
     wait_for(lambda: e.bound(c), "bound once the watches start", 30)
     check("Argument list too long" not in e.log(), "no watch leaked")
+
+
+# --- what Kubernetes users expect of a provisioner: events, log lines, metrics ---------------
+
+# klog's header: severity, mmdd, UTC time to the microsecond, pid padded to 7, file:line]
+KLOG = re.compile(r"^([IWE])(\d{4}) (\d\d:\d\d:\d\d\.\d{6}) +(\d+) ([a-z-]+\.c):(\d+)\] (.*)$")
+
+
+def klog_lines(text):
+    """every line of @text parsed as klog's; a line that is not fails"""
+    out = []
+    for line in text.splitlines():
+        m = KLOG.match(line)
+        check(m, "not a klog line: %r" % line)
+        out.append(m)
+    return out
+
+
+@case
+def log_lines_klog(e):
+    """every log line has klog's header (severity I/W/E, time, pid, source file:line); events
+    are structured lines ("Event occurred" object=... reason=... message=...), a Warning event
+    a W line; a failure to reach the API server a W line; quotes in values escaped"""
+    e.sc()
+    e.sc(name="bad", params={"server": "s", "share": "/x", "colour": "blue"})
+    p = e.start()
+    ok = e.pvc("ok")
+    bad = e.pvc("bad", sc="bad")
+    wait_for(lambda: e.bound(ok), "bound")
+    wait_for(lambda: e.events(bad, "ProvisioningFailed"), "failure event")
+    wait_for(lambda: "ProvisioningSucceeded" in e.log(), "the success logged")
+    lines = klog_lines(e.log())
+    check(all(int(m.group(4)) == p.pid for m in lines if m.group(5) != "backend-nfs.c"),
+          "the pid is the provisioner's (a storage child logs its own)")
+    ev = [m for m in lines if m.group(7).startswith('"Event occurred" ')]
+    succ = [m for m in ev if 'reason="ProvisioningSucceeded"' in m.group(7)]
+    fail = [m for m in ev if 'reason="ProvisioningFailed"' in m.group(7)]
+    check(succ and succ[0].group(1) == "I" and 'type="Normal"' in succ[0].group(7) and
+          'object="default/ok"' in succ[0].group(7) and
+          'kind="PersistentVolumeClaim"' in succ[0].group(7), "success: an I line: %s" % succ)
+    check(succ[0].group(5) == "provision.c", "the caller's source line: %s" % succ[0].group(0))
+    check(fail and fail[0].group(1) == "W" and 'type="Warning"' in fail[0].group(7),
+          "failure: a W line: %s" % fail)
+    # values are quoted as klog quotes them: the quotes in the Provisioning message escaped
+    check(any(m.group(7).endswith(r'message="%s is provisioning a volume for claim \"default/ok\""'
+                                  % PROV) for m in ev), "quotes escaped: %s" % [m.group(7) for m in ev])
+    # an event the API server keeps refusing: a W line that says so
+    e.st.throttle("POST", "/api/v1/namespaces/default/events", n=3, retry_after=0)
+    late = e.pvc("late")
+    wait_for(lambda: e.bound(late), "bound")
+    warn = wait_for(lambda: [m for m in klog_lines(e.log()) if m.group(1) == "W" and
+                             "not sent" in m.group(7)], "a W line for the event not sent")
+    check("HTTP 429" in warn[0].group(7) and warn[0].group(5) == "events.c", warn[0].group(0))
+
+
+@case
+def provisioning_and_skip_events(e):
+    """a Normal "Provisioning" event when work on a claim starts (before its outcome); a refused
+    claim gets it once, not at every retry; a claim handed to us whose class is gone, or names
+    another of our provisioners, gets a ProvisioningSkipped warning (kubectl describe pvc says
+    why it is Pending); a class on another share a Normal ProvisioningSkipped"""
+    e.sc()
+    e.sc(name="bad", params={"server": "s", "share": "/x", "colour": "blue"})
+    e.sc(name="loopish", provisioner="flexvol/loop", params={})
+    e.sc(name="elsewhere", params={"server": "other.example.com", "share": "/other"})
+    e.start("--share", "nfs.example.com:/export/k8s")
+    ok = e.pvc("ok")
+    bad = e.pvc("bad", sc="bad")
+    gone = e.pvc("gone", sc="gone", provisioner=PROV)
+    loopish = e.pvc("loopish", sc="loopish", provisioner=PROV)
+    elsewhere = e.pvc("elsewhere", sc="elsewhere")
+    wait_for(lambda: e.bound(ok), "bound")
+    prov = e.events(ok, "Provisioning")
+    check(len(prov) == 1 and prov[0]["type"] == "Normal" and '"default/ok"' in prov[0]["message"]
+          and PROV in prov[0]["message"], "one Provisioning event: %s" % prov)
+    order = [x["reason"] for x in e.events(ok)]
+    check(order.index("Provisioning") < order.index("ProvisioningSucceeded"), "before: %s" % order)
+    wait_for(lambda: e.events(bad, "ProvisioningFailed"), "the refusal")
+    check(e.events(bad, "Provisioning"), "a refused claim: Provisioning too")
+    sk = wait_for(lambda: e.events(gone, "ProvisioningSkipped"), "class gone: an event")
+    check(sk[0]["type"] == "Warning" and "'gone'" in sk[0]["message"] and
+          "does not exist" in sk[0]["message"], sk[0]["message"])
+    sk = wait_for(lambda: e.events(loopish, "ProvisioningSkipped"), "another provisioner's class")
+    check(sk[0]["type"] == "Warning" and "names flexvol/loop" in sk[0]["message"], sk[0]["message"])
+    sk = wait_for(lambda: e.events(elsewhere, "ProvisioningSkipped"), "another share: an event")
+    check(sk[0]["type"] == "Normal" and "other.example.com:/other" in sk[0]["message"] and
+          "--share" in sk[0]["message"], sk[0]["message"])
+    for c in (gone, loopish, elsewhere):
+        check(e.pv_of(c) is None and not e.events(c, "Provisioning"), "skipped, not started")
+    # retries (backoff 0.5..2 s) and resyncs (5 s) repeat none of them
+    wait_for(lambda: e.st.count("GET", "/apis/storage.k8s.io/v1/storageclasses/bad") >= 4,
+             "the refused claim retried", 20)
+    time.sleep(e.resync + 0.5)
+    for c, reason in ((bad, "Provisioning"), (bad, "ProvisioningFailed"), (gone, "ProvisioningSkipped"),
+                      (elsewhere, "ProvisioningSkipped")):
+        check(len(e.events(c, reason)) == 1, "%s once for %s: %s" % (
+            reason, c["metadata"]["name"], [x["message"] for x in e.events(c, reason)]))
+    check(e.tree() == [dirname_of(ok)], "one directory: %s" % e.tree())
+
+
+@case
+def metrics_labels_build_process(e):
+    """provision counts and durations labelled by backend and class (bounded: past 48 classes
+    the rest count as class="_other", never a series per claim); flexvol_provisioner_build_info
+    with the version; Prometheus' process metrics (CPU, descriptors, memory, start time)"""
+    n = 52
+    for i in range(n):
+        e.sc(name="bad%02d" % i, params={"server": "s", "share": "/x", "colour": "blue"})
+    e.sc()
+    p = e.start()
+    t0 = time.time()
+    url = http_url(e, 0)
+    ok = e.pvc("ok")
+    wait_for(lambda: e.bound(ok), "bound")
+    claims = [e.pvc("c%02d" % i, sc="bad%02d" % i) for i in range(n)]
+    for c in claims:
+        wait_for(lambda c=c: e.events(c, "ProvisioningFailed"), "refused", 30)
+    body = wait_for(lambda: (lambda b: b if metric(
+        b, 'flexvol_provisioner_provision_total{backend="%s",class="nfs",result="success"}' % PROV)
+        == 1 else None)(http_get(url + "/metrics")[1]), "the success counted")
+    classes = set(re.findall(r'^flexvol_provisioner_provision_total\{backend="[^"]*",class="([^"]*)",'
+                             r'result="failure"\}', body, re.M))
+    check(len(classes) <= 49 and "_other" in classes, "bounded: %d classes %s" % (len(classes), classes))
+    fails = sum(float(v) for v in re.findall(
+        r'^flexvol_provisioner_provision_total\{[^}]*result="failure"\} (\S+)$', body, re.M))
+    check(fails >= n, "every failure counted: %s" % fails)
+    check("pvc-" not in body and "c00" not in body, "no claim in a label")
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))), "VERSION")) as f:
+        version = f.read().strip()
+    m = re.search(r'^flexvol_provisioner_build_info\{version="([^"]*)",compiler="[^"]+",'
+                  r'arch="(amd64|arm64|other)"\} 1$', body, re.M)
+    check(m and m.group(1).startswith(version), "build_info: %s" % (m and m.group(0)))
+    check("# TYPE process_cpu_seconds_total counter" in body, "process CPU")
+    check(metric(body, "process_cpu_seconds_total") > 0, "CPU spent")
+    check(metric(body, "process_max_fds") >= 64, "descriptor limit")
+    if not CHROOT:  # /proc: not in the empty chroot
+        fds = len(os.listdir("/proc/%d/fd" % p.pid))
+        check(abs(metric(body, "process_open_fds") - fds) <= 8, "open fds %s ~ %d" % (
+            metric(body, "process_open_fds"), fds))
+        check(1 << 20 < metric(body, "process_resident_memory_bytes") < 1 << 30, "RSS")
+        check(metric(body, "process_virtual_memory_bytes") >= metric(body, "process_resident_memory_bytes"),
+              "virtual >= resident")
+        check(abs(metric(body, "process_start_time_seconds") - t0) < 5, "start time %s ~ %s" % (
+            metric(body, "process_start_time_seconds"), t0))
 
 
 # the flexvol/loop cases (controller and node agent) live in their own file
