@@ -627,6 +627,40 @@ def guest_mode(t, g, mode):
     g.wait_op("init", gpos, "iscsi", timeout=180)
 
 
+def chap_portal_listed(t):
+    """The guest's portal added to the admission policy's chapPortals (ConfigMap
+    kube-system/flexvol-policy, when the install has the policy), as an administrator lists a
+    target that may receive CHAP credentials; returns the value to restore (None: no policy)."""
+    r = t.k("-n", "kube-system", "get", "cm", "flexvol-policy", "-o", "json", check=False)
+    if r.returncode != 0:
+        return None
+    old = json.loads(r.stdout).get("data", {}).get("chapPortals", "")
+    new = ", ".join(p for p in (old.strip(), PORTAL) if p)
+    t.k("-n", "kube-system", "patch", "cm", "flexvol-policy", "--type=merge", "-p",
+        json.dumps({"data": {"chapPortals": new}}))
+    return old
+
+
+def chap_portals_restored(t, old):
+    if old is not None:
+        t.k("-n", "kube-system", "patch", "cm", "flexvol-policy", "--type=merge", "-p",
+            json.dumps({"data": {"chapPortals": old}}), check=False)
+
+
+def admitted(t, fn):
+    """@fn (creating a PV) retried while the API server still holds the policy's old
+    parameters (it takes in a changed ConfigMap within a second or so)"""
+    def once():
+        try:
+            fn()
+            return True
+        except RuntimeError as x:  # cluster.sh: kubectl's exit
+            if "denied request" not in str(x):
+                raise
+            return False
+    C.wait_for("the policy's new parameters in force", once, 30, 1)
+
+
 def case_vmnode_iscsi_node(t):
     """iSCSI in node mode (no attach controller), CHAP from the PV's Secret (the target that
     requires it): only mount and unmount in the guest's driver log (login, reservation, mkfs,
@@ -640,9 +674,10 @@ def case_vmnode_iscsi_node(t):
              "data": {"session.username": base64.b64encode(CHAP_USER.encode()).decode(),
                       "session.password": base64.b64encode(CHAP_SECRET.encode()).decode()}})
     gpos = g.logpos()
-    flex_pv(t, pv, "iscsi", {"targetPortal": PORTAL, "iqn": IQN2, "lun": "1"}, "ReadWriteOnce", fs="ext4",
-            secret="vm-chap")
+    portals = chap_portal_listed(t)
     try:
+        admitted(t, lambda: flex_pv(t, pv, "iscsi", {"targetPortal": PORTAL, "iqn": IQN2, "lun": "1"},
+                                    "ReadWriteOnce", fs="ext4", secret="vm-chap"))
         run_pod(t, g, "vm-iscsi-n", "echo node > /data/f && sync && echo WROTE && sleep 3600", pv, "WROTE")
         g.wait_op("mount", gpos, "iscsi")
         calls = {o["op"] for o in g.ops(gpos) if o["driver"] == "iscsi"}
@@ -656,6 +691,7 @@ def case_vmnode_iscsi_node(t):
         delete_pods(t, "vm-iscsi-n")
         t.drop_pv(pv)
         t.delete("secret", "vm-chap")
+        chap_portals_restored(t, portals)
     check(CHAP_SECRET not in g.read(GUEST_DRIVER_LOG)[0], "the CHAP secret is in the guest's driver log")
 
 
