@@ -567,7 +567,7 @@ def _iscsi_gone(g, iqn):
 
 def _iscsi_in_use(t, g, pv, pod, iqn, mode):
     """the pod runs: a session to the target, the LUN's disk in /sys/block, mounted (the pod dir;
-    in controller mode also the global mount), the node's key holds a WRITE EXCLUSIVE -
+    in controller mode also the global mount, in node mode the driver's device mount), the node's key holds a WRITE EXCLUSIVE -
     REGISTRANTS ONLY reservation"""
     s = [x for x in g.sessions() if iqn in x]
     check(len(s) == 1, f"sessions to {iqn}: {g.sessions()}")
@@ -578,6 +578,11 @@ def _iscsi_in_use(t, g, pv, pod, iqn, mode):
     want = [pod_volume_dir(t, pod, "iscsi", pv)]
     if mode == "controller":
         want.append(C.p("kubelet", "plugins", "kubernetes.io", "flexvolume", "flexvol", "iscsi", "mounts", pv))
+    else:
+        # node mode: the driver's own device mount, <run_dir>/iscsi/mounts/<name>/<ident>
+        # (docs/design.md, "Node mode keys"; the lane's run_dir: cluster.py's FLEXVOL_RUN_DIR)
+        own = os.path.join(C.RUN, "flexvol", "iscsi", "mounts", pv) + "/"
+        want += [m for m in mps if m.startswith(own) and "/" not in m[len(own):]][:1]
     check(sorted(want) == mps, f"mounts of {dev}: {mps}, want {sorted(want)}")
     keys, res = g.pr_state(dev)
     key = pr_key(g.initiator)
