@@ -135,8 +135,11 @@ def make_cert(d):
 class RealApiServer:
     """etcd, kube-apiserver and the controller-manager's PV controllers, on ports of their own."""
 
-    def __init__(self, bindir, tmp):
+    def __init__(self, bindir, tmp, apiserver_args=(), kcm_args=()):
+        """@apiserver_args, @kcm_args: more flags for kube-apiserver, kube-controller-manager
+        (tests/bench/provisioner-scale.py: the audit log)."""
         self.bindir, self.tmp, self.procs = bindir, tmp, {}
+        self.apiserver_args, self.kcm_args = list(apiserver_args), list(kcm_args)
         self.cert, self.key = make_cert(tmp)
 
     def up(self):
@@ -163,7 +166,7 @@ class RealApiServer:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-account-key-file=" + sa, "--service-account-signing-key-file=" + sa,
             "--service-cluster-ip-range=10.0.0.0/24", "--endpoint-reconciler-type=none",
-            "--profiling=false", "--v=1"])
+            "--profiling=false", "--v=1"] + self.apiserver_args)
         self.api = Api(self.url, self.cert)
         end = time.monotonic() + 120
         while not self.ready():  # an exited component fails at once (alive() raises)
@@ -179,7 +182,8 @@ class RealApiServer:
         self.start("kube-controller-manager", [
             "kube-controller-manager", "--kubeconfig=" + kc, "--leader-elect=false",
             "--secure-port=0", "--use-service-account-credentials=false",
-            "--controllers=persistentvolume-binder,pvc-protection,pv-protection", "--v=1"])
+            "--controllers=persistentvolume-binder,pvc-protection,pv-protection", "--v=1"]
+            + self.kcm_args)
 
     def ready(self):
         self.alive(*self.procs)
