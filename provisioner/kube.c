@@ -339,6 +339,190 @@ static json_object *parse_json(const char *s, size_t n)
 	return o;
 }
 
+/* --- lists, decoded as they arrive ------------------------------------------------------ */
+
+/*
+ * A list body is split while it streams in: the bytes of each element of the
+ * top-level "items" array go to @item and are parsed and handed over as soon
+ * as the element is complete; every other byte (the list's kind, metadata, or
+ * a whole Status) goes to @rest with the array left empty.  Only strings and
+ * nesting are tracked; json-c parses each piece and decides what is valid.
+ */
+struct fvp_kube_listdec {
+	struct buf rest, item;
+	fvp_kube_item_fn fn;
+	void *userdata;
+	unsigned int depth;
+	bool in_str, esc, in_items, items_seen;
+	int r; /* the first error: nothing more is taken */
+};
+
+static int buf_put(struct buf *b, char c, size_t max)
+{
+	if (b->n + 2 > b->cap) {
+		size_t cap = b->cap ? b->cap * 2 : 4096;
+		char *p;
+
+		if (b->n + 2 > max)
+			return -EBADMSG;
+		if (cap > max)
+			cap = max;
+		p = realloc(b->p, cap);
+		if (!p)
+			return -ENOMEM;
+		b->p = p;
+		b->cap = cap;
+	}
+	b->p[b->n++] = c;
+	b->p[b->n] = '\0';
+	return 0;
+}
+
+/* Does @b end with the member name "items" and its colon (the array follows)? */
+static bool after_items_key(const struct buf *b)
+{
+	size_t n = b->n;
+
+	while (n && strchr(" \r\n\t", b->p[n - 1]))
+		n--;
+	if (!n || b->p[n - 1] != ':')
+		return false;
+	n--;
+	while (n && strchr(" \r\n\t", b->p[n - 1]))
+		n--;
+	return n >= 7 && !memcmp(b->p + n - 7, "\"items\"", 7) && (n == 7 || b->p[n - 8] != '\\');
+}
+
+/* The element in d->item is complete: parse it and hand it over. */
+static int item_done(struct fvp_kube_listdec *d)
+{
+	json_object *o;
+	int r = 0;
+
+	if (strspn(d->item.p ? d->item.p : "", " \r\n\t") == d->item.n) {
+		d->item.n = 0;
+		return 0;
+	}
+	o = parse_json(d->item.p, d->item.n);
+	d->item.n = 0;
+	if (!o)
+		return -EBADMSG; /* not JSON, or an element that is no object */
+	r = d->fn(d->userdata, o);
+	json_object_put(o);
+	return r;
+}
+
+struct fvp_kube_listdec *fvp_kube_listdec_new(fvp_kube_item_fn fn, void *userdata)
+{
+	struct fvp_kube_listdec *d = calloc(1, sizeof(*d));
+
+	if (d) {
+		d->fn = fn;
+		d->userdata = userdata;
+	}
+	return d;
+}
+
+void fvp_kube_listdec_free(struct fvp_kube_listdec *d)
+{
+	if (!d)
+		return;
+	free(d->rest.p);
+	free(d->item.p);
+	free(d);
+}
+
+int fvp_kube_listdec_feed(struct fvp_kube_listdec *d, const char *data, size_t n)
+{
+	for (size_t i = 0; i < n && d->r == 0; i++) {
+		char c = data[i];
+		bool to_item = d->in_items && d->depth >= 2;
+
+		if (d->in_str) {
+			if (d->esc)
+				d->esc = false;
+			else if (c == '\\')
+				d->esc = true;
+			else if (c == '"')
+				d->in_str = false;
+		} else if (c == '"') {
+			d->in_str = true;
+		} else if (c == '{' || c == '[') {
+			if (d->depth >= JSON_DEPTH + 2) {
+				d->r = -EBADMSG;
+				break;
+			}
+			if (c == '[' && d->depth == 1 && !d->items_seen && after_items_key(&d->rest)) {
+				d->in_items = d->items_seen = true;
+				d->depth++;
+				d->r = buf_put(&d->rest, c, BODY_MAX);
+				continue;
+			}
+			d->depth++;
+		} else if (c == '}' || c == ']') {
+			if (!d->depth) {
+				d->r = -EBADMSG;
+				break;
+			}
+			d->depth--;
+			if (d->in_items && d->depth == 1) {
+				/* the end of the items: the last element, then back to the rest */
+				d->in_items = false;
+				d->r = item_done(d);
+				if (d->r == 0)
+					d->r = buf_put(&d->rest, c, BODY_MAX);
+				continue;
+			}
+		} else if (c == ',' && d->in_items && d->depth == 2) {
+			d->r = item_done(d);
+			continue;
+		}
+		d->r = to_item ? buf_put(&d->item, c, EVENT_MAX) : buf_put(&d->rest, c, BODY_MAX);
+	}
+	return d->r;
+}
+
+/* Hand over the items of a list whose "items" the byte scan did not recognise (escaped name). */
+static json_object *items_left(struct fvp_kube_listdec *d, json_object *o)
+{
+	json_object *items;
+
+	if (!o || !json_object_object_get_ex(o, "items", &items) ||
+	    !json_object_is_type(items, json_type_array))
+		return o;
+	for (size_t i = 0; d->r == 0 && i < json_object_array_length(items); i++) {
+		json_object *it = json_object_array_get_idx(items, i);
+
+		if (json_object_is_type(it, json_type_object))
+			d->r = d->fn(d->userdata, it);
+	}
+	json_object_object_add(o, "items", json_object_new_array());
+	return o;
+}
+
+json_object *fvp_kube_listdec_finish(struct fvp_kube_listdec *d)
+{
+	json_object *o;
+
+	if (d->r < 0 || d->in_str || d->in_items || d->depth || !d->rest.n)
+		return NULL;
+	o = parse_json(d->rest.p, d->rest.n);
+	if (!d->items_seen)
+		o = items_left(d, o);
+	if (d->r < 0) {
+		json_object_put(o);
+		return NULL;
+	}
+	return o;
+}
+
+static size_t listdec_write(char *data, size_t size, size_t nmemb, void *arg)
+{
+	size_t n = size * nmemb;
+
+	return fvp_kube_listdec_feed(arg, data, n) < 0 ? 0 : n;
+}
+
 static CURL *handle_get(struct fvp_kube *k)
 {
 	CURL *h = NULL;
@@ -374,8 +558,8 @@ static void wait_s(struct fvp_kube *k, unsigned int s)
 
 /* One try: the status, the Retry-After seconds (or -1) in *retry_after, the token used in @used. */
 static int request_once(struct fvp_kube *k, CURL *h, const char *method, const char *url,
-			const char *path, const char *data, json_object **ret, long *retry_after,
-			char *used, char *err, size_t errlen)
+			const char *path, const char *data, struct fvp_kube_listdec *ld,
+			json_object **ret, long *retry_after, char *used, char *err, size_t errlen)
 {
 	struct curl_slist *hdrs;
 	struct buf b = { 0 };
@@ -396,8 +580,8 @@ static int request_once(struct fvp_kube *k, CURL *h, const char *method, const c
 	common_opts(k, h, url);
 	curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)k->timeout_s);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ld ? listdec_write : buf_write);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, ld ? (void *)ld : (void *)&b);
 	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
 	if (data) {
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, data);
@@ -413,22 +597,31 @@ static int request_once(struct fvp_kube *k, CURL *h, const char *method, const c
 	curl_slist_free_all(hdrs);
 	if (c != CURLE_OK) {
 		free(b.p);
-		return fvp_fail(err, errlen, c == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO,
+		if (ld && ld->r < 0 && ld->r != -EBADMSG)
+			return fvp_fail(err, errlen, ld->r, "%s %s: reading the list: %s", method, path,
+					strerror(-ld->r));
+		return fvp_fail(err, errlen, c == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT :
+				ld && ld->r < 0 ? -EBADMSG : -EIO,
 			    "%s %s: %s", method, path,
-			    b.too_big ? "response too large" : errbuf[0] ? errbuf : curl_easy_strerror(c));
+			    b.too_big ? "response too large" : ld && ld->r < 0 ? "not a JSON list" :
+			    errbuf[0] ? errbuf : curl_easy_strerror(c));
 	}
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
 	/* libcurl parses both forms of the header (delay-seconds and an HTTP date) */
 	if (curl_easy_getinfo(h, CURLINFO_RETRY_AFTER, &ra) == CURLE_OK && ra >= 0)
 		*retry_after = ra > RETRY_AFTER_MAX_S ? RETRY_AFTER_MAX_S : (long)ra;
-	if (ret && b.n)
+	if (ld && ret)
+		*ret = fvp_kube_listdec_finish(ld);
+	else if (ret && b.n)
 		*ret = parse_json(b.p, b.n);
 	free(b.p);
+	if (ld && ld->r < 0)
+		return fvp_fail(err, errlen, ld->r, "%s %s: %s", method, path, strerror(-ld->r));
 	return (int)status;
 }
 
-int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, json_object *body,
-		 json_object **ret, char *err, size_t errlen)
+static int request(struct fvp_kube *k, const char *method, const char *path, json_object *body,
+		   fvp_kube_item_fn fn, void *userdata, json_object **ret, char *err, size_t errlen)
 {
 	_cleanup_free_ char *url = NULL;
 	const char *data = NULL;
@@ -458,8 +651,16 @@ int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, j
 			json_object_put(*ret);
 			*ret = NULL;
 		}
-		st = request_once(k, h, method, url, path, data, ret, &retry_after, used, err,
+		struct fvp_kube_listdec *ld = NULL;
+
+		/* a retried list starts over: the refused try handed no items over (no 200) */
+		if (fn && !(ld = fvp_kube_listdec_new(fn, userdata))) {
+			st = -ENOMEM;
+			break;
+		}
+		st = request_once(k, h, method, url, path, data, ld, ret, &retry_after, used, err,
 				  errlen);
+		fvp_kube_listdec_free(ld);
 		if (st == 401 && k->token_file && !reread) {
 			/* rotated under us: read the file again and try once more */
 			token_refused(k, used);
@@ -477,6 +678,25 @@ int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, j
 	explicit_bzero(used, TOKEN_MAX);
 	free(used);
 	handle_put(k, h);
+	return st;
+}
+
+int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, json_object *body,
+		     json_object **ret, char *err, size_t errlen)
+{
+	return request(k, method, path, body, NULL, NULL, ret, err, errlen);
+}
+
+int fvp_kube_list(struct fvp_kube *k, const char *path, fvp_kube_item_fn fn, void *userdata,
+		  json_object **ret, char *err, size_t errlen)
+{
+	json_object *rest = NULL;
+	int st = request(k, "GET", path, NULL, fn, userdata, &rest, err, errlen);
+
+	if (ret)
+		*ret = rest;
+	else
+		json_object_put(rest);
 	return st;
 }
 
