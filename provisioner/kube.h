@@ -86,6 +86,14 @@ struct fvp_kube_listdec;
 struct fvp_kube_listdec *fvp_kube_listdec_new(fvp_kube_item_fn fn, void *userdata);
 int fvp_kube_listdec_feed(struct fvp_kube_listdec *d, const char *data, size_t n);
 struct json_object *fvp_kube_listdec_finish(struct fvp_kube_listdec *d);
+/* The decoder's first error (as feed returned it), or 0. */
+int fvp_kube_listdec_error(const struct fvp_kube_listdec *d);
+
+/*
+ * One API answer: a JSON object and nothing after it but white space (depth
+ * up to 128: managedFields nest deep).  NULL otherwise.
+ */
+struct json_object *fvp_kube_parse(const char *s, size_t n);
 void fvp_kube_listdec_free(struct fvp_kube_listdec *d);
 
 /* How often the token file was read (tests, metrics). */
