@@ -30,7 +30,7 @@ PROV_NFS_SRCS := $(or $(wildcard drivers/nfs/*.c),$(wildcard drivers/nfs.c))
 PROV_NFS_OBJS := $(patsubst %.c,$(O)/obj/%.o,$(PROV_NFS_SRCS))
 # params.o and what it needs: shared with the unit test
 PROV_LIB_OBJS := $(O)/obj/provisioner/api.o $(O)/obj/provisioner/params.o $(O)/obj/provisioner/dir.o \
-	$(O)/obj/provisioner/jsonutil.o \
+	$(O)/obj/provisioner/jsonutil.o $(O)/obj/provisioner/decode.o \
 	$(O)/obj/provisioner/queue.o $(O)/obj/provisioner/metrics.o $(PROV_NFS_OBJS) \
 	$(CORE_OBJS)
 PROV_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PROV_PKGS) 2>/dev/null)
