@@ -7,8 +7,8 @@
 
 etcd, kube-apiserver (with an audit log) and kube-controller-manager's PV controllers come from
 the cluster lane's binaries (tests/kube/build; started by tests/kube/property.py's
-RealApiServer, on free loopback ports and a temporary directory of their own: never the cluster
-lane's).  No kubelet: the binder hands claims over and binds them.
+RealApiServer, on free loopback ports and a temporary directory of their own, run from hard
+links there: never the cluster lane's, and out of reach of its teardown's stray sweep).  No kubelet: the binder hands claims over and binds them.
 
 1. --foreign claims of another provisioner's class (example.com/other) are created;
 2. flexvol-provisioner starts with the shipped Deployment's flags (deploy/provisioner/
@@ -291,7 +291,7 @@ def main():
     server = kp.RealApiServer(bindir, tmp, apiserver_args=[
         "--audit-policy-file=" + os.path.join(tmp, "audit-policy.yaml"),
         "--audit-log-path=" + audit, "--audit-log-format=json", "--audit-log-maxbackup=0",
-        "--audit-log-maxsize=0", "--audit-log-mode=batch"])
+        "--audit-log-maxsize=0", "--audit-log-mode=batch"], private_bin=True)
     p = cg = logf = None
     watchers = []
     fails = []
