@@ -349,12 +349,16 @@ def main():
         while True:
             if p.poll() is not None:
                 raise RuntimeError("the provisioner exited (%s) before it was ready" % p.returncode)
+            # a standby is ready too (/readyz): the leader, and then ready (its first list done)
             try:
                 c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/metrics")
+                r = c.getresponse()
+                leader = b"\nflexvol_provisioner_leader 1" in r.read()
                 c.request("GET", "/readyz")
-                if c.getresponse().status == 200:
+                if leader and c.getresponse().status == 200:
                     break
-            except OSError:
+            except (OSError, http.client.HTTPException):
                 pass
             if time.monotonic() - t0 > 600:
                 raise RuntimeError("the provisioner not ready within 600 s")
