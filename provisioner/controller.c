@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -250,16 +251,18 @@ static json_object *trim_meta(json_object *meta, const char *const *keys)
 }
 
 /* Is claim @pvc inert: nothing any handler does with it, changed or deleted (fvp_ctl_trim())? */
-static bool claim_inert(json_object *pvc)
+static bool claim_inert(const struct fvp_prov *p, json_object *pvc)
 {
 	json_object *meta = fvp_jget(pvc, "metadata"), *ann = fvp_jget(meta, "annotations"),
 		    *spec = fvp_jget(pvc, "spec");
 	const char *prov = fvp_jstr(ann, FVP_ANN_SP) ?: fvp_jstr(ann, FVP_ANN_SP_BETA),
-		   *vol = fvp_jstr(spec, "volumeName");
+		   *vol = fvp_jstr(spec, "volumeName"), *phase = fvp_jstr2(pvc, "status", "phase"),
+		   *uid = fvp_jstr(meta, "uid");
+	bool pending = (!phase || streq(phase, "Pending")) && !(vol && *vol);
+	char pv_name[FVP_PV_NAME_MAX];
 	uint64_t req, cap;
 
-	if (fvp_jarray_has(fvp_jget(meta, "finalizers"), FVP_CLAIM_FINALIZER) ||
-	    (prov && fvp_ctl_backend(prov)))
+	if (fvp_jarray_has(fvp_jget(meta, "finalizers"), FVP_CLAIM_FINALIZER))
 		return false;
 	/* bound, asking for more than it has: the resize flow looks at its PV */
 	if (vol && *vol &&
@@ -267,7 +270,17 @@ static bool claim_inert(json_object *pvc)
 	    fvp_jquantity(fvp_jget(fvp_jget(pvc, "status"), "capacity"), "storage", &cap) == 0 &&
 	    req > cap)
 		return false;
-	return true;
+	if (!prov || !fvp_ctl_backend(prov))
+		return true;
+	/*
+	 * Ours: a pending claim is provisioned; one past that is left alone, and
+	 * its deletion too, as long as its PV exists (without it, the deletion
+	 * removes an unused asset).
+	 */
+	if (pending || !uid ||
+	    (size_t)snprintf(pv_name, sizeof(pv_name), "pvc-%s", uid) >= sizeof(pv_name))
+		return false;
+	return fvp_store_pv_exists(p->store, pv_name) == 1;
 }
 
 /* Is PV @pv inert (fvp_ctl_trim())?  What fvp_ctl_pv_changed() and _deleted() act on, negated. */
@@ -298,7 +311,7 @@ int fvp_ctl_trim(const struct fvp_prov *p, bool is_pv, json_object *obj, json_ob
 	json_object *t, *m;
 
 	*ret = NULL;
-	if (is_pv ? pv_inert(p, obj) : claim_inert(obj))
+	if (is_pv ? pv_inert(p, obj) : claim_inert(p, obj))
 		return 0;
 	t = json_object_new_object();
 	m = trim_meta(fvp_jget(obj, "metadata"), meta_keys);

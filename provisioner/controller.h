@@ -72,10 +72,10 @@ int fvp_ctl_pv_deleted(struct fvp_prov *p, json_object *pv);
  * deletionTimestamp, finalizers, labels and annotations, its spec and its
  * status (never managedFields and the rest of its metadata).  Returns 1;
  * 0 with *ret NULL when no handler acts on the object as it is, nor on its
- * deletion, whatever the classes and other objects: a claim handed to another
- * provisioner or not handed over at all, or bound with nothing to grow,
- * without our finalizer; a PV not provisioned by us, or ours and Bound with
- * its finalizer.  Such an object is neither kept nor queued (its next change
+ * deletion: a claim without our finalizer and with nothing to grow that is
+ * handed to another provisioner, not handed over at all, or ours and past
+ * Pending while its PV exists (p->store); a PV not provisioned by us, or ours
+ * and Bound with its finalizer.  Such an object is neither kept nor queued (its next change
  * comes by the watch).  -ENOMEM.
  */
 int fvp_ctl_trim(const struct fvp_prov *p, bool is_pv, json_object *obj, json_object **ret);
