@@ -189,6 +189,7 @@ struct page {
 	struct runner *rn;
 	enum kind k;
 	json_object *fresh;   /* key -> trimmed object (claims, PVs) */
+	json_object *inert;   /* keys of the cache's objects that are still there, inert now */
 	json_object *names;   /* PV names */
 	json_object *classes; /* name -> class of ours */
 };
@@ -219,6 +220,9 @@ static int list_item(void *ud, json_object *o)
 		return -ENOMEM;
 	if (t)
 		json_object_object_add(pg->fresh, key, t);
+	else if (json_object_object_get_ex(pg->rn->cache[pg->k], key, NULL) &&
+		 json_object_object_add(pg->inert, key, NULL) < 0)
+		return -ENOMEM;
 	return 0;
 }
 
@@ -232,16 +236,15 @@ static int list_all(struct runner *rn, enum kind k)
 {
 	_cleanup_free_ char *cont = NULL;
 	struct page pg = { .rn = rn, .k = k, .fresh = json_object_new_object(),
-			   .names = json_object_new_object(), .classes = json_object_new_object() };
+			   .inert = json_object_new_object(), .names = json_object_new_object(),
+			   .classes = json_object_new_object() };
 	json_object *fresh = pg.fresh, *old;
 	char err[512], base[FVP_API_PATH_MAX];
 	int st;
 
-	if (!pg.fresh || !pg.names || !pg.classes) {
-		json_object_put(pg.fresh);
-		json_object_put(pg.names);
-		json_object_put(pg.classes);
-		return -ENOMEM;
+	if (!pg.fresh || !pg.inert || !pg.names || !pg.classes) {
+		st = -ENOMEM;
+		goto fail;
 	}
 	for (;;) {
 		_cleanup_free_ char *path = NULL;
@@ -283,6 +286,7 @@ static int list_all(struct runner *rn, enum kind k)
 	if (k == CLASS) {
 		fvp_store_replace(rn->p->store, NULL, pg.classes);
 		json_object_put(pg.fresh);
+		json_object_put(pg.inert);
 		json_object_put(pg.names);
 		return 0;
 	}
@@ -292,17 +296,25 @@ static int list_all(struct runner *rn, enum kind k)
 		json_object_put(pg.names);
 	old = rn->cache[k];
 	rn->cache[k] = fresh;
-	/* gone while we were not watching: queued as deleted (the informer's DeletedFinalStateUnknown) */
+	/*
+	 * Gone while we were not watching: queued as deleted (the informer's
+	 * DeletedFinalStateUnknown).  Still there but inert now: only the work an
+	 * older version may have queued is voided.
+	 */
 	json_object_object_foreach(old, okey, oval) {
-		if (!json_object_object_get_ex(fresh, okey, NULL))
+		if (json_object_object_get_ex(pg.inert, okey, NULL))
+			(void)fvp_queue_add(rn->p->queue, okey, k, false, NULL);
+		else if (!json_object_object_get_ex(fresh, okey, NULL))
 			(void)fvp_queue_add(rn->p->queue, okey, k, true, oval);
 	}
 	json_object_put(old);
+	json_object_put(pg.inert);
 	json_object_object_foreach(fresh, key, val)
 		(void)fvp_queue_add(rn->p->queue, key, k, false, val);
 	return 0;
 fail:
 	json_object_put(pg.fresh);
+	json_object_put(pg.inert);
 	json_object_put(pg.names);
 	json_object_put(pg.classes);
 	return st;
