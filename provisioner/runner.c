@@ -419,8 +419,11 @@ int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 	p->ev.k = p->k;
 	if (qc.max_ms < qc.base_ms)
 		qc.max_ms = qc.base_ms;
+	/* before the workers start: they read it */
+	p->store = store;
 	r = store ? fvp_queue_new(&qc, &q) : -ENOMEM;
 	if (r < 0) {
+		p->store = NULL;
 		fvp_store_free(store);
 		fvp_log_info("cannot start the workers: %s", strerror(-r));
 		return r;
@@ -428,7 +431,6 @@ int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 	pthread_mutex_lock(&gauge_lock);
 	p->queue = q;
 	pthread_mutex_unlock(&gauge_lock);
-	p->store = store;
 	for (int k = 0; k < KINDS; k++) {
 		rn.ud[k].rn = &rn;
 		rn.ud[k].k = (enum kind)k;
