@@ -19,7 +19,8 @@
  * Every backend call is idempotent, so a call killed at its deadline is
  * simply retried after the object's backoff; a tree delete continues where
  * the killed one stopped.  With site->fs_timeout_s == 0 the call runs in
- * the calling thread (the unit tests).
+ * the calling thread (the unit tests), and so do a node-local backend's
+ * calls: in the controller they touch no storage (its node agent does).
  */
 #ifndef FVP_CHILDCALL_H
 #define FVP_CHILDCALL_H

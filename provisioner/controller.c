@@ -22,6 +22,8 @@
  */
 
 #include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -30,6 +32,7 @@
 #include "controller.h"
 #include "jsonutil.h"
 #include "kube.h"
+#include "store.h"
 
 double fvp_ctl_now_s(void)
 {
@@ -65,10 +68,25 @@ int fvp_ctl_get_class(struct fvp_prov *p, const char *name, json_object **ret,
 	*ret = NULL;
 	if (!fvp_safe_name(name))
 		return 0;
+	/* the class watch's copy: only classes of our backends are kept */
+	st = fvp_store_class(p->store, name, &sc);
+	if (st == 0 || st == -ENOMEM)
+		return st;
+	if (st == 1) {
+		b = fvp_ctl_backend(fvp_jstr(sc, "provisioner"));
+		if (!b) {
+			json_object_put(sc);
+			return 0;
+		}
+		*ret = sc;
+		if (ret_b)
+			*ret_b = b;
+		return 1;
+	}
 	fvp_api_path(path, sizeof(path), FVP_API_CLASS, NULL, name, NULL);
 	st = fvp_kube_request(p->k, "GET", path, NULL, &sc, err, sizeof(err));
 	if (st < 0) {
-		fvp_log_info("cannot read StorageClass %s: %s", name, err);
+		fvp_log_warning("cannot read StorageClass %s: %s", name, err);
 		return st;
 	}
 	if (st == 404) {
@@ -76,7 +94,7 @@ int fvp_ctl_get_class(struct fvp_prov *p, const char *name, json_object **ret,
 		return 0;
 	}
 	if (st != 200 || !sc) {
-		fvp_log_info("cannot read StorageClass %s: HTTP %d %s", name, st,
+		fvp_log_warning("cannot read StorageClass %s: HTTP %d %s", name, st,
 			 fvp_kube_status_message(sc));
 		json_object_put(sc);
 		return -EIO;
@@ -104,7 +122,7 @@ int fvp_ctl_get_class(struct fvp_prov *p, const char *name, json_object **ret,
 int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *fin, bool on,
 			     json_object **ret)
 {
-	json_object *copy = NULL, *meta, *f, *nf, *reply = NULL;
+	json_object *patch, *meta, *f, *nf, *reply = NULL;
 	const char *ns = fvp_jstr2(obj, "metadata", "namespace"), *name = fvp_jstr2(obj, "metadata", "name");
 	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
 	int st;
@@ -113,15 +131,24 @@ int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *f
 		*ret = NULL;
 	if ((ns && !fvp_safe_name(ns)) || !fvp_safe_name(name))
 		return -EINVAL;
-	if (json_object_deep_copy(obj, &copy, NULL) < 0 || !copy)
-		return -ENOMEM;
-	meta = fvp_jget(copy, "metadata");
-	f = fvp_jget(meta, "finalizers");
+	/*
+	 * A merge patch of the finalizers alone, with the resourceVersion read as
+	 * its precondition: what an update of the whole object did (a concurrent
+	 * change is a 409), without sending the object back, which the caches
+	 * hold trimmed (fvp_ctl_trim()).
+	 */
+	patch = json_object_new_object();
+	meta = json_object_new_object();
+	f = fvp_jget(fvp_jget(obj, "metadata"), "finalizers");
 	nf = json_object_new_array();
-	if (!nf) {
-		json_object_put(copy);
+	if (!patch || !meta || !nf) {
+		json_object_put(patch);
+		json_object_put(meta);
+		json_object_put(nf);
 		return -ENOMEM;
 	}
+	json_object_object_add(patch, "metadata", meta);
+	fvp_jset(meta, "resourceVersion", fvp_jstr2(obj, "metadata", "resourceVersion"));
 	for (size_t i = 0; f && json_object_is_type(f, json_type_array) &&
 			   i < json_object_array_length(f);
 	     i++) {
@@ -135,8 +162,8 @@ int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *f
 		json_object_array_add(nf, json_object_new_string(fin));
 	json_object_object_add(meta, "finalizers", nf);
 	fvp_api_path(path, sizeof(path), ns ? FVP_API_PVC : FVP_API_PV, ns, name, NULL);
-	st = fvp_kube_request(p->k, "PUT", path, copy, &reply, err, sizeof(err));
-	json_object_put(copy);
+	st = fvp_kube_request(p->k, "PATCH", path, patch, &reply, err, sizeof(err));
+	json_object_put(patch);
 	if (st == 200) {
 		if (ret)
 			*ret = reply;
@@ -149,10 +176,10 @@ int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *f
 		return 1;
 	}
 	if (st < 0)
-		fvp_log_info("%s %s%s%s: %s finalizer %s: %s", ns ? "claim" : "PV", ns ? ns : "",
+		fvp_log_warning("%s %s%s%s: %s finalizer %s: %s", ns ? "claim" : "PV", ns ? ns : "",
 			 ns ? "/" : "", name, on ? "adding the" : "removing the", fin, err);
 	else if (st != 409)
-		fvp_log_info("%s %s%s%s: %s finalizer %s: HTTP %d %s", ns ? "claim" : "PV", ns ? ns : "",
+		fvp_log_warning("%s %s%s%s: %s finalizer %s: HTTP %d %s", ns ? "claim" : "PV", ns ? ns : "",
 			 ns ? "/" : "", name, on ? "adding the" : "removing the", fin, st,
 			 fvp_kube_status_message(reply));
 	json_object_put(reply);
@@ -174,9 +201,9 @@ int fvp_ctl_patch(struct fvp_prov *p, const char *path, json_object *patch, cons
 	st = fvp_kube_request(p->k, "PATCH", path, patch, &reply, err, sizeof(err));
 	json_object_put(patch);
 	if (st < 0)
-		fvp_log_info("%s: %s", what, err);
+		fvp_log_warning("%s: %s", what, err);
 	else if (st != 200)
-		fvp_log_info("%s: HTTP %d %s", what, st, fvp_kube_status_message(reply));
+		fvp_log_warning("%s: HTTP %d %s", what, st, fvp_kube_status_message(reply));
 	json_object_put(reply);
 	return st;
 }
@@ -197,4 +224,131 @@ json_object *fvp_ctl_nest3(const char *a, const char *b, const char *c, const ch
 	json_object_object_add(o1, b, o2);
 	json_object_object_add(o, a, o1);
 	return o;
+}
+
+/* --- what the caches keep ----------------------------------------------------------------- */
+
+/* Member @key of @from, shared into @to (nothing when absent).  0 or -ENOMEM. */
+static int keep(json_object *to, json_object *from, const char *key)
+{
+	json_object *v;
+
+	if (!json_object_object_get_ex(from, key, &v))
+		return 0;
+	return json_object_object_add(to, key, json_object_get(v)) < 0 ? -ENOMEM : 0;
+}
+
+static json_object *trim_meta(json_object *meta, const char *const *keys)
+{
+	json_object *m = json_object_new_object();
+
+	for (size_t i = 0; m && keys[i]; i++)
+		if (keep(m, meta, keys[i]) < 0) {
+			json_object_put(m);
+			return NULL;
+		}
+	return m;
+}
+
+/* Is claim @pvc inert: nothing any handler does with it, changed or deleted (fvp_ctl_trim())? */
+static bool claim_inert(const struct fvp_prov *p, json_object *pvc)
+{
+	json_object *meta = fvp_jget(pvc, "metadata"), *ann = fvp_jget(meta, "annotations"),
+		    *spec = fvp_jget(pvc, "spec");
+	const char *prov = fvp_jstr(ann, FVP_ANN_SP) ?: fvp_jstr(ann, FVP_ANN_SP_BETA),
+		   *vol = fvp_jstr(spec, "volumeName"), *phase = fvp_jstr2(pvc, "status", "phase"),
+		   *uid = fvp_jstr(meta, "uid");
+	bool pending = (!phase || streq(phase, "Pending")) && !(vol && *vol);
+	char pv_name[FVP_PV_NAME_MAX];
+	uint64_t req, cap;
+
+	if (fvp_jarray_has(fvp_jget(meta, "finalizers"), FVP_CLAIM_FINALIZER))
+		return false;
+	/* bound, asking for more than it has: the resize flow looks at its PV */
+	if (vol && *vol &&
+	    fvp_jquantity(fvp_jget(fvp_jget(spec, "resources"), "requests"), "storage", &req) == 0 &&
+	    fvp_jquantity(fvp_jget(fvp_jget(pvc, "status"), "capacity"), "storage", &cap) == 0 &&
+	    req > cap)
+		return false;
+	if (!prov || !fvp_ctl_backend(prov))
+		return true;
+	/*
+	 * Ours: a pending claim is provisioned; one past that is left alone, and
+	 * its deletion too, as long as its PV exists (without it, the deletion
+	 * removes an unused asset).
+	 */
+	if (pending || !uid ||
+	    (size_t)snprintf(pv_name, sizeof(pv_name), "pvc-%s", uid) >= sizeof(pv_name))
+		return false;
+	return fvp_store_pv_exists(p->store, pv_name) == 1;
+}
+
+/* Is PV @pv inert (fvp_ctl_trim())?  What fvp_ctl_pv_changed() and _deleted() act on, negated. */
+static bool pv_inert(const struct fvp_prov *p, json_object *pv)
+{
+	json_object *meta = fvp_jget(pv, "metadata");
+	const char *phase = fvp_jstr2(pv, "status", "phase"),
+		   *policy = fvp_jstr2(pv, "spec", "persistentVolumeReclaimPolicy");
+	bool del = policy && streq(policy, "Delete"),
+	     fin = fvp_jarray_has(fvp_jget(meta, "finalizers"), FVP_PV_FINALIZER),
+	     deleting = fvp_jget(meta, "deletionTimestamp") != NULL;
+
+	if (!fvp_ctl_backend(fvp_jstr(fvp_jget(meta, "annotations"), FVP_ANN_PROVISIONED_BY)))
+		return true;
+	if (p->record_owners || (del && phase && streq(phase, "Released")))
+		return false;
+	if (deleting && !fin)
+		return true;
+	/* Retain keeps no finalizer; Delete, not Released, keeps one */
+	return del ? deleting || fin : !fin;
+}
+
+int fvp_ctl_trim(const struct fvp_prov *p, bool is_pv, json_object *obj, json_object **ret)
+{
+	static const char *const meta_keys[] = { "name", "namespace", "uid", "resourceVersion",
+						 "deletionTimestamp", "finalizers", "labels",
+						 "annotations", NULL };
+	json_object *t, *m;
+
+	*ret = NULL;
+	if (is_pv ? pv_inert(p, obj) : claim_inert(p, obj))
+		return 0;
+	t = json_object_new_object();
+	m = trim_meta(fvp_jget(obj, "metadata"), meta_keys);
+	if (!t || !m || json_object_object_add(t, "metadata", m) < 0) {
+		json_object_put(t);
+		json_object_put(m);
+		return -ENOMEM;
+	}
+	if (keep(t, obj, "apiVersion") < 0 || keep(t, obj, "kind") < 0 || keep(t, obj, "spec") < 0 ||
+	    keep(t, obj, "status") < 0) {
+		json_object_put(t);
+		return -ENOMEM;
+	}
+	*ret = t;
+	return 1;
+}
+
+json_object *fvp_ctl_trim_class(json_object *sc)
+{
+	static const char *const meta_keys[] = { "name", "uid", "resourceVersion", NULL };
+	json_object *t, *m;
+
+	if (!json_object_is_type(sc, json_type_object))
+		return NULL;
+	t = json_object_new_object();
+	m = trim_meta(fvp_jget(sc, "metadata"), meta_keys);
+	if (!t || !m || json_object_object_add(t, "metadata", m) < 0) {
+		json_object_put(t);
+		json_object_put(m);
+		return NULL;
+	}
+	json_object_object_foreach(sc, key, val) {
+		if (!streq(key, "metadata") &&
+		    json_object_object_add(t, key, json_object_get(val)) < 0) {
+			json_object_put(t);
+			return NULL;
+		}
+	}
+	return t;
 }

@@ -21,6 +21,12 @@
 #define FVP_ANN_SP_BETA "volume.beta.kubernetes.io/storage-provisioner"
 #define FVP_ANN_CLASS_BETA "volume.beta.kubernetes.io/storage-class"
 #define FVP_ANN_SELECTED_NODE "volume.kubernetes.io/selected-node"
+/*
+ * On a claim from just before its asset is made until its PV exists: a
+ * claim deleted meanwhile (even while this process is down) stays visible,
+ * with a deletionTimestamp, until its asset is cleaned up.
+ */
+#define FVP_CLAIM_FINALIZER "flexvol/provisioning"
 
 /* Our PV's name: "pvc-" and the claim's uid (at most 64 bytes, checked). */
 #define FVP_PV_NAME_MAX 128
@@ -41,6 +47,7 @@ struct fvp_prov {
 	unsigned int workers;	   /* worker threads */
 	unsigned int retry_base_ms, retry_max_ms; /* per-object backoff */
 	struct fvp_queue *queue;
+	struct fvp_store *store;   /* the watches' PVs and classes (runner.c); NULL: ask the API */
 	volatile int healthy_at;   /* monotonic s of the last watch-loop round (/healthz) */
 	volatile int synced;	   /* the first list is done (/readyz) */
 	bool leader_elect;	   /* false: every replica works (the gauge says leader) */
@@ -58,6 +65,23 @@ int fvp_ctl_claim_changed(struct fvp_prov *p, json_object *pvc);
 int fvp_ctl_claim_deleted(struct fvp_prov *p, json_object *pvc);
 int fvp_ctl_pv_changed(struct fvp_prov *p, json_object *pv);
 int fvp_ctl_pv_deleted(struct fvp_prov *p, json_object *pv);
+
+/*
+ * fvp_ctl_trim() - what the handlers need of a claim or (@is_pv) a PV, as a
+ * new object in *ret: its name, namespace, uid, resourceVersion,
+ * deletionTimestamp, finalizers, labels and annotations, its spec and its
+ * status (never managedFields and the rest of its metadata).  Returns 1;
+ * 0 with *ret NULL when no handler acts on the object as it is, nor on its
+ * deletion: a claim without our finalizer and with nothing to grow that is
+ * handed to another provisioner, not handed over at all, or ours and past
+ * Pending while its PV exists (p->store); a PV not provisioned by us, or ours
+ * and Bound with its finalizer.  Such an object is neither kept nor queued (its next change
+ * comes by the watch).  -ENOMEM.
+ */
+int fvp_ctl_trim(const struct fvp_prov *p, bool is_pv, json_object *obj, json_object **ret);
+
+/* StorageClass @sc without its metadata but name, uid and resourceVersion; NULL: out of memory. */
+json_object *fvp_ctl_trim_class(json_object *sc);
 
 /*
  * Shared by the flows (provision.c, resize.c, reclaim.c), in controller.c

@@ -18,9 +18,7 @@
 #include "params.h"
 
 #define BODY_MAX (256u << 20)  /* a list of many objects */
-#define EVENT_MAX (16u << 20)  /* one watch event */
 #define TOKEN_MAX 16384
-#define JSON_DEPTH 128	       /* managedFields nest deeper than json-c's default 32 */
 #define WATCH_MAX 4
 #define HANDLES_MAX 16	       /* idle one-shot handles kept (one per worker thread in use) */
 /*
@@ -31,11 +29,6 @@
  */
 #define RETRY_AFTER_TRIES 3
 #define RETRY_AFTER_MAX_S 30
-
-struct fvp_kube_stream {
-	json_tokener *tok;
-	size_t event_bytes; /* of the event being parsed */
-};
 
 struct kube_watch {
 	CURL *h;
@@ -317,26 +310,11 @@ static size_t buf_write(char *data, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
-static json_object *parse_json(const char *s, size_t n)
+static size_t listdec_write(char *data, size_t size, size_t nmemb, void *arg)
 {
-	json_tokener *tok = json_tokener_new_ex(JSON_DEPTH);
-	json_object *o;
+	size_t n = size * nmemb;
 
-	if (!tok)
-		return NULL;
-	o = json_tokener_parse_ex(tok, s, (int)n);
-	/* every answer of the API is an object (the resource, a list, a Status) */
-	if (o && !json_object_is_type(o, json_type_object)) {
-		json_object_put(o);
-		o = NULL;
-	}
-	if (o && json_tokener_get_parse_end(tok) < n && strspn(s + json_tokener_get_parse_end(tok), " \r\n\t") !=
-	    n - json_tokener_get_parse_end(tok)) {
-		json_object_put(o);
-		o = NULL;
-	}
-	json_tokener_free(tok);
-	return o;
+	return fvp_kube_listdec_feed(arg, data, n) < 0 ? 0 : n;
 }
 
 static CURL *handle_get(struct fvp_kube *k)
@@ -374,8 +352,8 @@ static void wait_s(struct fvp_kube *k, unsigned int s)
 
 /* One try: the status, the Retry-After seconds (or -1) in *retry_after, the token used in @used. */
 static int request_once(struct fvp_kube *k, CURL *h, const char *method, const char *url,
-			const char *path, const char *data, json_object **ret, long *retry_after,
-			char *used, char *err, size_t errlen)
+			const char *path, const char *data, struct fvp_kube_listdec *ld,
+			json_object **ret, long *retry_after, char *used, char *err, size_t errlen)
 {
 	struct curl_slist *hdrs;
 	struct buf b = { 0 };
@@ -396,8 +374,8 @@ static int request_once(struct fvp_kube *k, CURL *h, const char *method, const c
 	common_opts(k, h, url);
 	curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)k->timeout_s);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ld ? listdec_write : buf_write);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, ld ? (void *)ld : (void *)&b);
 	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
 	if (data) {
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, data);
@@ -413,22 +391,33 @@ static int request_once(struct fvp_kube *k, CURL *h, const char *method, const c
 	curl_slist_free_all(hdrs);
 	if (c != CURLE_OK) {
 		free(b.p);
-		return fvp_fail(err, errlen, c == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO,
+		r = ld ? fvp_kube_listdec_error(ld) : 0;
+		if (r < 0 && r != -EBADMSG)
+			return fvp_fail(err, errlen, r, "%s %s: reading the list: %s", method, path,
+					strerror(-r));
+		return fvp_fail(err, errlen, c == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT :
+				r < 0 ? -EBADMSG : -EIO,
 			    "%s %s: %s", method, path,
-			    b.too_big ? "response too large" : errbuf[0] ? errbuf : curl_easy_strerror(c));
+			    b.too_big ? "response too large" : r < 0 ? "not a JSON list" :
+			    errbuf[0] ? errbuf : curl_easy_strerror(c));
 	}
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
 	/* libcurl parses both forms of the header (delay-seconds and an HTTP date) */
 	if (curl_easy_getinfo(h, CURLINFO_RETRY_AFTER, &ra) == CURLE_OK && ra >= 0)
 		*retry_after = ra > RETRY_AFTER_MAX_S ? RETRY_AFTER_MAX_S : (long)ra;
-	if (ret && b.n)
-		*ret = parse_json(b.p, b.n);
+	if (ld && ret)
+		*ret = fvp_kube_listdec_finish(ld);
+	else if (ret && b.n)
+		*ret = fvp_kube_parse(b.p, b.n);
 	free(b.p);
+	r = ld ? fvp_kube_listdec_error(ld) : 0;
+	if (r < 0)
+		return fvp_fail(err, errlen, r, "%s %s: %s", method, path, strerror(-r));
 	return (int)status;
 }
 
-int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, json_object *body,
-		 json_object **ret, char *err, size_t errlen)
+static int request(struct fvp_kube *k, const char *method, const char *path, json_object *body,
+		   fvp_kube_item_fn fn, void *userdata, json_object **ret, char *err, size_t errlen)
 {
 	_cleanup_free_ char *url = NULL;
 	const char *data = NULL;
@@ -458,8 +447,16 @@ int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, j
 			json_object_put(*ret);
 			*ret = NULL;
 		}
-		st = request_once(k, h, method, url, path, data, ret, &retry_after, used, err,
+		struct fvp_kube_listdec *ld = NULL;
+
+		/* a retried list starts over: the refused try handed no items over (no 200) */
+		if (fn && !(ld = fvp_kube_listdec_new(fn, userdata))) {
+			st = -ENOMEM;
+			break;
+		}
+		st = request_once(k, h, method, url, path, data, ld, ret, &retry_after, used, err,
 				  errlen);
+		fvp_kube_listdec_free(ld);
 		if (st == 401 && k->token_file && !reread) {
 			/* rotated under us: read the file again and try once more */
 			token_refused(k, used);
@@ -477,6 +474,25 @@ int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, j
 	explicit_bzero(used, TOKEN_MAX);
 	free(used);
 	handle_put(k, h);
+	return st;
+}
+
+int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, json_object *body,
+		     json_object **ret, char *err, size_t errlen)
+{
+	return request(k, method, path, body, NULL, NULL, ret, err, errlen);
+}
+
+int fvp_kube_list(struct fvp_kube *k, const char *path, fvp_kube_item_fn fn, void *userdata,
+		  json_object **ret, char *err, size_t errlen)
+{
+	json_object *rest = NULL;
+	int st = request(k, "GET", path, NULL, fn, userdata, &rest, err, errlen);
+
+	if (ret)
+		*ret = rest;
+	else
+		json_object_put(rest);
 	return st;
 }
 
@@ -525,71 +541,6 @@ static void watch_free(struct kube_watch *w)
 	explicit_bzero(w->token, sizeof(w->token));
 	fvp_kube_stream_free(w->stream);
 	free(w);
-}
-
-struct fvp_kube_stream *fvp_kube_stream_new(void)
-{
-	struct fvp_kube_stream *s = calloc(1, sizeof(*s));
-
-	if (s && !(s->tok = json_tokener_new_ex(JSON_DEPTH))) {
-		free(s);
-		s = NULL;
-	}
-	return s;
-}
-
-void fvp_kube_stream_free(struct fvp_kube_stream *s)
-{
-	if (!s)
-		return;
-	json_tokener_free(s->tok);
-	free(s);
-}
-
-/* Watch bodies are a stream of JSON objects, one per event (newline separated). */
-int fvp_kube_stream_feed(struct fvp_kube_stream *s, const char *data, size_t n, fvp_kube_event_fn fn,
-		     void *userdata)
-{
-	size_t off = 0;
-
-	while (off < n) {
-		json_object *ev, *type, *obj;
-		size_t end;
-		int r;
-
-		/* skip the separators json-c would otherwise count as a parse start */
-		if (s->event_bytes == 0) {
-			while (off < n && strchr(" \r\n\t", data[off]))
-				off++;
-			if (off >= n)
-				break;
-		}
-		ev = json_tokener_parse_ex(s->tok, data + off, (int)(n - off));
-		end = json_tokener_get_parse_end(s->tok);
-		if (!ev) {
-			/* garbage (a JSON null too): end the watch, the caller re-lists */
-			if (json_tokener_get_error(s->tok) != json_tokener_continue)
-				return -EBADMSG;
-			s->event_bytes += n - off;
-			if (s->event_bytes > EVENT_MAX)
-				return -EBADMSG;
-			break;
-		}
-		off += end;
-		s->event_bytes = 0;
-		json_tokener_reset(s->tok);
-		/* an event that is not {"type": "...", "object": {...}} is skipped */
-		r = json_object_object_get_ex(ev, "type", &type) &&
-				    json_object_is_type(type, json_type_string) &&
-				    json_object_object_get_ex(ev, "object", &obj) &&
-				    json_object_is_type(obj, json_type_object) ?
-			    fn(userdata, json_object_get_string(type), obj) :
-			    0;
-		json_object_put(ev);
-		if (r < 0)
-			return r;
-	}
-	return 0;
 }
 
 static size_t watch_write(char *data, size_t size, size_t nmemb, void *arg)

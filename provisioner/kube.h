@@ -54,6 +54,48 @@ int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, s
 int fvp_kube_delete_uid(struct fvp_kube *k, const char *path, const char *uid, struct json_object **ret,
 		    char *err, size_t errlen);
 
+/*
+ * Called for every element of a list's "items" as soon as it is read.  The
+ * element is the caller's to keep (json_object_get) or drop.  Return <0 to
+ * end the list (fvp_kube_list() returns it).
+ */
+typedef int (*fvp_kube_item_fn)(void *userdata, struct json_object *item);
+
+/*
+ * fvp_kube_list() - GET the list @path, handing every element of its
+ * "items" to @fn as it arrives: a list is never held whole, as text or as a
+ * tree; at most one element and the list's other members are.  Returns the
+ * HTTP status with the list minus its items in *ret (its metadata:
+ * resourceVersion, continue; a Status on an error; NULL when the body is no
+ * JSON object), or -errno for a transport failure (message in @err), or
+ * @fn's <0, or -EBADMSG for a body that is not JSON.
+ */
+int fvp_kube_list(struct fvp_kube *k, const char *path, fvp_kube_item_fn fn, void *userdata,
+		  struct json_object **ret, char *err, size_t errlen);
+
+/*
+ * The decoder fvp_kube_list() reads a body with, on its own for the fuzz
+ * target (tests/fuzz/fuzz-watch.c): fed the body cut anywhere into pieces,
+ * it hands every element of the top-level "items" array to @fn;
+ * fvp_kube_listdec_finish() returns the rest of the body parsed (NULL when it
+ * is no JSON object).  feed returns 0, -EBADMSG (not JSON, nested past the
+ * parser's depth, an element past 16 MiB or the rest past 256 MiB), -ENOMEM
+ * or @fn's <0; after an error the decoder takes nothing more.
+ */
+struct fvp_kube_listdec;
+struct fvp_kube_listdec *fvp_kube_listdec_new(fvp_kube_item_fn fn, void *userdata);
+int fvp_kube_listdec_feed(struct fvp_kube_listdec *d, const char *data, size_t n);
+struct json_object *fvp_kube_listdec_finish(struct fvp_kube_listdec *d);
+/* The decoder's first error (as feed returned it), or 0. */
+int fvp_kube_listdec_error(const struct fvp_kube_listdec *d);
+
+/*
+ * One API answer: a JSON object and nothing after it but white space (depth
+ * up to 128: managedFields nest deep).  NULL otherwise.
+ */
+struct json_object *fvp_kube_parse(const char *s, size_t n);
+void fvp_kube_listdec_free(struct fvp_kube_listdec *d);
+
 /* How often the token file was read (tests, metrics). */
 unsigned long fvp_kube_token_reads(struct fvp_kube *k);
 

@@ -15,13 +15,9 @@
 #include "jsonutil.h"
 #include "kube.h"
 #include "metrics.h"
+#include "store.h"
 
-/*
- * On a claim from just before its asset is made until its PV exists: a
- * claim deleted meanwhile (even while this process is down) stays visible,
- * with a deletionTimestamp, until its asset is cleaned up.
- */
-#define FINALIZER "flexvol/provisioning"
+#define FINALIZER FVP_CLAIM_FINALIZER
 
 static const char *claim_class(json_object *pvc)
 {
@@ -268,6 +264,9 @@ static int provision(struct fvp_prov *p, const struct fvp_backend *b, json_objec
 	}
 	st = fvp_kube_request(p->k, "POST", fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, NULL, NULL),
 			  pv, &reply, err, sizeof(err));
+	/* known at once: the claim's next event must not make it again before the watch says so */
+	if (st == 201 || st == 200 || st == 409)
+		fvp_store_pv_set(p->store, pv_name, true);
 	if (st == 201 || st == 200) {
 		fvp_event(&p->ev, pvc, false, "ProvisioningSucceeded",
 		      "Successfully provisioned volume %s: %s", pv_name, vol.where);
@@ -291,12 +290,14 @@ static int provision(struct fvp_prov *p, const struct fvp_backend *b, json_objec
 	return st == 201 || st == 200 || st == 409 ? 0 : st < 0 ? st : -EIO;
 }
 
-/* 1 when PV @name exists, 0 when not, <0 on an API error. */
+/* 1 when PV @name exists (as the PV watch has it, or the API without one), 0 when not, <0. */
 static int pv_exists(struct fvp_prov *p, const char *name)
 {
 	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
-	int st;
+	int st = fvp_store_pv_exists(p->store, name);
 
+	if (st != -ENOENT)
+		return st;
 	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
 	st = fvp_kube_request(p->k, "GET", path, NULL, NULL, err, sizeof(err));
 	if (st < 0)

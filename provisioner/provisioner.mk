@@ -11,6 +11,13 @@
 #   make O=build-tsan SANITIZE=thread check-provisioner
 #                               the same on a ThreadSanitizer build (.ci/run: with
 #                               TSAN_OPTIONS=log_path=..., a report fails the run)
+#   make bench-provisioner-scale
+#                               (part of make bench, not of CI: minutes) 1,000 claims beside
+#                               10,000 of another provisioner's class against the real API
+#                               server and controller-manager (the cluster lane's binaries),
+#                               under the Deployment's memory limit; fails when a target is
+#                               missed (tests/bench/provisioner-scale.py, docs/benchmarks.md).
+#                               SCALE_ARGS="--foreign 2000 --claims 200" for a smaller run
 #
 # It links the op layer's objects and the nfs driver for one reason: the PV's
 # nfs options go through the nfs driver's own checks (fv_nfs_check_options, fv/nfs.h).
@@ -23,13 +30,13 @@ PROV_NFS_SRCS := $(or $(wildcard drivers/nfs/*.c),$(wildcard drivers/nfs.c))
 PROV_NFS_OBJS := $(patsubst %.c,$(O)/obj/%.o,$(PROV_NFS_SRCS))
 # params.o and what it needs: shared with the unit test
 PROV_LIB_OBJS := $(O)/obj/provisioner/api.o $(O)/obj/provisioner/params.o $(O)/obj/provisioner/dir.o \
-	$(O)/obj/provisioner/jsonutil.o \
+	$(O)/obj/provisioner/jsonutil.o $(O)/obj/provisioner/decode.o \
 	$(O)/obj/provisioner/queue.o $(O)/obj/provisioner/metrics.o $(PROV_NFS_OBJS) \
 	$(CORE_OBJS)
 PROV_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PROV_PKGS) 2>/dev/null)
 PROV_LIBS  ?= $(shell $(PKG_CONFIG) --libs $(PROV_PKGS) 2>/dev/null)
 
-.PHONY: check-provisioner
+.PHONY: check-provisioner bench-provisioner-scale
 
 all: $(O)/flexvol-provisioner
 
@@ -49,6 +56,12 @@ $(O)/tests/test-provisioner: tests/unit/test-provisioner.c $(PROV_LIB_OBJS) test
 
 check-provisioner: $(O)/flexvol-provisioner
 	$(Q)python3 tests/provisioner/run.py --build $(O)
+
+bench: bench-provisioner-scale
+
+bench-provisioner-scale: $(O)/flexvol-provisioner kube-components
+	$(Q)python3 tests/bench/provisioner-scale.py --build $(O) --bin "$$(tests/kube/build | tail -1)" \
+		$(SCALE_ARGS)
 
 # header dependencies of the provisioner's own objects (the top Makefile includes the drivers')
 -include $(PROV_OBJS:.o=.d)

@@ -29,7 +29,8 @@ struct entry {
 	bool dirty;		       /* an event came while RUNNING */
 	int kind;
 	bool deleted;
-	json_object *obj;
+	bool replaced;		       /* an event gave it a newer object while RUNNING */
+	char *text;		       /* the object, as JSON text (NULL: none) */
 	unsigned int failures;
 	uint64_t not_before;	       /* ms, CLOCK_MONOTONIC */
 	char key[];
@@ -79,6 +80,17 @@ static unsigned int hash(const char *s)
 	return h % BUCKETS;
 }
 
+/* The worker's own object from the entry's text (nested as deep as the API's may be). */
+static json_object *parse(const char *text)
+{
+	json_tokener *tok = json_tokener_new_ex(128);
+	/* the terminating NUL included: it ends a bare number, as json_tokener_parse() does */
+	json_object *o = tok ? json_tokener_parse_ex(tok, text, (int)strlen(text) + 1) : NULL;
+
+	json_tokener_free(tok);
+	return o;
+}
+
 static struct entry *find(struct fvp_queue *q, const char *key)
 {
 	for (struct entry *e = q->buckets[hash(key)]; e; e = e->hnext)
@@ -121,23 +133,40 @@ static void forget(struct fvp_queue *q, struct entry *e)
 		pp = &(*pp)->hnext;
 	if (*pp)
 		*pp = e->hnext;
-	json_object_put(e->obj);
+	free(e->text);
 	free(e);
 }
 
 int fvp_queue_add(struct fvp_queue *q, const char *key, int kind, bool deleted, json_object *obj)
 {
-	json_object *copy = NULL;
+	char *copy = NULL;
 	struct entry *e;
 
 	/*
 	 * json-c's reference counts are not atomic (unless built with
 	 * ENABLE_THREADING): an object is never shared between threads.  The
-	 * queue keeps its own copy, and exactly one owner holds it at a time:
-	 * the entry, or the worker that took it out.
+	 * queue keeps its own copy, as JSON text (a tenth of a json-c tree's
+	 * size: the queue may hold every claim in flight), and the worker that
+	 * takes it parses its own.  Serialised through a wrapper, so that @obj
+	 * keeps no print buffer.
 	 */
-	if (obj && (json_object_deep_copy(obj, &copy, NULL) < 0 || !copy))
-		return -ENOMEM;
+	if (obj) {
+		json_object *w = json_object_new_array();
+		const char *t;
+		size_t n;
+
+		if (!w || json_object_array_add(w, json_object_get(obj)) < 0) {
+			json_object_put(w);
+			return -ENOMEM;
+		}
+		t = json_object_to_json_string_ext(w, JSON_C_TO_STRING_PLAIN);
+		n = t ? strlen(t) : 0;
+		/* "[...]": the object between the brackets */
+		copy = n >= 2 ? strndup(t + 1, n - 2) : NULL;
+		json_object_put(w);
+		if (!copy)
+			return -ENOMEM;
+	}
 	pthread_mutex_lock(&q->lock);
 	e = find(q, key);
 	if (!e) {
@@ -146,15 +175,16 @@ int fvp_queue_add(struct fvp_queue *q, const char *key, int kind, bool deleted, 
 		e = calloc(1, sizeof(*e) + n + 1);
 		if (!e) {
 			pthread_mutex_unlock(&q->lock);
-			json_object_put(copy);
+			free(copy);
 			return -ENOMEM;
 		}
 		memcpy(e->key, key, n + 1);
 		e->hnext = q->buckets[hash(key)];
 		q->buckets[hash(key)] = e;
 	}
-	json_object_put(e->obj);
-	e->obj = copy;
+	free(e->text);
+	e->text = copy;
+	e->replaced = true;
 	e->kind = kind;
 	e->deleted = deleted;
 	switch (e->state) {
@@ -204,6 +234,7 @@ static void *worker(void *arg)
 		uint64_t now = now_ms(), next = promote(q, now);
 		struct entry *e = q->ready.head;
 		json_object *obj;
+		char *text;
 		bool deleted;
 		int r, kind;
 
@@ -228,19 +259,22 @@ static void *worker(void *arg)
 		e->state = RUNNING;
 		e->dirty = false;
 		q->running++;
-		obj = TAKE_PTR(e->obj); /* the worker owns it now */
+		text = TAKE_PTR(e->text); /* the worker owns it now */
+		e->replaced = false;
 		kind = e->kind;
 		deleted = e->deleted;
 		pthread_mutex_unlock(&q->lock);
 
 		/* e->key never changes, and e is not freed while RUNNING */
-		r = q->cfg.fn(q->cfg.userdata, e->key, kind, deleted, obj);
+		obj = text ? parse(text) : NULL;
+		r = text && !obj ? -ENOMEM : q->cfg.fn(q->cfg.userdata, e->key, kind, deleted, obj);
+		json_object_put(obj);
 
 		pthread_mutex_lock(&q->lock);
 		/* a retry needs the object: back into the entry unless a newer one came */
-		if (!e->obj)
-			e->obj = TAKE_PTR(obj);
-		json_object_put(obj);
+		if (!e->replaced)
+			e->text = TAKE_PTR(text);
+		free(text);
 		q->running--;
 		if (r == 0) {
 			q->done++;

@@ -37,15 +37,18 @@
 #include "lease.h"
 #include "metrics.h"
 #include "queue.h"
+#include "store.h"
 
-enum kind { CLAIM, PV, KINDS };
+/* classes first: a claim's handler looks its class up in the store */
+enum kind { CLASS, PV, CLAIM, KINDS };
 
 static const struct {
 	enum fvp_api_kind api;
 	const char *name, *prefix;
 } res[KINDS] = {
-	[CLAIM] = { FVP_API_PVC, "claim", "pvc/" },
+	[CLASS] = { FVP_API_CLASS, "StorageClass", "sc/" },
 	[PV] = { FVP_API_PV, "PV", "pv/" },
+	[CLAIM] = { FVP_API_PVC, "claim", "pvc/" },
 };
 
 /* The path of every object of @k, in all namespaces. */
@@ -67,7 +70,12 @@ struct runner {
 	volatile int *stop;
 	struct watch_ud ud[KINDS];
 	char rv[KINDS][64];  /* resume each watch from here */
-	json_object *cache[KINDS]; /* key -> newest object (a json-c object is a hash table) */
+	/*
+	 * key -> newest object, trimmed (fvp_ctl_trim()), of the claims and PVs a
+	 * handler acts on (a json-c object is a hash table); inert ones are not
+	 * kept.  Classes and PV names live in p->store (the workers read them).
+	 */
+	json_object *cache[KINDS];
 	bool expired;	     /* a watch said 410 Gone */
 };
 
@@ -97,6 +105,8 @@ static int work(void *ud, const char *key, int kind, bool deleted, json_object *
 	int r;
 
 	(void)key;
+	if (!obj)
+		return 0; /* became inert: the work queued for an older version is void */
 	if (kind == PV)
 		r = deleted ? fvp_ctl_pv_deleted(p, obj) : fvp_ctl_pv_changed(p, obj);
 	else
@@ -106,19 +116,114 @@ static int work(void *ud, const char *key, int kind, bool deleted, json_object *
 	return r;
 }
 
-/* An object as the API has it now: remembered and queued. */
+/* The class of claim @pvc (spec, or the beta annotation), or NULL. */
+static const char *claim_class(json_object *pvc)
+{
+	const char *c = fvp_jstr2(pvc, "spec", "storageClassName");
+
+	return c && *c ? c : fvp_jstr(fvp_jget(fvp_jget(pvc, "metadata"), "annotations"),
+				      FVP_ANN_CLASS_BETA);
+}
+
+/* A class of ours came or changed: its claims waiting for it are worked on again. */
+static void class_changed(struct runner *rn, const char *name)
+{
+	json_object_object_foreach(rn->cache[CLAIM], key, val) {
+		const char *c = claim_class(val);
+
+		if (c && streq(c, name))
+			(void)fvp_queue_add(rn->p->queue, key, CLAIM, false, val);
+	}
+}
+
+/* A class as the API has it now: into the store when it is one of ours. */
+static void class_seen(struct runner *rn, json_object *sc, bool deleted)
+{
+	const char *name = fvp_jstr2(sc, "metadata", "name");
+	json_object *t = NULL;
+
+	if (!name)
+		return;
+	if (!deleted && fvp_ctl_backend(fvp_jstr(sc, "provisioner")))
+		t = fvp_ctl_trim_class(sc);
+	fvp_store_class_set(rn->p->store, name, t);
+	json_object_put(t);
+	if (t)
+		class_changed(rn, name);
+}
+
+/*
+ * A claim or PV as the API has it now: trimmed, remembered and queued; an
+ * inert one only voids the work an older version of it may have queued.
+ */
 static void seen(struct runner *rn, enum kind k, json_object *obj, bool deleted)
 {
 	char key[FVP_KEY_MAX];
+	json_object *t = NULL;
+	bool known;
 
+	if (k == CLASS) {
+		class_seen(rn, obj, deleted);
+		return;
+	}
 	if (!key_of(k, obj, key, sizeof(key)))
 		return;
-	if (deleted)
+	if (k == PV)
+		fvp_store_pv_set(rn->p->store, fvp_jstr2(obj, "metadata", "name"), !deleted);
+	if (fvp_ctl_trim(rn->p, k == PV, obj, &t) < 0) {
+		fvp_log_error("%s %s: out of memory, not queued", res[k].name, key);
+		return;
+	}
+	known = json_object_object_get_ex(rn->cache[k], key, NULL);
+	if (deleted || !t)
 		json_object_object_del(rn->cache[k], key);
 	else
-		json_object_object_add(rn->cache[k], key, json_object_get(obj));
-	if (fvp_queue_add(rn->p->queue, key, k, deleted, obj) < 0)
+		json_object_object_add(rn->cache[k], key, json_object_get(t));
+	if ((t || known) && fvp_queue_add(rn->p->queue, key, k, deleted, t) < 0)
 		fvp_log_error("%s %s: out of memory, not queued", res[k].name, key);
+	json_object_put(t);
+}
+
+/* One page of a list being read: its items as they arrive (fvp_kube_list()). */
+struct page {
+	struct runner *rn;
+	enum kind k;
+	json_object *fresh;   /* key -> trimmed object (claims, PVs) */
+	json_object *inert;   /* keys of the cache's objects that are still there, inert now */
+	json_object *names;   /* PV names */
+	json_object *classes; /* name -> class of ours */
+};
+
+static int list_item(void *ud, json_object *o)
+{
+	struct page *pg = ud;
+	char key[FVP_KEY_MAX];
+	const char *name = fvp_jstr2(o, "metadata", "name");
+	json_object *t = NULL;
+
+	if (!name)
+		return 0;
+	if (pg->k == CLASS) {
+		if (!fvp_ctl_backend(fvp_jstr(o, "provisioner")))
+			return 0;
+		t = fvp_ctl_trim_class(o);
+		if (!t)
+			return -ENOMEM;
+		json_object_object_add(pg->classes, name, t);
+		return 0;
+	}
+	if (pg->k == PV && json_object_object_add(pg->names, name, NULL) < 0)
+		return -ENOMEM;
+	if (!key_of(pg->k, o, key, sizeof(key)))
+		return 0;
+	if (fvp_ctl_trim(pg->rn->p, pg->k == PV, o, &t) < 0)
+		return -ENOMEM;
+	if (t)
+		json_object_object_add(pg->fresh, key, t);
+	else if (json_object_object_get_ex(pg->rn->cache[pg->k], key, NULL) &&
+		 json_object_object_add(pg->inert, key, NULL) < 0)
+		return -ENOMEM;
+	return 0;
 }
 
 /*
@@ -130,42 +235,38 @@ static void seen(struct runner *rn, enum kind k, json_object *obj, bool deleted)
 static int list_all(struct runner *rn, enum kind k)
 {
 	_cleanup_free_ char *cont = NULL;
-	json_object *fresh = json_object_new_object(), *old;
+	struct page pg = { .rn = rn, .k = k, .fresh = json_object_new_object(),
+			   .inert = json_object_new_object(), .names = json_object_new_object(),
+			   .classes = json_object_new_object() };
+	json_object *fresh = pg.fresh, *old;
 	char err[512], base[FVP_API_PATH_MAX];
+	int st;
 
-	if (!fresh)
-		return -ENOMEM;
+	if (!pg.fresh || !pg.inert || !pg.names || !pg.classes) {
+		st = -ENOMEM;
+		goto fail;
+	}
 	for (;;) {
 		_cleanup_free_ char *path = NULL;
-		json_object *list = NULL, *items;
+		json_object *list = NULL;
 		const char *c;
-		int st;
 
 		if (asprintf(&path, "%s?limit=500%s%s", collection(k, base, sizeof(base)),
 			     cont ? "&continue=" : "", cont ? cont : "") < 0) {
-			json_object_put(fresh);
-			return -ENOMEM;
+			st = -ENOMEM;
+			goto fail;
 		}
 		fvp_flag_set(&rn->p->healthy_at, mono_s()); /* a list of a big cluster is many pages */
-		st = fvp_kube_request(rn->p->k, "GET", path, NULL, &list, err, sizeof(err));
+		/* items trimmed as they arrive: a page is never held whole */
+		st = fvp_kube_list(rn->p->k, path, list_item, &pg, &list, err, sizeof(err));
 		if (st < 0 || st != 200 || !list) {
 			if (st < 0)
 				fvp_log_warning("list %s: %s", base, err);
 			else
 				fvp_log_warning("list %s: HTTP %d %s", base, st, fvp_kube_status_message(list));
 			json_object_put(list);
-			json_object_put(fresh);
-			return st < 0 ? st : st == 410 ? -ESTALE : -EIO;
-		}
-		items = fvp_jget(list, "items");
-		for (size_t i = 0; items && json_object_is_type(items, json_type_array) &&
-				   i < json_object_array_length(items);
-		     i++) {
-			json_object *o = json_object_array_get_idx(items, i);
-			char key[FVP_KEY_MAX];
-
-			if (key_of(k, o, key, sizeof(key)))
-				json_object_object_add(fresh, key, json_object_get(o));
+			st = st < 0 ? st : st == 410 ? -ESTALE : -EIO;
+			goto fail;
 		}
 		snprintf(rn->rv[k], sizeof(rn->rv[k]), "%s",
 			 fvp_jstr2(list, "metadata", "resourceVersion") ?: "");
@@ -178,21 +279,45 @@ static int list_all(struct runner *rn, enum kind k)
 		/* a continue token is base64url: safe in a query, but check */
 		if (strspn(cont, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=") !=
 		    strlen(cont)) {
-			json_object_put(fresh);
-			return -EIO;
+			st = -EIO;
+			goto fail;
 		}
 	}
+	if (k == CLASS) {
+		fvp_store_replace(rn->p->store, NULL, pg.classes);
+		json_object_put(pg.fresh);
+		json_object_put(pg.inert);
+		json_object_put(pg.names);
+		return 0;
+	}
+	json_object_put(pg.classes);
+	fvp_store_replace(rn->p->store, k == PV ? pg.names : NULL, NULL);
+	if (k != PV)
+		json_object_put(pg.names);
 	old = rn->cache[k];
 	rn->cache[k] = fresh;
-	/* gone while we were not watching: queued as deleted (the informer's DeletedFinalStateUnknown) */
+	/*
+	 * Gone while we were not watching: queued as deleted (the informer's
+	 * DeletedFinalStateUnknown).  Still there but inert now: only the work an
+	 * older version may have queued is voided.
+	 */
 	json_object_object_foreach(old, okey, oval) {
-		if (!json_object_object_get_ex(fresh, okey, NULL))
+		if (json_object_object_get_ex(pg.inert, okey, NULL))
+			(void)fvp_queue_add(rn->p->queue, okey, k, false, NULL);
+		else if (!json_object_object_get_ex(fresh, okey, NULL))
 			(void)fvp_queue_add(rn->p->queue, okey, k, true, oval);
 	}
 	json_object_put(old);
+	json_object_put(pg.inert);
 	json_object_object_foreach(fresh, key, val)
 		(void)fvp_queue_add(rn->p->queue, key, k, false, val);
 	return 0;
+fail:
+	json_object_put(pg.fresh);
+	json_object_put(pg.inert);
+	json_object_put(pg.names);
+	json_object_put(pg.classes);
+	return st;
 }
 
 static void note_rv(struct runner *rn, enum kind k, json_object *obj)
@@ -287,14 +412,19 @@ int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 	struct fvp_queue *q;
 	unsigned int backoff = 1;
 	bool listed = false, watching[KINDS] = { false };
+	struct fvp_store *store = fvp_store_new();
 	time_t started[KINDS] = { 0 };
 	int r;
 
 	p->ev.k = p->k;
 	if (qc.max_ms < qc.base_ms)
 		qc.max_ms = qc.base_ms;
-	r = fvp_queue_new(&qc, &q);
+	/* before the workers start: they read it */
+	p->store = store;
+	r = store ? fvp_queue_new(&qc, &q) : -ENOMEM;
 	if (r < 0) {
+		p->store = NULL;
+		fvp_store_free(store);
 		fvp_log_error("cannot start the workers: %s", strerror(-r));
 		return r;
 	}
@@ -315,12 +445,16 @@ int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 		fvp_flag_set(&p->healthy_at, mono_s());
 		if (!listed) {
 			fvp_kube_watch_clear(p->k);
-			watching[CLAIM] = watching[PV] = false;
-			/* PVs first: releasing frees nothing a claim waits for, but it is cheap */
+			for (int k = 0; k < KINDS; k++)
+				watching[k] = false;
+			/*
+			 * Classes, then PVs, then claims: a claim's handler looks its class
+			 * and its PV up in what the first two lists stored.
+			 */
 			fvp_metrics_inc(FVP_M_RELISTS);
-			r = list_all(&rn, PV);
-			if (r == 0)
-				r = list_all(&rn, CLAIM);
+			r = 0;
+			for (int k = 0; k < KINDS && r == 0; k++)
+				r = list_all(&rn, (enum kind)k);
 			if (r < 0) {
 				fvp_log_warning("list failed (re-list failed); next try in %u s", backoff);
 				pause_s(&rn, backoff);
@@ -349,7 +483,8 @@ int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 			 * starts again from a fresh list.
 			 */
 			fvp_kube_watch_clear(p->k);
-			watching[CLAIM] = watching[PV] = false;
+			for (int k = 0; k < KINDS; k++)
+				watching[k] = false;
 			listed = false;
 			fvp_log_warning("cannot start watches: %s; next try in %u s", strerror(-r), backoff);
 			pause_s(&rn, backoff);
@@ -367,7 +502,8 @@ int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 			watching[k] = false;
 			quick = time(NULL) - started[k] < 1;
 		} else {
-			watching[CLAIM] = watching[PV] = false;
+			for (int k = 0; k < KINDS; k++)
+				watching[k] = false;
 			quick = true;
 		}
 		if (rn.expired || r == -ESTALE) {
@@ -394,6 +530,8 @@ int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 	p->queue = NULL;
 	pthread_mutex_unlock(&gauge_lock);
 	fvp_queue_free(q);
+	p->store = NULL;
+	fvp_store_free(store);
 	for (int k = 0; k < KINDS; k++)
 		json_object_put(rn.cache[k]);
 	return 0;

@@ -238,18 +238,40 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* every run starts with no event sent (events are deduplicated per object) */
 	memset(p.ev.sent, 0, sizeof(p.ev.sent));
 	if (kind_is("class")) {
-		for (size_t i = 0; fvp_backends[i]; i++)
+		json_object *t = fvp_ctl_trim_class(input);
+
+		for (size_t i = 0; fvp_backends[i]; i++) {
 			(void)fvp_backends[i]->class_check(&p.site, input, err, sizeof(err));
+			/* the class watch keeps it trimmed: the same checks on what it keeps */
+			if (t)
+				(void)fvp_backends[i]->class_check(&p.site, t, err, sizeof(err));
+		}
+		json_object_put(t);
 		(void)fvp_ctl_claim_changed(&p, fixed[CLAIM_NFS]);
 		(void)fvp_ctl_claim_changed(&p, fixed[CLAIM_LOOP]);
 		(void)fvp_ctl_claim_deleted(&p, fixed[CLAIM_NFS]);
 		(void)fvp_ctl_pv_changed(&p, fixed[PV_NFS]);
 	} else if (kind_is("claim")) {
+		json_object *t = NULL;
+
 		(void)fvp_ctl_claim_changed(&p, input);
 		(void)fvp_ctl_claim_deleted(&p, input);
+		/* what the runner keeps and queues of it (nothing when inert) */
+		if (fvp_ctl_trim(&p, false, input, &t) > 0) {
+			(void)fvp_ctl_claim_changed(&p, t);
+			(void)fvp_ctl_claim_deleted(&p, t);
+		}
+		json_object_put(t);
 	} else if (kind_is("pv")) {
+		json_object *t = NULL;
+
 		(void)fvp_ctl_pv_changed(&p, input);
 		(void)fvp_ctl_pv_deleted(&p, input);
+		if (fvp_ctl_trim(&p, true, input, &t) > 0) {
+			(void)fvp_ctl_pv_changed(&p, t);
+			(void)fvp_ctl_pv_deleted(&p, t);
+		}
+		json_object_put(t);
 		(void)fvp_ctl_claim_changed(&p, fixed[CLAIM_GROW]);
 	} else if (kind_is("node")) {
 		(void)fvp_ctl_claim_changed(&p, fixed[CLAIM_LOOP]);

@@ -3,7 +3,9 @@
  * libFuzzer target: the watch-stream decoder (provisioner/kube.c,
  * fvp_kube_stream_feed()), fed the input cut into pieces as libcurl may hand
  * them over (the first byte sets the piece size), each event then read as
- * the runner reads it (its key, its resourceVersion, an ERROR's code).
+ * the runner reads it (its key, its resourceVersion, an ERROR's code); then
+ * the same input, in the same pieces, as a list body (fvp_kube_listdec: every
+ * element of "items" handed over as it is read, the rest parsed at the end).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +32,30 @@ static int on_event(void *ud, const char *type, json_object *obj)
 	return strcmp(type, "ERROR") ? 0 : -1;
 }
 
+/* runner.c's list_item(): what it reads of every item of a list */
+static int on_item(void *ud, json_object *obj)
+{
+	return on_event(ud, "ADDED", obj);
+}
+
+/* The same input as a list body (fvp_kube_list()'s decoder), in the same pieces. */
+static void as_list(const uint8_t *data, size_t size, size_t piece)
+{
+	struct fvp_kube_listdec *d = fvp_kube_listdec_new(on_item, &(size_t){ 0 });
+	json_object *rest;
+
+	if (!d)
+		return;
+	for (size_t off = 0; off < size; off += piece)
+		if (fvp_kube_listdec_feed(d, (const char *)data + off,
+					  size - off < piece ? size - off : piece) < 0)
+			break;
+	rest = fvp_kube_listdec_finish(d);
+	(void)fvp_jstr2(rest, "metadata", "continue");
+	json_object_put(rest);
+	fvp_kube_listdec_free(d);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct fvp_kube_stream *s = fvp_kube_stream_new();
@@ -46,5 +72,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				     on_event, &n) < 0)
 			break;
 	fvp_kube_stream_free(s);
+	as_list(data, size, piece);
 	return 0;
 }

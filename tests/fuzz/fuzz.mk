@@ -31,7 +31,7 @@ endif
 FUZZ_PROV_OBJS := $(filter-out $(addprefix $(O)/obj/provisioner/,main.o runner.o lease.o \
 	httpd.o agent.o kube.o),$(PROV_OBJS))
 
-$(O)/fuzz/fuzz-watch: tests/fuzz/fuzz-watch.c $(O)/obj/provisioner/kube.o \
+$(O)/fuzz/fuzz-watch: tests/fuzz/fuzz-watch.c $(O)/obj/provisioner/kube.o $(O)/obj/provisioner/decode.o \
 		$(O)/obj/provisioner/jsonutil.o $(O)/obj/provisioner/params.o $(PROV_NFS_OBJS) \
 		$(CORE_OBJS)
 	@mkdir -p $(dir $@)

@@ -135,8 +135,23 @@ def make_cert(d):
 class RealApiServer:
     """etcd, kube-apiserver and the controller-manager's PV controllers, on ports of their own."""
 
-    def __init__(self, bindir, tmp):
+    def __init__(self, bindir, tmp, apiserver_args=(), kcm_args=(), private_bin=False):
+        """@apiserver_args, @kcm_args: more flags for kube-apiserver, kube-controller-manager
+        (tests/bench/provisioner-scale.py: the audit log).  @private_bin: run the binaries
+        from hard links in @tmp: the cluster lane's teardown stops every process whose
+        executable is its bin dir's (tests/kube/cluster.py, its stray sweep), ours too,
+        whenever a lane run on this machine ends."""
+        if private_bin:
+            own = os.path.join(tmp, "bin")
+            os.mkdir(own)
+            for n in ("etcd", "kube-apiserver", "kube-controller-manager"):
+                try:
+                    os.link(os.path.join(bindir, n), os.path.join(own, n))
+                except OSError:  # another file system
+                    shutil.copy2(os.path.join(bindir, n), os.path.join(own, n))
+            bindir = own
         self.bindir, self.tmp, self.procs = bindir, tmp, {}
+        self.apiserver_args, self.kcm_args = list(apiserver_args), list(kcm_args)
         self.cert, self.key = make_cert(tmp)
 
     def up(self):
@@ -163,7 +178,7 @@ class RealApiServer:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-account-key-file=" + sa, "--service-account-signing-key-file=" + sa,
             "--service-cluster-ip-range=10.0.0.0/24", "--endpoint-reconciler-type=none",
-            "--profiling=false", "--v=1"])
+            "--profiling=false", "--v=1"] + self.apiserver_args)
         self.api = Api(self.url, self.cert)
         end = time.monotonic() + 120
         while not self.ready():  # an exited component fails at once (alive() raises)
@@ -179,7 +194,8 @@ class RealApiServer:
         self.start("kube-controller-manager", [
             "kube-controller-manager", "--kubeconfig=" + kc, "--leader-elect=false",
             "--secure-port=0", "--use-service-account-credentials=false",
-            "--controllers=persistentvolume-binder,pvc-protection,pv-protection", "--v=1"])
+            "--controllers=persistentvolume-binder,pvc-protection,pv-protection", "--v=1"]
+            + self.kcm_args)
 
     def ready(self):
         self.alive(*self.procs)

@@ -88,7 +88,7 @@ class Store:
         self.race_next_pv_create = False    # the next PV POST finds the PV made meanwhile: 409
         self.stall_pv_create = False        # PV POSTs hang until released
         self.expire_next_continue = False   # the next continue token is too old (410)
-        self.conflict_next_put = False      # the next update is a 409 Conflict
+        self.conflict_next_put = False      # the next update (or patch with a precondition) is a 409
         self.split_events = False           # watch events cut into 7-byte chunks
         self.coalesce_events = False        # pending watch events sent as one chunk
         self.throttles = []                 # [method, path prefix, n left, Retry-After or None]
@@ -636,7 +636,9 @@ class Handler(BaseHTTPRequestHandler):
             if o is None:
                 return self.send_json(404, status(404, "NotFound", '%s "%s" not found' % (res, name)))
             rv = (body.get("metadata") or {}).get("resourceVersion")
-            if rv is not None and rv != o["metadata"]["resourceVersion"]:
+            if (rv is not None and rv != o["metadata"]["resourceVersion"]) or \
+                    (rv is not None and st.conflict_next_put):
+                st.conflict_next_put = False
                 return self.send_json(409, status(409, "Conflict", "the object has been modified"))
             new = json.loads(json.dumps(o))
             if q["_subresource"] == "status":

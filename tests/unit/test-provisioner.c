@@ -13,6 +13,7 @@
 #include "api.h"
 #include "dir.h"
 #include "jsonutil.h"
+#include "kube.h"
 #include "params.h"
 #include "queue.h"
 
@@ -755,4 +756,80 @@ TEST(api_paths)
 	CHECK_U64(q, 2u << 20);
 	CHECK_INT(fvp_quantity("", &q), -EINVAL);
 	CHECK_INT(fvp_quantity(NULL, &q), -EINVAL);
+}
+
+struct items {
+	unsigned int n;
+	char names[8][16];
+};
+
+static int collect(void *ud, json_object *item)
+{
+	struct items *it = ud;
+	const char *name = fvp_jstr2(item, "metadata", "name");
+
+	if (it->n < 8)
+		snprintf(it->names[it->n], sizeof(it->names[0]), "%s", name ? name : "?");
+	it->n++;
+	return 0;
+}
+
+/* A list body fed in pieces of @piece bytes: its items to @it, the rest returned. */
+static json_object *decode_list(const char *body, size_t piece, struct items *it, int *r)
+{
+	struct fvp_kube_listdec *d = fvp_kube_listdec_new(collect, it);
+	size_t n = strlen(body);
+	json_object *rest;
+
+	*r = 0;
+	memset(it, 0, sizeof(*it));
+	for (size_t off = 0; off < n && *r == 0; off += piece)
+		*r = fvp_kube_listdec_feed(d, body + off, n - off < piece ? n - off : piece);
+	rest = fvp_kube_listdec_finish(d);
+	fvp_kube_listdec_free(d);
+	return rest;
+}
+
+TEST(list_decoded_item_by_item)
+{
+	static const char list[] =
+		"{\"kind\":\"PersistentVolumeClaimList\",\"apiVersion\":\"v1\",\"metadata\":"
+		"{\"resourceVersion\":\"42\",\"continue\":\"abc\"},\"items\":[{\"metadata\":"
+		"{\"name\":\"a\",\"annotations\":{\"x\":\"],}{\\\"items\\\":[\"}}},\n {\"metadata\":"
+		"{\"name\":\"b\"},\"spec\":{\"items\":[1,2,{\"items\":[]}]}}]}";
+	struct items it;
+	json_object *rest;
+	int r;
+
+	/* every cut gives the same: two items, the rest with the metadata and no items */
+	for (size_t piece = 1; piece <= sizeof(list); piece += 7) {
+		rest = decode_list(list, piece, &it, &r);
+		CHECK_INT(r, 0);
+		CHECK_INT((int)it.n, 2);
+		CHECK_STR(it.names[0], "a");
+		CHECK_STR(it.names[1], "b");
+		CHECK_STR(fvp_jstr2(rest, "metadata", "resourceVersion"), "42");
+		CHECK_STR(fvp_jstr2(rest, "metadata", "continue"), "abc");
+		CHECK_INT((int)json_object_array_length(fvp_jget(rest, "items")), 0);
+		json_object_put(rest);
+	}
+	/* an empty list; a Status (an error answer); an escaped member name still hands items over */
+	rest = decode_list("{\"items\":[ ],\"metadata\":{}}", 3, &it, &r);
+	CHECK_INT((int)it.n, 0);
+	CHECK(rest != NULL);
+	json_object_put(rest);
+	rest = decode_list("{\"kind\":\"Status\",\"code\":410,\"message\":\"too old\"}", 5, &it, &r);
+	CHECK_STR(fvp_jstr(rest, "message"), "too old");
+	json_object_put(rest);
+	rest = decode_list("{\"\\u0069tems\":[{\"metadata\":{\"name\":\"c\"}}]}", 4, &it, &r);
+	CHECK_INT((int)it.n, 1);
+	CHECK_STR(it.names[0], "c");
+	json_object_put(rest);
+	/* not JSON, a cut body, an item that is no object: refused, never half taken */
+	rest = decode_list("{\"items\":[{\"metadata\":}]}", 2, &it, &r);
+	CHECK(r < 0 && rest == NULL);
+	rest = decode_list("{\"items\":[{\"metadata\":{\"name\":\"d\"}}", 2, &it, &r);
+	CHECK(rest == NULL);
+	rest = decode_list("{\"items\":[1]}", 2, &it, &r);
+	CHECK(r < 0 && rest == NULL);
 }
