@@ -302,7 +302,8 @@ def bad_parameters_are_events(e):
     # not repeated as an event at every retry (events are deduplicated)
     n = len(e.events(reason="ProvisioningFailed"))
     # (the class comes from the class watch: the retries show in the log, one line each)
-    wait_for(lambda: e.all_logs().count("ProvisioningFailed default/c-unknown:") >= 3,
+    wait_for(lambda: e.all_logs().count('object="default/c-unknown" kind="PersistentVolumeClaim" '
+                                        'type="Warning" reason="ProvisioningFailed"') >= 3,
              "retried after a backoff", 20)
     check(e.st.count("GET", "/api/v1/persistentvolumeclaims?limit") == 1, "listed once")
     check(len(e.events(reason="ProvisioningFailed")) == n, "no repeated events")
@@ -1373,7 +1374,9 @@ def provisioning_and_skip_events(e):
     for c in (gone, loopish, elsewhere):
         check(e.pv_of(c) is None and not e.events(c, "Provisioning"), "skipped, not started")
     # retries (backoff 0.5..2 s) and resyncs (5 s) repeat none of them
-    wait_for(lambda: e.st.count("GET", "/apis/storage.k8s.io/v1/storageclasses/bad") >= 4,
+    # (the class comes from the class watch: each retry shows as its logged Provisioning event)
+    wait_for(lambda: e.all_logs().count('object="default/bad" kind="PersistentVolumeClaim" '
+                                        'type="Normal" reason="Provisioning"') >= 4,
              "the refused claim retried", 20)
     time.sleep(e.resync + 0.5)
     for c, reason in ((bad, "Provisioning"), (bad, "ProvisioningFailed"), (gone, "ProvisioningSkipped"),
