@@ -72,17 +72,8 @@ int fvp_ctl_get_class(struct fvp_prov *p, const char *name, json_object **ret,
 	st = fvp_store_class(p->store, name, &sc);
 	if (st == 0 || st == -ENOMEM)
 		return st;
-	if (st == 1) {
-		b = fvp_ctl_backend(fvp_jstr(sc, "provisioner"));
-		if (!b) {
-			json_object_put(sc);
-			return 0;
-		}
-		*ret = sc;
-		if (ret_b)
-			*ret_b = b;
-		return 1;
-	}
+	if (st == 1)
+		goto found;
 	fvp_api_path(path, sizeof(path), FVP_API_CLASS, NULL, name, NULL);
 	st = fvp_kube_request(p->k, "GET", path, NULL, &sc, err, sizeof(err));
 	if (st < 0) {
@@ -99,6 +90,7 @@ int fvp_ctl_get_class(struct fvp_prov *p, const char *name, json_object **ret,
 		json_object_put(sc);
 		return -EIO;
 	}
+found:
 	b = fvp_ctl_backend(fvp_jstr(sc, "provisioner"));
 	if (!b) {
 		json_object_put(sc);
