@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 import cluster as C
+from cases_provisioner import HOST_PORTS
 from run import HERE, INSTALLER, INSTALLER_V2, NS, CaseFailed, check
 
 SITE = C.p("site")
@@ -61,12 +62,13 @@ def site(image, components=("loop", "provisioner"), overlay="kubeadm"):
                 {"name": "provisioner", "env": API_ENV}]}}}})})
     if "loop" in components and "provisioner" in components:
         # on the host network both Deployments cannot take port 8080 on the one node (the second
-        # stays Pending: no free ports): deploy/loop's serves on 8081, as in cases_provisioner
+        # stays Pending: no free ports): deploy/loop's serves on its port of HOST_PORTS
+        port = HOST_PORTS["flexvol-loop-provisioner"]
         patches.append({"target": {"kind": "Deployment", "name": "flexvol-loop-provisioner"}, "patch": json.dumps([
             {"op": "test", "path": "/spec/template/spec/containers/0/args/2", "value": "--http-endpoint=:8080"},
-            {"op": "replace", "path": "/spec/template/spec/containers/0/args/2", "value": "--http-endpoint=:8081"},
+            {"op": "replace", "path": "/spec/template/spec/containers/0/args/2", "value": f"--http-endpoint=:{port}"},
             {"op": "test", "path": "/spec/template/spec/containers/0/ports/0/containerPort", "value": 8080},
-            {"op": "replace", "path": "/spec/template/spec/containers/0/ports/0/containerPort", "value": 8081}])})
+            {"op": "replace", "path": "/spec/template/spec/containers/0/ports/0/containerPort", "value": port}])})
     if "provisioner" in components:  # no NFS client on this host: the share is a hostPath
         patches.append({"target": {"kind": "Deployment", "name": "flexvol-provisioner"}, "patch": json.dumps([
             {"op": "replace", "path": "/spec/template/spec/volumes/0",
