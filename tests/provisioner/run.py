@@ -1314,6 +1314,9 @@ def log_lines_klog(e):
     bad = e.pvc("bad", sc="bad")
     wait_for(lambda: e.bound(ok), "bound")
     wait_for(lambda: e.events(bad, "ProvisioningFailed"), "failure event")
+    # the line is written before the event is POSTed: wait for the POST too, or it may meet
+    # the throttle below and take some of its refusals (seen once in CI)
+    wait_for(lambda: e.events(ok, "ProvisioningSucceeded"), "the success event")
     wait_for(lambda: "ProvisioningSucceeded" in e.log(), "the success logged")
     lines = klog_lines(e.log())
     check(all(int(m.group(4)) == p.pid for m in lines if m.group(5) != "backend-nfs.c"),
