@@ -129,7 +129,9 @@ $(O)/kfloor: tests/bench/kfloor.c
 	$(Q)$(CC) -O2 -static -o $@ $<
 
 # The previous release, built from git for the A/B columns of the cycle bench
-# (tests/bench/cycle.py --old): BENCH_OLD_REV archived into $(BENCH_OLD).src.
+# (tests/bench/cycle.py --old): BENCH_OLD_REV archived into $(BENCH_OLD).src,
+# built dynamic and static (its `make static`, on the same cached static
+# dependencies as ours when ci/build-static-deps is unchanged).
 BENCH_OLD_REV ?= 01d4831
 BENCH_OLD     ?= $(O)/old-$(BENCH_OLD_REV)
 $(BENCH_OLD)/loop:
@@ -137,14 +139,18 @@ $(BENCH_OLD)/loop:
 	$(Q)git archive $(BENCH_OLD_REV) | tar -x -C $(BENCH_OLD).src
 	$(Q)$(MAKE) -C $(BENCH_OLD).src O=$(abspath $(BENCH_OLD)) all
 
-# the attach cycle per op against the exec and kernel floors and the previous release
-bench-cycle: all $(O)/floor $(O)/kfloor $(BENCH_OLD)/loop
-	$(Q)python3 tests/bench/cycle.py --build $(O) --old $(BENCH_OLD)
+$(BENCH_OLD)/static/loop: $(BENCH_OLD)/loop
+	$(Q)$(MAKE) -C $(BENCH_OLD).src O=$(abspath $(BENCH_OLD)) static
+
+# the attach cycle per op against the exec and kernel floors and the previous
+# release: the static builds (what ships), the dynamic ones beside them
+bench-cycle: all static $(O)/floor $(O)/kfloor $(BENCH_OLD)/loop $(BENCH_OLD)/static/loop
+	$(Q)python3 tests/bench/cycle.py --build $(O) --old $(BENCH_OLD) --dynamic
 
 # the static binary is what ships: it is measured next to the dynamic one
-bench: all static $(O)/floor $(O)/kfloor $(BENCH_OLD)/loop
+bench: all static $(O)/floor $(O)/kfloor $(BENCH_OLD)/loop $(BENCH_OLD)/static/loop
 	$(Q)python3 tests/bench/bench.py --build $(O) --static $(O)/static
-	$(Q)python3 tests/bench/cycle.py --build $(O) --old $(BENCH_OLD)
+	$(Q)python3 tests/bench/cycle.py --build $(O) --old $(BENCH_OLD) --dynamic
 
 clean:
 	rm -rf $(O)

@@ -24,6 +24,15 @@ void fv_ctx_save_message(const struct fv_ctx *cx, struct fv_saved_message *s);
  */
 void fv_ctx_restore_message(struct fv_ctx *cx, const struct fv_saved_message *s, bool with_detail);
 
+/*
+ * mountinfo.c: call @fn on each mount of /proc/self/mountinfo in table order
+ * (struct fv_mntline, fv/mountutil.h) until it returns true.  Returns 1 when
+ * @fn stopped the walk, 0 at the table's end, or -errno (-EIO for a line the
+ * kernel would never write: no half-read table decides anything).
+ */
+struct fv_mntline;
+int fv_mnt_each(bool (*fn)(const struct fv_mntline *m, void *arg), void *arg);
+
 /* reply.c: the one JSON document kubelet reads (contract §1.4, §3.1). */
 enum fv_status { FV_SUCCESS, FV_FAILURE, FV_NOT_SUPPORTED };
 

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <stdint.h>
 
@@ -15,67 +16,60 @@
 #include "fv/mountutil.h"
 #include "fv/util.h"
 
-static inline void mnt_unref_tablep(struct libmnt_table **t)
-{
-	mnt_unref_table(*t);
-}
-
 static inline void mnt_free_contextp(struct libmnt_context **c)
 {
 	mnt_free_context(*c);
 }
 
-static inline void mnt_free_iterp(struct libmnt_iter **i)
+static bool has_option(const char *list, const char *name)
 {
-	mnt_free_iter(*i);
+	size_t n = strlen(name);
+
+	for (const char *p = list; p; p = strchr(p, ','), p = p ? p + 1 : NULL)
+		if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == '\0' || p[n] == '='))
+			return true;
+	return false;
 }
 
-/* The kernel's table, without utab merging: what is mounted, not what was asked. */
-static int load_table(struct libmnt_table **ret)
+static void fill_info(const struct fv_mntline *m, struct fv_mntinfo *ret)
 {
-	struct libmnt_table *tb = mnt_new_table();
-	int r;
-
-	if (!tb)
-		return -ENOMEM;
-	r = mnt_table_parse_file(tb, "/proc/self/mountinfo");
-	if (r < 0) {
-		mnt_unref_table(tb);
-		return r;
-	}
-	*ret = tb;
-	return 0;
-}
-
-static void fill_info(struct libmnt_fs *fs, struct fv_mntinfo *ret)
-{
-	const char *s;
-
 	if (!ret)
 		return;
-	memset(ret, 0, sizeof(*ret));
-	snprintf(ret->source, sizeof(ret->source), "%s", (s = mnt_fs_get_source(fs)) ? s : "");
-	snprintf(ret->fstype, sizeof(ret->fstype), "%s", (s = mnt_fs_get_fstype(fs)) ? s : "");
-	snprintf(ret->root, sizeof(ret->root), "%s", (s = mnt_fs_get_root(fs)) ? s : "/");
-	snprintf(ret->vfs_options, sizeof(ret->vfs_options), "%s",
-		 (s = mnt_fs_get_vfs_options(fs)) ? s : "");
-	ret->devno = mnt_fs_get_devno(fs);
-	ret->readonly = mnt_optstr_get_option(ret->vfs_options, "ro", NULL, NULL) == 0;
+	/* each string set whole: no memset of the 9 KiB (page faults on the stack) */
+	snprintf(ret->source, sizeof(ret->source), "%s", m->source);
+	snprintf(ret->fstype, sizeof(ret->fstype), "%s", m->fstype);
+	snprintf(ret->root, sizeof(ret->root), "%s", m->root);
+	snprintf(ret->vfs_options, sizeof(ret->vfs_options), "%s", m->vfs_options);
+	ret->devno = m->devno;
+	ret->readonly = has_option(ret->vfs_options, "ro");
+}
+
+struct find_target {
+	const char *target;
+	struct fv_mntinfo *ret;
+	bool found;
+};
+
+static bool find_target_fn(const struct fv_mntline *m, void *arg)
+{
+	struct find_target *a = arg;
+
+	/* the last one in table order is the topmost */
+	if (streq(m->target, a->target)) {
+		fill_info(m, a->ret);
+		a->found = true;
+	}
+	return false;
 }
 
 int fv_mnt_find(const char *target, struct fv_mntinfo *ret)
 {
-	_cleanup_(mnt_unref_tablep) struct libmnt_table *tb = NULL;
-	struct libmnt_fs *fs;
-	int r = load_table(&tb);
+	struct find_target a = { .target = target, .ret = ret };
+	int r = fv_mnt_each(find_target_fn, &a);
 
 	if (r < 0)
 		return r;
-	fs = mnt_table_find_target(tb, target, MNT_ITER_BACKWARD);
-	if (!fs)
-		return 1;
-	fill_info(fs, ret);
-	return 0;
+	return a.found ? 0 : 1;
 }
 
 static bool skip_exclude(const char *target, void *arg)
@@ -88,47 +82,55 @@ int fv_mnt_find_source(const char *source, const char *exclude, char *ret, size_
 	return fv_mnt_find_source_skip(source, skip_exclude, (void *)exclude, ret, len);
 }
 
+struct find_source {
+	const char *source;
+	bool (*skip)(const char *target, void *arg);
+	void *arg;
+	char *ret;
+	size_t len;
+};
+
+static bool find_source_fn(const struct fv_mntline *m, void *arg)
+{
+	struct find_source *a = arg;
+
+	if (!streq(m->source, a->source) || !streq(m->root, "/") || a->skip(m->target, a->arg))
+		return false;
+	snprintf(a->ret, a->len, "%s", m->target);
+	return true;
+}
+
 int fv_mnt_find_source_skip(const char *source, bool (*skip)(const char *target, void *arg),
 			    void *arg, char *ret, size_t len)
 {
-	_cleanup_(mnt_unref_tablep) struct libmnt_table *tb = NULL;
-	_cleanup_(mnt_free_iterp) struct libmnt_iter *it = mnt_new_iter(MNT_ITER_FORWARD);
-	struct libmnt_fs *fs;
-	int r = load_table(&tb);
+	struct find_source a = { source, skip, arg, ret, len };
+	int r = fv_mnt_each(find_source_fn, &a);
 
 	if (r < 0)
 		return r;
-	if (!it)
-		return -ENOMEM;
-	while (mnt_table_next_fs(tb, it, &fs) == 0) {
-		const char *src = mnt_fs_get_srcpath(fs), *root = mnt_fs_get_root(fs);
-		const char *tgt = mnt_fs_get_target(fs);
+	return r == 1 ? 0 : 1;
+}
 
-		if (!src || !tgt || !streq(src, source) || (root && !streq(root, "/")))
-			continue;
-		if (skip(tgt, arg))
-			continue;
-		snprintf(ret, len, "%s", tgt);
-		return 0;
-	}
-	return 1;
+struct count_devno {
+	dev_t devno;
+	int n;
+};
+
+static bool count_devno_fn(const struct fv_mntline *m, void *arg)
+{
+	struct count_devno *a = arg;
+
+	if (m->devno == a->devno)
+		a->n++;
+	return false;
 }
 
 int fv_mnt_count_devno(dev_t devno)
 {
-	_cleanup_(mnt_unref_tablep) struct libmnt_table *tb = NULL;
-	_cleanup_(mnt_free_iterp) struct libmnt_iter *it = mnt_new_iter(MNT_ITER_FORWARD);
-	struct libmnt_fs *fs;
-	int r = load_table(&tb), n = 0;
+	struct count_devno a = { .devno = devno };
+	int r = fv_mnt_each(count_devno_fn, &a);
 
-	if (r < 0)
-		return r;
-	if (!it)
-		return -ENOMEM;
-	while (mnt_table_next_fs(tb, it, &fs) == 0)
-		if (mnt_fs_get_devno(fs) == devno)
-			n++;
-	return n;
+	return r < 0 ? r : a.n;
 }
 
 _Static_assert(FV_ERR_BASE > 5999, "FV_ERR_* must not overlap libmount's MNT_ERR_* (5000..5999)");
@@ -292,23 +294,29 @@ int fv_dir_check(struct fv_ctx *cx, const struct fv_dir *d, unsigned int flags)
 	return dir_fail(cx, fd, d->path);
 }
 
+struct find_id {
+	uint64_t id;
+	struct fv_mntinfo *ret;
+};
+
+static bool find_id_fn(const struct fv_mntline *m, void *arg)
+{
+	struct find_id *a = arg;
+
+	if (m->id != a->id)
+		return false;
+	fill_info(m, a->ret);
+	return true;
+}
+
 static int find_id(uint64_t id, struct fv_mntinfo *ret)
 {
-	_cleanup_(mnt_unref_tablep) struct libmnt_table *tb = NULL;
-	_cleanup_(mnt_free_iterp) struct libmnt_iter *it = mnt_new_iter(MNT_ITER_FORWARD);
-	struct libmnt_fs *fs;
-	int r = load_table(&tb);
+	struct find_id a = { id, ret };
+	int r = fv_mnt_each(find_id_fn, &a);
 
 	if (r < 0)
 		return r;
-	if (!it)
-		return -ENOMEM;
-	while (mnt_table_next_fs(tb, it, &fs) == 0)
-		if ((uint64_t)mnt_fs_get_id(fs) == id) {
-			fill_info(fs, ret);
-			return 0;
-		}
-	return -ENOENT;
+	return r == 1 ? 0 : -ENOENT;
 }
 
 int fv_dir_mounted(const struct fv_dir *d, struct fv_mntinfo *ret)

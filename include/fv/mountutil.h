@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct fv_ctx;
@@ -29,6 +30,19 @@ struct fv_mntinfo {
  * Returns 0 and fills @ret (may be NULL), 1 when @target is not a mount point, or -errno.
  */
 int fv_mnt_find(const char *target, struct fv_mntinfo *ret);
+
+/*
+ * One line of /proc/self/mountinfo, split in place (fv_mnt_parse_line()):
+ * the strings point into the line, the kernel's \ooo escapes undone.
+ */
+struct fv_mntline {
+	uint64_t id;
+	dev_t devno;
+	char *root, *target, *vfs_options, *fstype, *source;
+};
+
+/* Split the mountinfo line @line (no newline) in place.  0, or -EINVAL for a malformed line. */
+int fv_mnt_parse_line(char *line, struct fv_mntline *ret);
 
 /*
  * fv_mnt_find_source() - the first mount (in mount order) whose source is

@@ -14,6 +14,15 @@ call from spawn to reaped, next to:
   * the previous release (--old DIR: a build directory holding its loop
     driver), on its own image, in the same run.
 
+The static builds are measured (BUILD/static/loop against DIR/static/loop:
+what ships; `make static`), each with its dynamic build beside it when
+--dynamic asks (BUILD/loop, DIR/loop: the same interleaving, two more
+subjects).  The images, state and kubelet directories live on a tmpfs
+mounted in the private mount namespace (--disk: on the disk under the
+scratch directory instead), so that the figures are the drivers' and the
+kernel's work, not the latency of a disk other programs share; on a node
+the state records' fsync and the loop device's flushes go to its disk.
+
 Interleaved: each cycle of a round runs the exec floor, the kernel floor, then
 the two drivers' cycles (which goes first alternates), so a load that comes
 and goes on a shared machine hits all alike.  Every round's medians are
@@ -23,7 +32,8 @@ the old release's median of the same round).  Nothing here asserts speed; a
 reply other than Success fails the run (exit 1).
 
   python3 tests/bench/cycle.py --build build [--loop build/static/loop]
-          [--old build-old] [--rounds 5] [--cycles 10] [--json out.json]
+          [--old build-old] [--dynamic] [--disk] [--rounds 5] [--cycles 10]
+          [--json out.json]
 """
 
 import argparse
@@ -109,14 +119,30 @@ def run_kfloor(kfloor, args, env):
     return doc
 
 
+def subject_list(args):
+    """(name, driver) in the order of the tables: new, old, then their dynamic builds."""
+    subs = [("new", args.loop)] + ([("old", args.old_loop)] if args.old_loop else [])
+    if args.dyn_loop:
+        subs.append(("dyn-new", args.dyn_loop))
+        if args.dyn_old_loop:
+            subs.append(("dyn-old", args.dyn_old_loop))
+    return subs
+
+
 def inner(args):
     """In the private mount namespace: every round, every cycle, as raw milliseconds."""
     subjects = []
-    for name, loop in [("new", args.loop)] + ([("old", args.old_loop)] if args.old_loop else []):
-        d = os.path.join(args.scratch, name)
+    base = args.scratch
+    if not args.disk:
+        base = os.path.join(args.scratch, "fs")
+        os.makedirs(base, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m,mode=0700", "flexvol-bench",
+                        base], check=True)
+    for name, loop in subject_list(args):
+        d = os.path.join(base, name)
         bench.prepare_scratch(d)
         subjects.append(Subject(name, loop, d))
-    kf_args = kfloor_setup(args.scratch)
+    kf_args = kfloor_setup(base)
     env = bench.scratch_env(args.scratch)
     rounds = []
     try:
@@ -143,6 +169,8 @@ def inner(args):
     finally:
         for s in subjects:
             bench.undo_inner(s.scratch, s.gmount, s.poddir)
+        if not args.disk:
+            subprocess.run(["umount", "-l", base], capture_output=True)
     with open(args.result, "w") as f:
         json.dump(rounds, f)
     return 0
@@ -163,6 +191,9 @@ def summarize(rounds, names):
             row[n + "_cpu"]["cycle"] = med([sum(c[op] for op in OPS) for c in r[n + "_cpu"]])
         if "old" in names:
             row["ratio"] = {op: row["new"][op] / row["old"][op] for op in OPS + ["cycle"]}
+        if "dyn-old" in names:
+            row["dyn-ratio"] = {op: row["dyn-new"][op] / row["dyn-old"][op]
+                                for op in OPS + ["cycle"]}
         per_round.append(row)
     return per_round
 
@@ -173,7 +204,9 @@ def print_report(per_round, names, args):
              "unmount": "umount", "unmountdevice": "umntdev", "detach": "detach",
              "cycle": "cycle"}
     print(f"loop attach cycle per op (ms, medians of {args.cycles} cycles per round; "
-          f"new = {args.loop}" + (f", old = {args.old_loop}" if args.old_loop else "") + ")")
+          f"new = {args.loop}" + (f", old = {args.old_loop}" if args.old_loop else "") +
+          (f", dyn-new = {args.dyn_loop}" if args.dyn_loop else "") +
+          (f", dyn-old = {args.dyn_old_loop}" if args.dyn_old_loop else "") + ")")
     head = f"{'round':<6} {'floor':>6} {'kfloor':>7} " + " ".join(
         f"{n + ':' + short[op]:>12}" for n in names for op in cols)
     print(head)
@@ -186,6 +219,11 @@ def print_report(per_round, names, args):
         for i, row in enumerate(per_round):
             print(f"  round {i + 1}: " + "  ".join(
                 f"{short[op]} {row['ratio'][op]:.2f}" for op in cols))
+    if "dyn-old" in names:
+        print("paired ratio dyn-new/dyn-old per round (the dynamic builds):")
+        for i, row in enumerate(per_round):
+            print(f"  round {i + 1}: " + "  ".join(
+                f"{short[op]} {row['dyn-ratio'][op]:.2f}" for op in cols))
     floor = med([r["floor"] for r in per_round])
     print()
     print(f"summary over {len(per_round)} rounds (median of the rounds' medians; 'new/old' the "
@@ -194,6 +232,13 @@ def print_report(per_round, names, args):
     hdr = (f"{'op':<15} {'new ms':>8} " + (f"{'old ms':>8} {'new/old':>8} " if old else "") +
            f"{'new CPU':>8} " + (f"{'old CPU':>8} " if old else "") +
            f"{'kernel floor':>13} {'target':>10}")
+    width = len(hdr) + 9  # then "  met" or "  NOT met"
+    # the dynamic builds, when measured too: their medians and paired ratio, and CPU
+    dyn = [n for n in ("dyn-new", "dyn-old") if n in names]
+    if dyn:
+        hdr = f"{hdr:<{width}}" + " ".join(f"{n + ' ms':>11}" for n in dyn) + (
+            f" {'dyn new/old':>11}" if "dyn-old" in names else "") + \
+            " " + " ".join(f"{n + ' CPU':>11}" for n in dyn)
     print(hdr)
     print("-" * len(hdr))
     for op in cols:
@@ -216,6 +261,13 @@ def print_report(per_round, names, args):
         line += f"{kf:>13.2f} {tgt:>10}"
         if ok is not None:
             line += "  met" if ok else "  NOT met"
+        if dyn:
+            line = f"{line:<{width}}" + " ".join(
+                f"{med([r[n][op] for r in per_round]):>11.2f}" for n in dyn)
+            if "dyn-old" in names:
+                line += f" {med([r['dyn-ratio'][op] for r in per_round]):>11.2f}"
+            line += " " + " ".join(f"{med([r[n + '_cpu'][op] for r in per_round]):>11.2f}"
+                                   for n in dyn)
         print(line)
     print(f"exec floor {floor:.2f} ms (CPU {med([r['floor_cpu'] for r in per_round]):.2f}; six: "
           f"{6 * floor:.2f}); kernel floor, one process for every step: "
@@ -234,11 +286,17 @@ def main():
                     "the old release's static build exist, else BUILD/loop)")
     ap.add_argument("--old", metavar="DIR", help="build directory of the previous release "
                     "(DIR/loop, or DIR/static/loop when both are static)")
+    ap.add_argument("--dynamic", action="store_true", help="also measure the dynamic builds "
+                    "(BUILD/loop, DIR/loop) beside the static ones, interleaved")
+    ap.add_argument("--disk", action="store_true", help="keep the images and state on the "
+                    "disk under the scratch directory (default: a tmpfs)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     ap.add_argument("--cycles", type=int, default=10, help="cycles per round (default 10)")
     ap.add_argument("--json", metavar="FILE", help="also write every round as JSON")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--old-loop", help=argparse.SUPPRESS)
+    ap.add_argument("--dyn-loop", help=argparse.SUPPRESS)
+    ap.add_argument("--dyn-old-loop", help=argparse.SUPPRESS)
     ap.add_argument("--floor", help=argparse.SUPPRESS)
     ap.add_argument("--kfloor", help=argparse.SUPPRESS)
     ap.add_argument("--scratch", help=argparse.SUPPRESS)
@@ -259,14 +317,17 @@ def main():
     sub = os.path.join("static", "loop") if static else "loop"
     loop = os.path.abspath(args.loop) if args.loop else os.path.join(b, sub)
     old_loop = os.path.join(o, sub) if o else None
+    dyn_loop = os.path.join(b, "loop") if args.dynamic and static else None
+    dyn_old_loop = os.path.join(o, "loop") if dyn_loop and o else None
     floor, kfloor = os.path.join(b, "floor"), os.path.join(b, "kfloor")
-    for p in [loop, floor, kfloor] + ([old_loop] if old_loop else []):
+    for p in [loop, floor, kfloor] + [x for x in (old_loop, dyn_loop, dyn_old_loop) if x]:
         if not os.access(p, os.X_OK):
             print(f"bench: {p} missing (make {os.path.relpath(floor)} "
                   f"{os.path.relpath(kfloor)}; --old: a build of the previous release)",
                   file=sys.stderr)
             return 1
     args.loop, args.old_loop = loop, old_loop
+    args.dyn_loop, args.dyn_old_loop = dyn_loop, dyn_old_loop
     scratch = tempfile.mkdtemp(prefix="flexvol-cycle-")
     result = os.path.join(scratch, "rounds.json")
     cmd = ["unshare", "-m", "--propagation", "private", "--", sys.executable,
@@ -275,15 +336,21 @@ def main():
            "--rounds", str(args.rounds), "--cycles", str(args.cycles)]
     if old_loop:
         cmd += ["--old-loop", old_loop]
+    if dyn_loop:
+        cmd += ["--dyn-loop", dyn_loop] + (["--dyn-old-loop", dyn_old_loop] if dyn_old_loop else [])
+    if args.disk:
+        cmd.append("--disk")
     print(f"flexvol cycle bench: kernel {os.uname().release}, {os.cpu_count()} CPUs, "
-          f"load {os.getloadavg()[0]:.2f}, {args.rounds} rounds x {args.cycles} cycles")
+          f"load {os.getloadavg()[0]:.2f}, {args.rounds} rounds x {args.cycles} cycles, "
+          f"{'static' if static else 'dynamic'} builds, scratch on "
+          f"{'the disk' if args.disk else 'a tmpfs'}")
     rc = 1
     try:
         rc = subprocess.run(cmd).returncode
         if rc == 0:
             with open(result) as f:
                 rounds = json.load(f)
-            names = ["new"] + (["old"] if old_loop else [])
+            names = [n for n, _ in subject_list(args)]
             per_round = summarize(rounds, names)
             print_report(per_round, names, args)
             if args.json:

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Error codes out of mountutil.c: libmount's MNT_ERR_* never pass through (issue 9 item 8). */
 #include <libmount.h>
+#include <stdio.h>
+#include <sys/sysmacros.h>
 
 #include "unit.h"
 #include "fv/mountutil.h"
@@ -55,4 +57,67 @@ TEST(mount_of_missing_source_is_an_errno)
 	CHECK(strstr(cx.message, "can't find UUID") != NULL);
 	CHECK(cx.message[0] != '\0');
 	rmdir(dir);
+}
+
+/*
+ * The lean mountinfo reader against libmount on the same lines: every mount
+ * of this process's table read both ways gives the same fields.
+ */
+TEST(mountinfo_lines_as_libmount_reads_them)
+{
+	struct libmnt_table *tb = mnt_new_table();
+	struct libmnt_iter *it = mnt_new_iter(MNT_ITER_FORWARD);
+	struct libmnt_fs *fs;
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL;
+	size_t cap = 0;
+	int n = 0;
+
+	REQUIRE(tb && it && f);
+	REQUIRE(mnt_table_parse_file(tb, "/proc/self/mountinfo") == 0);
+	/* the table read twice: the same mounts unless one came or went in between */
+	while (getline(&line, &cap, f) > 0 && mnt_table_next_fs(tb, it, &fs) == 0) {
+		struct fv_mntline m;
+
+		line[strcspn(line, "\n")] = '\0';
+		REQUIRE(fv_mnt_parse_line(line, &m) == 0);
+		if ((uint64_t)mnt_fs_get_id(fs) != m.id)
+			break;
+		CHECK(mnt_fs_get_devno(fs) == m.devno);
+		CHECK_STR(mnt_fs_get_root(fs), m.root);
+		CHECK_STR(mnt_fs_get_target(fs), m.target);
+		CHECK_STR(mnt_fs_get_vfs_options(fs), m.vfs_options);
+		CHECK_STR(mnt_fs_get_fstype(fs), m.fstype);
+		CHECK_STR(mnt_fs_get_source(fs) ?: "", m.source);
+		n++;
+	}
+	CHECK(n > 0);
+	free(line);
+	fclose(f);
+	mnt_free_iter(it);
+	mnt_unref_table(tb);
+}
+
+TEST(mountinfo_line_escapes_and_odd_fields)
+{
+	char l1[] = "36 35 98:0 /mnt\\0401 /mnt/a\\134b\\011c\\040(deleted) rw,noatime master:1 "
+		    "shared:2 - ext3 /dev/root\\040x rw,errors=continue";
+	char l2[] = "40 1 0:5 / /run/x ro,nosuid - tmpfs  rw";
+	char l3[] = "41 1 0:5 / /run/y rw - tmpfs";
+	char l4[] = "x 1 0:5 / /run/y rw - tmpfs none rw";
+	struct fv_mntline m;
+
+	REQUIRE(fv_mnt_parse_line(l1, &m) == 0);
+	CHECK(m.id == 36);
+	CHECK(m.devno == makedev(98, 0));
+	CHECK_STR(m.root, "/mnt 1");
+	CHECK_STR(m.target, "/mnt/a\\b\tc");
+	CHECK_STR(m.vfs_options, "rw,noatime");
+	CHECK_STR(m.fstype, "ext3");
+	CHECK_STR(m.source, "/dev/root x");
+	REQUIRE(fv_mnt_parse_line(l2, &m) == 0);
+	CHECK_STR(m.source, ""); /* an empty source: two spaces */
+	CHECK_STR(m.vfs_options, "ro,nosuid");
+	CHECK_INT(fv_mnt_parse_line(l3, &m), -EINVAL);
+	CHECK_INT(fv_mnt_parse_line(l4, &m), -EINVAL);
 }

@@ -634,6 +634,60 @@ def measure(c):
                 c.record("driver-unmountdevice", int(m.group(1)) / 1000.0)
 
 
+def cycle_ab(c):
+    """Not a CI case: mountdevice and unmountdevice of this build against a previous release's
+    (FV_OLD_BUILD, a build directory holding its iscsi driver), interleaved: FV_ROUNDS rounds
+    (default 5) of FV_CYCLES cycles each (default 3), which build goes first alternating; per
+    round the medians, and the median of the rounds' paired ratios (new/old).  Each cycle:
+    attach, waitforattach, mountdevice (timed), unmountdevice (timed: umount, logout), detach."""
+    old_build = os.environ.get("FV_OLD_BUILD")
+    check(old_build, "FV_OLD_BUILD names the previous release's build directory")
+    if not os.path.isabs(old_build):
+        old_build = os.path.join(WS, old_build)
+    env_old = dict(c.env, FLEXVOL_STATE_DIR=os.path.join(c.dir, "state-old"),
+                   FLEXVOL_RUN_DIR=os.path.join(c.dir, "run-old"))
+    k_old = Kubelet(Driver(os.path.join(old_build, "iscsi"), env_old, timeout=200),
+                    os.path.join(c.dir, "kubelet-old"), c.node)
+    subjects = [("new", c.k), ("old", k_old)]
+    vol = "pv-ab"
+    opts = c.opts(vol)
+
+    def one(k):
+        h = c.ok(k.attach(opts))["device"]
+        dev = c.ok(k.waitforattach(h, opts))["device"]
+        t = time.monotonic()
+        c.ok(k.mountdevice(vol, dev, opts))
+        md = time.monotonic() - t
+        t = time.monotonic()
+        c.ok(k.unmountdevice(vol))
+        umd = time.monotonic() - t
+        c.ok(k.detach(vol))
+        check(not sessions(c.iqn1), "session left")
+        return md * 1000, umd * 1000
+
+    med = lambda xs: sorted(xs)[len(xs) // 2] if len(xs) % 2 else \
+        (sorted(xs)[len(xs) // 2 - 1] + sorted(xs)[len(xs) // 2]) / 2  # noqa: E731
+    one(c.k)  # warm-up: formats the LUN
+    rounds = []
+    for rnd in range(int(os.environ.get("FV_ROUNDS", "5"))):
+        r = {"new": [], "old": []}
+        for i in range(int(os.environ.get("FV_CYCLES", "3"))):
+            for name, k in (subjects if (rnd + i) % 2 == 0 else subjects[::-1]):
+                r[name].append(one(k))
+        row = {n: (med([x[0] for x in r[n]]), med([x[1] for x in r[n]])) for n in r}
+        rounds.append(row)
+        log("cycle_ab round %d: mountdevice new %.0f old %.0f ms (%.2f), unmountdevice new %.0f "
+            "old %.0f ms (%.2f)" % (rnd + 1, row["new"][0], row["old"][0],
+                                    row["new"][0] / row["old"][0], row["new"][1], row["old"][1],
+                                    row["new"][1] / row["old"][1]))
+    for j, op in enumerate(("mountdevice", "unmountdevice")):
+        c.record("ab-%s-new" % op, med([r["new"][j] for r in rounds]) / 1000)
+        c.record("ab-%s-old" % op, med([r["old"][j] for r in rounds]) / 1000)
+        log("cycle_ab %s: new %.0f ms, old %.0f ms, new/old %.2f (median of %d paired ratios)"
+            % (op, med([r["new"][j] for r in rounds]), med([r["old"][j] for r in rounds]),
+               med([r["new"][j] / r["old"][j] for r in rounds]), len(rounds)))
+
+
 def detach_unmounted(c):
     """detach releases a node-side attach nobody mounted: after waitforattach alone (found by the
     options' volume name, a hint) and after a mountdevice that refused the device."""
@@ -1142,7 +1196,8 @@ def in_use_other_holders(c):
 
 
 CASES = {f.__name__: f for f in (lifecycle, two_luns, chap, chap_failure, records, wrong_portal, expand,
-                                  sigkill_login, state_wiped, relogin, measure, detach_unmounted,
+                                  sigkill_login, state_wiped, relogin, measure, cycle_ab,
+                                  detach_unmounted,
                                   node_lifecycle,
                                   node_two_luns, node_chap_secret, gc, node_inline_names,
                                   fence_two_nodes, chap_per_volume,

@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The kernel's mount table read without libmount's table (fv/mountutil.h,
+ * src/internal.h): /proc/self/mountinfo read whole and split line by line.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/sysmacros.h>
+
+#include "internal.h"
+#include "fv/mountutil.h"
+#include "fv/util.h"
+
+/*
+ * The kernel's table, /proc/self/mountinfo, read whole and walked line by
+ * line here rather than through libmount's table: a call looks up one mount
+ * or counts a few, and libmount's parse (a dozen allocations and copies per
+ * line, its buffers' page faults) cost more than the rest of a pod's mount.
+ * The format (proc_pid_mountinfo(5)): "ID PARENT MAJ:MIN ROOT TARGET
+ * VFS-OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER-OPTIONS", one space between
+ * fields (an empty source leaves two), and the kernel escapes space, tab,
+ * newline and backslash in the strings as \ooo.
+ */
+#define MOUNTINFO_MAX (64U << 20) /* a table larger than this is no node's */
+#define DELETED_SUFFIX " (deleted)"
+
+/* Undo the kernel's \ooo escapes in place. */
+static void unmangle(char *s)
+{
+	char *d = s;
+
+	for (; *s; s++, d++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
+		    s[3] >= '0' && s[3] <= '7') {
+			*d = (char)((s[1] - '0') << 6 | (s[2] - '0') << 3 | (s[3] - '0'));
+			s += 3;
+		} else {
+			*d = *s;
+		}
+	}
+	*d = '\0';
+}
+
+/* The next field of the line at *@s (cut at the next space), or NULL at its end. */
+static char *next_field(char **s)
+{
+	char *f = *s, *sp;
+
+	if (!f)
+		return NULL;
+	sp = strchr(f, ' ');
+	if (sp) {
+		*sp = '\0';
+		*s = sp + 1;
+	} else {
+		*s = NULL;
+	}
+	return f;
+}
+
+int fv_mnt_parse_line(char *line, struct fv_mntline *ret)
+{
+	char *s = line, *f[6], *end;
+	unsigned long long id;
+	unsigned int maj, min;
+	size_t n;
+
+	for (int i = 0; i < 6; i++)
+		if (!(f[i] = next_field(&s)))
+			return -EINVAL;
+	errno = 0;
+	id = strtoull(f[0], &end, 10);
+	if (errno || end == f[0] || *end || sscanf(f[2], "%u:%u", &maj, &min) != 2)
+		return -EINVAL;
+	/* optional fields up to the "-" separator */
+	for (char *o; (o = next_field(&s)) && !streq(o, "-");)
+		;
+	ret->fstype = next_field(&s);
+	ret->source = next_field(&s);
+	if (!ret->fstype || !ret->source)
+		return -EINVAL;
+	ret->id = id;
+	ret->devno = makedev(maj, min);
+	ret->root = f[3];
+	ret->target = f[4];
+	ret->vfs_options = f[5];
+	unmangle(ret->root);
+	unmangle(ret->target);
+	unmangle(ret->vfs_options);
+	unmangle(ret->fstype);
+	unmangle(ret->source);
+	/* d_path's mark of an unlinked mount point is not part of the path */
+	n = strlen(ret->target);
+	if (n > strlen(DELETED_SUFFIX) && streq(ret->target + n - strlen(DELETED_SUFFIX),
+						DELETED_SUFFIX))
+		ret->target[n - strlen(DELETED_SUFFIX)] = '\0';
+	return 0;
+}
+
+/* The whole table in a malloc'd, NUL-terminated buffer (*@ret). */
+static int read_table(char **ret)
+{
+	_cleanup_close_ int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+	size_t size = 16384, len = 0;
+	char *buf = NULL;
+
+	if (fd < 0)
+		return NEG_ERRNO();
+	for (;;) {
+		ssize_t n;
+
+		if (len + 1 >= size || !buf) {
+			char *b;
+
+			if (buf)
+				size *= 2;
+			if (size > MOUNTINFO_MAX) {
+				free(buf);
+				return -EFBIG;
+			}
+			b = realloc(buf, size);
+			if (!b) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = b;
+		}
+		n = read(fd, buf + len, size - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int r = NEG_ERRNO();
+
+			free(buf);
+			return r;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	*ret = buf;
+	return 0;
+}
+
+/*
+ * Call @fn on each mount in table order until it returns true.  Returns 1
+ * when @fn stopped the walk, 0 at the table's end, or -errno (a line the
+ * kernel would never write is -EIO: no half-read table decides anything).
+ */
+int fv_mnt_each(bool (*fn)(const struct fv_mntline *m, void *arg), void *arg)
+{
+	_cleanup_free_ char *buf = NULL;
+	char *line, *next;
+	int r = read_table(&buf);
+
+	if (r < 0)
+		return r;
+	for (line = buf; *line; line = next) {
+		struct fv_mntline m;
+
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		else
+			next = line + strlen(line);
+		if (fv_mnt_parse_line(line, &m) < 0)
+			return -EIO;
+		if (fn(&m, arg))
+			return 1;
+	}
+	return 0;
+}
