@@ -1373,6 +1373,8 @@ def provisioning_and_skip_events(e):
     loopish = e.pvc("loopish", sc="loopish", provisioner=PROV)
     elsewhere = e.pvc("elsewhere", sc="elsewhere")
     wait_for(lambda: e.bound(ok), "bound")
+    # events come from their own thread: the last of them may follow the bind
+    wait_for(lambda: e.events(ok, "ProvisioningSucceeded"), "the success event")
     prov = e.events(ok, "Provisioning")
     check(len(prov) == 1 and prov[0]["type"] == "Normal" and '"default/ok"' in prov[0]["message"]
           and PROV in prov[0]["message"], "one Provisioning event: %s" % prov)
