@@ -176,7 +176,9 @@ static int run(struct job *j, enum fvp_made *made, char *done, size_t donelen, c
 {
 	/* what a function the child calls may exec gets this PATH (none does today) */
 	struct fv_exec_opts xo = { .helper_path = "/usr/sbin:/usr/bin:/sbin:/bin",
-				   .timeout_s = j->site->fs_timeout_s };
+				   .timeout_s = j->site->fs_timeout_s,
+				   /* this program: no copy of our memory (fv/exec.h) */
+				   .flags = FV_EXEC_SPAWN };
 	struct fv_ctx cx = { 0 };
 	struct fv_run fr = { 0 };
 	struct shared o = { 0 };

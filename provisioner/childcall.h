@@ -14,7 +14,10 @@
  * --share, the objects) goes to the child in a memfd, and the child writes
  * its answer over it; the child opens --root again.  Exec'd, not only
  * forked: a child forked from a threaded process inherits the locks other
- * threads held (childcall.c says which ones hung it).
+ * threads held (childcall.c says which ones hung it).  And started without a
+ * copy of our memory (FV_EXEC_SPAWN, as posix_spawn does): a fork() per
+ * call made every page of ours copy-on-write, and the other threads' next
+ * writes paid for it, a fault and a TLB flush on every CPU each.
  *
  * Every backend call is idempotent, so a call killed at its deadline is
  * simply retried after the object's backoff; a tree delete continues where

@@ -22,9 +22,10 @@
 #define FVP_ANN_CLASS_BETA "volume.beta.kubernetes.io/storage-class"
 #define FVP_ANN_SELECTED_NODE "volume.kubernetes.io/selected-node"
 /*
- * On a claim from just before its asset is made until its PV exists: a
- * claim deleted meanwhile (even while this process is down) stays visible,
- * with a deletionTimestamp, until its asset is cleaned up.
+ * On a claim from just before its asset is made until its PV exists (taken
+ * off at the claim's next turn on a worker once it does): a claim deleted
+ * meanwhile (even while this process is down) stays visible, with a
+ * deletionTimestamp, until its asset is cleaned up.
  */
 #define FVP_CLAIM_FINALIZER "flexvol/provisioning"
 

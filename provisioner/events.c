@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Log lines and API Events: see events.h. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include "events.h"
 #include "jsonutil.h"
 #include "kube.h"
+#include "metrics.h"
 
 /* An event's message, cut at 1 kB: the length events.k8s.io/v1 allows a note. */
 #define EVENT_MSG_MAX 1024
@@ -157,20 +159,211 @@ static bool event_repeated(struct fvp_events *ev, const char *uid, const char *r
 	return repeated;
 }
 
+/* --- the sender ------------------------------------------------------------------------- */
+
+/* One event to post: its path, its body (JSON text), and what the log says of it. */
+struct event_item {
+	struct event_item *next;
+	const char *path, *body, *reason, *ns, *name;
+	char data[]; /* the five strings */
+};
+
+struct fvp_event_sender {
+	struct fvp_kube *k;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct event_item *head, **tail; /* FIFO: an object's events are posted in their order */
+	size_t n;
+	unsigned long dropped;
+	bool stop;
+	struct timespec stop_at; /* CLOCK_MONOTONIC */
+	pthread_t thread;
+};
+
+static struct event_item *item_new(const char *path, const char *body, const char *reason,
+				   const char *ns, const char *name)
+{
+	const char *src[5] = { path, body, reason, ns, name };
+	size_t len[5], total = 0;
+	struct event_item *it;
+	char *d;
+
+	for (size_t i = 0; i < 5; i++) {
+		if (!src[i])
+			return NULL;
+		len[i] = strlen(src[i]) + 1;
+		total += len[i];
+	}
+	it = malloc(sizeof(*it) + total);
+	if (!it)
+		return NULL;
+	it->next = NULL;
+	d = it->data;
+	for (size_t i = 0; i < 5; i++) {
+		memcpy(d, src[i], len[i]);
+		src[i] = d;
+		d += len[i];
+	}
+	it->path = src[0];
+	it->body = src[1];
+	it->reason = src[2];
+	it->ns = src[3];
+	it->name = src[4];
+	return it;
+}
+
+/* POST @it; a refusal or a failure is a warning line (from here: the event's own line said what) */
+static void post(struct fvp_kube *k, const struct event_item *it)
+{
+	char err[FVP_KUBE_ERR_MAX];
+	json_object *reply = NULL;
+	int st = fvp_kube_request_text(k, "POST", it->path, it->body, &reply, err, sizeof(err));
+
+	if (st < 0)
+		fvp_log_warning("event %s for %s/%s not sent: %s", it->reason, it->ns, it->name, err);
+	else if (st != 201 && st != 200)
+		fvp_log_warning("event %s for %s/%s not sent: HTTP %d %s", it->reason, it->ns, it->name,
+				st, fvp_kube_status_message(reply));
+	json_object_put(reply);
+}
+
+/* a drop is a warning line the first time and every 100th after: a flood of them is one */
+static void dropped(struct fvp_event_sender *tx, const struct event_item *it, const char *why)
+{
+	unsigned long n;
+
+	fvp_metrics_inc(FVP_M_EVENTS_DROPPED);
+	pthread_mutex_lock(&tx->lock);
+	n = ++tx->dropped;
+	pthread_mutex_unlock(&tx->lock);
+	if (n == 1 || n % 100 == 0)
+		fvp_log_warning("event %s for %s/%s dropped: %s (%lu dropped so far)", it->reason,
+				it->ns, it->name, why, n);
+}
+
+static void enqueue(struct fvp_event_sender *tx, struct event_item *it)
+{
+	bool full;
+
+	pthread_mutex_lock(&tx->lock);
+	full = tx->stop || tx->n >= FVP_EVENT_QUEUE_MAX;
+	if (!full) {
+		*tx->tail = it;
+		tx->tail = &it->next;
+		tx->n++;
+		pthread_cond_signal(&tx->cond);
+	}
+	pthread_mutex_unlock(&tx->lock);
+	if (full) {
+		dropped(tx, it, "the event queue is full");
+		free(it);
+	}
+}
+
+static void *sender_main(void *arg)
+{
+	struct fvp_event_sender *tx = arg;
+
+	for (;;) {
+		struct event_item *it;
+		struct timespec now;
+		bool late = false;
+
+		pthread_mutex_lock(&tx->lock);
+		while (!tx->head && !tx->stop)
+			pthread_cond_wait(&tx->cond, &tx->lock);
+		it = tx->head;
+		if (it) {
+			tx->head = it->next;
+			if (!tx->head)
+				tx->tail = &tx->head;
+			tx->n--;
+		}
+		if (tx->stop) {
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			late = now.tv_sec - tx->stop_at.tv_sec >= FVP_EVENT_DRAIN_S;
+		}
+		pthread_mutex_unlock(&tx->lock);
+		if (!it)
+			return NULL;
+		if (late)
+			dropped(tx, it, "still queued at the stop");
+		else
+			post(tx->k, it);
+		free(it);
+	}
+}
+
+int fvp_events_start(struct fvp_events *ev)
+{
+	struct fvp_event_sender *tx;
+	int r;
+
+	if (!ev->k)
+		return -EINVAL;
+	tx = calloc(1, sizeof(*tx));
+	if (!tx)
+		return -ENOMEM;
+	tx->k = ev->k;
+	tx->tail = &tx->head;
+	pthread_mutex_init(&tx->lock, NULL);
+	pthread_cond_init(&tx->cond, NULL);
+	r = pthread_create(&tx->thread, NULL, sender_main, tx);
+	if (r != 0) {
+		pthread_cond_destroy(&tx->cond);
+		pthread_mutex_destroy(&tx->lock);
+		free(tx);
+		return -r;
+	}
+	ev->tx = tx;
+	return 0;
+}
+
+void fvp_events_stop(struct fvp_events *ev)
+{
+	struct fvp_event_sender *tx = ev ? ev->tx : NULL;
+
+	if (!tx)
+		return;
+	pthread_mutex_lock(&tx->lock);
+	tx->stop = true;
+	clock_gettime(CLOCK_MONOTONIC, &tx->stop_at);
+	pthread_cond_signal(&tx->cond);
+	pthread_mutex_unlock(&tx->lock);
+	pthread_join(tx->thread, NULL);
+	ev->tx = NULL;
+	pthread_cond_destroy(&tx->cond);
+	pthread_mutex_destroy(&tx->lock);
+	free(tx);
+}
+
+size_t fvp_events_queued(struct fvp_events *ev)
+{
+	struct fvp_event_sender *tx = ev ? ev->tx : NULL;
+	size_t n;
+
+	if (!tx)
+		return 0;
+	pthread_mutex_lock(&tx->lock);
+	n = tx->n;
+	pthread_mutex_unlock(&tx->lock);
+	return n;
+}
+
 void fvp_event_at(const char *file, int line, struct fvp_events *evs, json_object *obj,
 		  bool warning, const char *reason, const char *fmt, ...)
 {
-	json_object *meta = fvp_jget(obj, "metadata"), *ev, *m, *io, *src, *reply = NULL;
+	json_object *meta = fvp_jget(obj, "metadata"), *ev, *m, *io, *src;
 	const char *ns = fvp_jstr(meta, "namespace"), *name = fvp_jstr(meta, "name"),
 		   *uid = fvp_jstr(meta, "uid");
 	/* a claim has a namespace; a PV has none and its events go to "default", as client-go's */
 	bool is_pv = !ns;
 	const char *evns = is_pv ? "default" : ns;
 	char msg[EVENT_MSG_MAX], now[FVP_TIME_MAX], evname[EVENT_NAME_MAX], subject[600];
-	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
+	char path[FVP_API_PATH_MAX];
+	struct event_item *it;
 	struct timespec ts;
 	va_list ap;
-	int st;
 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -225,12 +418,17 @@ void fvp_event_at(const char *file, int line, struct fvp_events *evs, json_objec
 	fvp_jset(ev, "reportingComponent", FVP_COMPONENT);
 	fvp_jset(ev, "reportingInstance", evs->identity);
 	fvp_api_path(path, sizeof(path), FVP_API_EVENT, evns, NULL, NULL);
-	st = fvp_kube_request(evs->k, "POST", path, ev, &reply, err, sizeof(err));
-	if (st < 0)
-		fvp_log_warning("event %s for %s/%s not sent: %s", reason, evns, name, err);
-	else if (st != 201 && st != 200)
-		fvp_log_warning("event %s for %s/%s not sent: HTTP %d %s", reason, evns, name, st,
-			 fvp_kube_status_message(reply));
-	json_object_put(reply);
+	it = item_new(path, json_object_to_json_string_ext(ev, JSON_C_TO_STRING_PLAIN), reason,
+		      evns, name);
 	json_object_put(ev);
+	if (!it) {
+		fvp_log_warning("event %s for %s/%s not sent: out of memory", reason, evns, name);
+		return;
+	}
+	if (!evs->tx) {
+		post(evs->k, it);
+		free(it);
+		return;
+	}
+	enqueue(evs->tx, it);
 }

@@ -4,6 +4,14 @@
  * logs), and Events on claims and PVs, each the same event for the same
  * object at most every FVP_EVENT_REPEAT_S.
  *
+ * Events are posted by a thread of their own (fvp_events_start()), from a
+ * queue of at most FVP_EVENT_QUEUE_MAX: a worker never waits for an event's
+ * POST, nor for an API server that answers it slowly.  An event that finds
+ * the queue full is dropped and counted (events_dropped_total), as
+ * client-go's broadcaster drops past its 1,000; its log line is written all
+ * the same.  Without a started sender (the unit tests) an event is posted
+ * in the calling thread.
+ *
  * Log lines have klog's text form, so that whatever reads the logs of
  * Kubernetes' own components reads ours:
  *
@@ -31,8 +39,13 @@
 #define FVP_EVENT_REPEAT_S 600 /* the same event for the same object at most every 10 min */
 /* what was sent, per object and reason: a claim's Provisioning and ProvisioningFailed are two */
 #define FVP_EVENT_CACHE 512
+/* events waiting for the sender, at most (client-go's maxQueuedEvents) */
+#define FVP_EVENT_QUEUE_MAX 1000
+/* at the stop, the sender posts what is queued for this long at most; the rest is dropped */
+#define FVP_EVENT_DRAIN_S 5
 
 struct fvp_kube;
+struct fvp_event_sender;
 
 struct fvp_events {
 	struct fvp_kube *k;
@@ -43,7 +56,21 @@ struct fvp_events {
 		unsigned long hash;  /* a hash of the message */
 		time_t when;
 	} sent[FVP_EVENT_CACHE];
+	struct fvp_event_sender *tx; /* NULL: events posted by the caller */
 };
+
+/* Start the sender thread of @ev (its k set).  0 or -errno. */
+int fvp_events_start(struct fvp_events *ev);
+
+/*
+ * Stop it: what is queued is posted for up to FVP_EVENT_DRAIN_S (each POST
+ * within the client's own timeout), the rest dropped and counted; the thread
+ * is joined.  Events after this are posted by their caller.  NULL-safe.
+ */
+void fvp_events_stop(struct fvp_events *ev);
+
+/* Events waiting for the sender now (tests, metrics). */
+size_t fvp_events_queued(struct fvp_events *ev);
 
 /* klog's severities: the line's first letter */
 enum fvp_severity {

@@ -416,11 +416,10 @@ static int request_once(struct fvp_kube *k, CURL *h, const char *method, const c
 	return (int)status;
 }
 
-static int request(struct fvp_kube *k, const char *method, const char *path, json_object *body,
+static int request(struct fvp_kube *k, const char *method, const char *path, const char *data,
 		   fvp_kube_item_fn fn, void *userdata, json_object **ret, char *err, size_t errlen)
 {
 	_cleanup_free_ char *url = NULL;
-	const char *data = NULL;
 	char *used;
 	bool reread = false;
 	CURL *h;
@@ -438,8 +437,6 @@ static int request(struct fvp_kube *k, const char *method, const char *path, jso
 			handle_put(k, h);
 		return -ENOMEM;
 	}
-	if (body)
-		data = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
 	for (unsigned int tries = 0;; tries++) {
 		long retry_after;
 
@@ -479,6 +476,14 @@ static int request(struct fvp_kube *k, const char *method, const char *path, jso
 
 int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, json_object *body,
 		     json_object **ret, char *err, size_t errlen)
+{
+	return request(k, method, path,
+		       body ? json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN) : NULL,
+		       NULL, NULL, ret, err, errlen);
+}
+
+int fvp_kube_request_text(struct fvp_kube *k, const char *method, const char *path,
+			  const char *body, json_object **ret, char *err, size_t errlen)
 {
 	return request(k, method, path, body, NULL, NULL, ret, err, errlen);
 }

@@ -46,6 +46,10 @@ void fvp_kube_free(struct fvp_kube *k);
 int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, struct json_object *body,
 		 struct json_object **ret, char *err, size_t errlen);
 
+/* The same with @body as JSON text (or NULL). */
+int fvp_kube_request_text(struct fvp_kube *k, const char *method, const char *path,
+			  const char *body, struct json_object **ret, char *err, size_t errlen);
+
 /*
  * fvp_kube_delete_uid() - DELETE @path, only if the object there still has
  * @uid (a DeleteOptions precondition: a 409 rather than the deletion of an

@@ -349,7 +349,12 @@ static int run_agent(struct options *o)
 			return 2;
 		}
 	}
+	r = fvp_events_start(&o->ag.ev);
+	if (r < 0)
+		fvp_log_warning("events are posted by the agent's pass: no thread for them: %s",
+				strerror(-r));
 	r = fvp_agent_run(&o->ag, p.k, &stopping);
+	fvp_events_stop(&o->ag.ev);
 	fvp_httpd_stop(httpd);
 	fvp_kube_free(p.k);
 	return r < 0 ? 1 : 0;
@@ -443,10 +448,17 @@ static int run_controller(struct options *o)
 		 "backoff %u..%u ms", o->kc.server, need_root ? o->root : "(none)",
 		 p.site.share ? ", share " : "", p.site.share ? p.site.share : "", p.resync,
 		 p.workers, p.site.fs_timeout_s, p.retry_base_ms, p.retry_max_ms);
+	/* events from a thread of their own: a worker never waits for one (events.h) */
+	p.ev.k = p.k;
+	r = fvp_events_start(&p.ev);
+	if (r < 0)
+		fvp_log_warning("events are posted by the workers: no thread for them: %s",
+				strerror(-r));
 	if (!fvp_flag_get(&stopping))
 		fvp_ctl_run(&p, &stopping);
 	fvp_log_info("stopping");
 	fvp_lease_release(lease);
+	fvp_events_stop(&p.ev);
 	fvp_httpd_stop(httpd);
 	fvp_metrics_set_gauges(NULL, NULL);
 	fvp_kube_free(lk);

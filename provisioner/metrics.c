@@ -66,6 +66,9 @@ static const struct {
 				   "watches started again from their resourceVersion" },
 	[FVP_M_LEADER_TRANSITIONS] = { "leader_transitions_total",
 				       "times this replica became the leader" },
+	[FVP_M_EVENTS_DROPPED] = { "events_dropped_total",
+				   "events not posted: the event queue was full, or still held "
+				   "some at the stop" },
 };
 
 /* The series of (@backend, @cls) for @op, made when new; under the lock. */

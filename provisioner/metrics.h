@@ -16,6 +16,7 @@
  *   flexvol_provisioner_queue_depth, flexvol_provisioner_queue_running
  *   flexvol_provisioner_leader (1 while this replica holds the lease)
  *   flexvol_provisioner_leader_transitions_total
+ *   flexvol_provisioner_events_dropped_total (events.h: the sender's queue was full)
  * The node agent:
  *   flexvol_provisioner_agent_passes_total{result="success|failure"}
  *   flexvol_provisioner_agent_last_success_timestamp_seconds
@@ -50,6 +51,7 @@ enum fvp_metric_counter {
 	FVP_M_RELISTS,
 	FVP_M_WATCH_RESTARTS,
 	FVP_M_LEADER_TRANSITIONS,
+	FVP_M_EVENTS_DROPPED,
 	FVP_M_COUNTERS,
 };
 

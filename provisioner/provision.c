@@ -281,9 +281,13 @@ static int provision(struct fvp_prov *p, const struct fvp_backend *b, json_objec
 		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "creating PV %s failed: HTTP %d %s",
 		      pv_name, st, fvp_kube_status_message(reply));
 	}
-	/* the PV carries the claim's lifecycle from here (the binder also clears it, below) */
-	if (st == 201 || st == 200 || st == 409)
-		(void)set_finalizer(p, pvc, false, NULL);
+	/*
+	 * The PV carries the claim's lifecycle from here.  Its finalizer comes off
+	 * at the claim's next turn (fvp_ctl_claim_changed(): pending with its PV, or
+	 * bound), which the watch brings (our own patch above, the binder's
+	 * updates, at the latest the resync): behind the claims still waiting for
+	 * their PVs, not before them.
+	 */
 	json_object_put(reply);
 	json_object_put(pv);
 	json_object_put(updated);

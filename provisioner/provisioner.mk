@@ -17,7 +17,8 @@
 #                               server and controller-manager (the cluster lane's binaries),
 #                               under the Deployment's memory limit; fails when a target is
 #                               missed (tests/bench/provisioner-scale.py, docs/benchmarks.md).
-#                               SCALE_ARGS="--foreign 2000 --claims 200" for a smaller run
+#                               SCALE_ARGS="--foreign 2000 --claims 200" for a smaller run;
+#                               the static build's binary (the image's) is measured
 #
 # It links the op layer's objects and the nfs driver for one reason: the PV's
 # nfs options go through the nfs driver's own checks (fv_nfs_check_options, fv/nfs.h).
@@ -59,9 +60,11 @@ check-provisioner: $(O)/flexvol-provisioner
 
 bench: bench-provisioner-scale
 
-bench-provisioner-scale: $(O)/flexvol-provisioner kube-components
-	$(Q)python3 tests/bench/provisioner-scale.py --build $(O) --bin "$$(tests/kube/build | tail -1)" \
-		$(SCALE_ARGS)
+# the image's binary (static-provisioner): an exec'd storage child of a dynamic build costs
+# five times the CPU (its libraries' relocations; docs/benchmarks.md)
+bench-provisioner-scale: static-provisioner kube-components
+	$(Q)python3 tests/bench/provisioner-scale.py --provisioner $(STATIC_O)/flexvol-provisioner \
+		--bin "$$(tests/kube/build | tail -1)" $(SCALE_ARGS)
 
 # header dependencies of the provisioner's own objects (the top Makefile includes the drivers')
 -include $(PROV_OBJS:.o=.d)

@@ -2,6 +2,7 @@
 /* Helpers without a shell: captured output, deadline, process-group kill (fv/exec.h). */
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -352,8 +353,10 @@ static int child_setup(pid_t parent, int out, int keep1, int keep2)
 
 	if (setpgid(0, 0) < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
 		return NEG_ERRNO();
+	/* the driver died before the death signal was armed (kill, not raise: raise() names
+	 * the calling thread by its cached id, which a child sharing the memory has wrong) */
 	if (getppid() != parent)
-		raise(SIGKILL); /* the driver died before the death signal was armed */
+		kill(getpid(), SIGKILL);
 	for (int sig = 1; sig < NSIG; sig++)
 		if (sig != SIGKILL && sig != SIGSTOP)
 			(void)sigaction(sig, &dfl, NULL); /* the RT signals glibc keeps fail: fine */
@@ -367,6 +370,74 @@ static int child_setup(pid_t parent, int out, int keep1, int keep2)
 		return NEG_ERRNO();
 	close_all_but(keep1, keep2);
 	return 0;
+}
+
+/* What a helper's child needs to exec it (run_child()). */
+struct child_args {
+	pid_t parent;
+	int out, errw, keep_fd;
+	const char *path;
+	char *const *argv, *const *envp;
+};
+
+/* The child: set up, exec; an error goes back through @errw, then exit 127. */
+static int run_child(void *arg)
+{
+	const struct child_args *a = arg;
+	int err = child_setup(a->parent, a->out, a->errw, a->keep_fd);
+
+	if (!err && a->keep_fd >= 0 && fcntl(a->keep_fd, F_SETFD, 0) < 0)
+		err = NEG_ERRNO();
+	if (!err) {
+		execve(a->path, a->argv, a->envp);
+		err = NEG_ERRNO();
+	}
+	err = -err;
+	(void)!write(a->errw, &err, sizeof(err));
+	_exit(127);
+}
+
+/*
+ * The sanitizers' runtimes follow fork() and not a child that shares the
+ * memory: those builds fork (the same child, a copy of the memory).
+ */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SPAWN_SHARED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SPAWN_SHARED 0
+#endif
+#endif
+#ifndef SPAWN_SHARED
+#define SPAWN_SHARED 1
+#endif
+
+/* the child's stack while it shares the memory: child_setup()'s frames and execve */
+#define SPAWN_STACK (32 * 1024)
+
+/*
+ * FV_EXEC_SPAWN: clone(CLONE_VM | CLONE_VFORK), as posix_spawn starts a
+ * program: no page tables copied, no page of ours made copy-on-write, and
+ * this thread stopped until the child has exec'd or exited.  The child
+ * runs on a stack of our frame and may write only there (and errno, this
+ * thread's, stopped); every signal is blocked around it, so no handler of
+ * ours runs in it before child_setup() has reset them all.
+ */
+static pid_t spawn_shared(struct child_args *a)
+{
+	_Alignas(16) char stack[SPAWN_STACK];
+	sigset_t all, old;
+	pid_t pid;
+	int e;
+
+	sigfillset(&all);
+	if (sigprocmask(SIG_BLOCK, &all, &old) < 0)
+		return -1;
+	pid = clone(run_child, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, a);
+	e = errno;
+	(void)sigprocmask(SIG_SETMASK, &old, NULL);
+	errno = e;
+	return pid;
 }
 
 int fv_exec(struct fv_ctx *cx, const char *const *argv, const struct fv_exec_opts *opt,
@@ -405,22 +476,21 @@ int fv_exec(struct fv_ctx *cx, const char *const *argv, const struct fv_exec_opt
 		return rc;
 	}
 	/*
-	 * fork + exec rather than posix_spawn: the child needs a parent-death
-	 * signal and a close_range(), which posix_spawn cannot do.  Exec
-	 * errors come back through @errpipe (closed by a successful exec).
+	 * fork (or clone, FV_EXEC_SPAWN) + exec rather than posix_spawn: the
+	 * child needs a parent-death signal and a close_range(), which
+	 * posix_spawn cannot do.  Exec errors come back through @errpipe
+	 * (closed by a successful exec).
 	 */
-	pid = fork();
-	if (pid == 0) {
-		err = child_setup(parent, pipefd[1], errpipe[1], keep_fd);
-		if (!err && keep_fd >= 0 && fcntl(keep_fd, F_SETFD, 0) < 0)
-			err = NEG_ERRNO();
-		if (!err) {
-			execve(path, (char *const *)argv, envp);
-			err = NEG_ERRNO();
-		}
-		err = -err;
-		(void)!write(errpipe[1], &err, sizeof(err));
-		_exit(127);
+	struct child_args ca = { .parent = parent, .out = pipefd[1], .errw = errpipe[1],
+				 .keep_fd = keep_fd, .path = path, .argv = (char *const *)argv,
+				 .envp = envp };
+
+	if (SPAWN_SHARED && (opt->flags & FV_EXEC_SPAWN)) {
+		pid = spawn_shared(&ca);
+	} else {
+		pid = fork();
+		if (pid == 0)
+			run_child(&ca);
 	}
 	if (pid > 0)
 		setpgid(pid, pid); /* also from here, so the group exists before any kill */

@@ -49,6 +49,15 @@ struct fv_exec_opts {
  */
 #define FV_EXEC_STATUS (1U << 0)
 
+/*
+ * The helper is started without a copy of the caller's memory: its thread
+ * stops until the helper has exec'd (as posix_spawn does), rather than a
+ * fork() whose copy-on-write the caller's other threads pay for at their
+ * next writes.  Only for a helper on a local file system (this program
+ * itself): the way to its exec has no deadline, its run does.
+ */
+#define FV_EXEC_SPAWN (1U << 1)
+
 /* The helper path and helper timeout of @cx's node config; no kept fd, no flags. */
 struct fv_exec_opts fv_exec_opts_of(const struct fv_ctx *cx);
 

@@ -49,6 +49,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "kube"))
 import property as kp  # noqa: E402  (RealApiServer, Api, TOKEN, free_port, kill_pid)
 
+sys.path.insert(0, HERE)
+audit_breakdown = __import__("provisioner-audit").breakdown  # noqa: E402
+
 NFS = "flexvol/nfs"
 ANN_SP = "volume.kubernetes.io/storage-provisioner"
 SHARE = "nfs.example.com:/exports/k8s"
@@ -220,6 +223,11 @@ def cgroup_make(limit_mib):
     return d, "memory.peak", "memory.events"
 
 
+def loadavg():
+    """The 1-minute load average: the machine is shared, every figure is reported with it."""
+    return float(read("/proc/loadavg").split()[0] or 0)
+
+
 def read(path):
     try:
         with open(path) as f:
@@ -295,7 +303,9 @@ def main():
     p = cg = logf = None
     watchers = []
     fails = []
-    res = {"foreign": a.foreign, "claims": a.claims, "provisioner": prov}
+    res = {"foreign": a.foreign, "claims": a.claims, "provisioner": prov,
+           "load_at_start": loadavg()}
+    loads = []
     try:
         t0 = time.monotonic()
         server.up()
@@ -370,6 +380,7 @@ def main():
         # the audit log's stamps (RFC 3339 with microseconds) compare as strings
         start_wall = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         t_start = time.monotonic()
+        res["load_at_claims"] = loadavg()
         took = create_many(url, ca, "bench", "c", a.claims, "flexvol-nfs")
         res["create_s"] = round(took, 1)
         log("%d flexvol/nfs claims created in %.1f s" % (a.claims, took))
@@ -388,11 +399,14 @@ def main():
                 fails.append("not done within %.0f s: %d PVs, %d bound, %d handed over" % (
                     a.timeout, npv, nb, nh))
                 break
+            if 0 < nh and npv < a.claims:
+                loads.append(loadavg())  # while the PVs are made
             if now - last_note >= 30:
                 last_note = now
                 log("%4.0f s: %d handed over, %d PVs, %d bound; provisioner VmHWM %d KiB, "
-                    "cgroup peak %.1f MiB" % (now, nh, npv, nb, vm_hwm_kib(p.pid),
-                                              int(read(os.path.join(cg, peak_file))) / 2**20))
+                    "cgroup peak %.1f MiB; load %.1f" % (
+                        now, nh, npv, nb, vm_hwm_kib(p.pid),
+                        int(read(os.path.join(cg, peak_file))) / 2**20, loadavg()))
             time.sleep(0.5)
 
         if p.poll() is None:
@@ -432,6 +446,9 @@ def main():
             fails.append("%d claims with two PVs (%s)" % (len(twice), twice[0]))
         dirs = [d for d in os.listdir(share) if not d.startswith(".")]
         res["directories"] = len(dirs)
+        if loads:
+            res["load_while_pvs_made"] = {"min": min(loads), "median": sorted(loads)[len(loads) // 2],
+                                          "max": max(loads)}
         if p.poll() is None:
             kp.kill_pid(p)
         if os.path.exists(audit):
@@ -442,6 +459,14 @@ def main():
             res["requests_per_claim"] = round(sum(after.values()) / max(1, len(pvs)), 2)
             res["requests_by_kind"] = dict(after.most_common())
         log("requests by kind after the claims were created: %s" % res.get("requests_by_kind"))
+        if os.path.exists(audit) and logf:
+            logf.flush()
+            try:
+                res["breakdown"] = audit_breakdown(audit, logf.name)
+                log("per claim, from the audit log (server times): %s" % json.dumps(
+                    res["breakdown"], indent=1))
+            except (OSError, ValueError, KeyError) as e:
+                log("no per-claim breakdown: %s" % e)
         if res.get("handover_to_last_pv_s", 1e9) > a.target_s:
             fails.append("last hand-over to last PV %.1f s > %.0f s" % (
                 res.get("handover_to_last_pv_s", float("nan")), a.target_s))
@@ -464,6 +489,7 @@ def main():
                 os.rmdir(cg)
             except OSError as e:
                 log("cgroup %s not removed: %s" % (cg, e))
+    res["load_at_end"] = loadavg()
     res["failed"] = fails
     for f in fails:
         print("FAIL " + f)

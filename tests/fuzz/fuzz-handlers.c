@@ -186,6 +186,17 @@ int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, j
 	return st;
 }
 
+/* the events' POSTs (events.c): the body as text */
+int fvp_kube_request_text(struct fvp_kube *k, const char *method, const char *path,
+			  const char *body, json_object **ret, char *err, size_t errlen)
+{
+	json_object *o = body ? json_tokener_parse(body) : NULL;
+	int st = fvp_kube_request(k, method, path, o, ret, err, errlen);
+
+	json_object_put(o);
+	return st;
+}
+
 int fvp_kube_delete_uid(struct fvp_kube *k, const char *path, const char *uid, json_object **ret,
 		    char *err, size_t errlen)
 {

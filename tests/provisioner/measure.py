@@ -33,11 +33,15 @@ for b in sys.argv[1].split(","):
     time.sleep(1)
     t0 = time.time()
     for i in range(N):
-        st.put("persistentvolumeclaims", {"metadata": {"name": "m%d" % i, "namespace": "default", "uid": str(uuid.uuid4()), "annotations": {}}, "spec": {"storageClassName": "nfs", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}, "status": {"phase": "Pending"}})
+        st.put("persistentvolumeclaims", {"metadata": {"name": "m%d" % i, "namespace": "default", "uid": str(uuid.uuid4()), "annotations": {"volume.kubernetes.io/storage-provisioner": "flexvol/nfs"}}, "spec": {"storageClassName": "nfs", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}, "status": {"phase": "Pending"}})
     while len(st.items("persistentvolumes")) < N:
         time.sleep(0.02)
     dt = time.time() - t0
     rss = [l for l in open("/proc/%d/status" % p.pid) if l.startswith(("VmRSS", "VmHWM"))]
-    print(b, "%d claims provisioned in %.2f s" % (N, dt), " ".join(x.split()[0] + x.split()[1] + "kB" for x in rss), "requests", len(st.requests))
+    f = open("/proc/%d/stat" % p.pid).read().rsplit(")", 1)[1].split()
+    cpu = sum(int(x) for x in f[11:15]) / os.sysconf("SC_CLK_TCK")  # children included
+    load = open("/proc/loadavg").read().split()[0]
+    print(b, "%d claims provisioned in %.2f s" % (N, dt), " ".join(x.split()[0] + x.split()[1] + "kB" for x in rss),
+          "requests", len(st.requests), "cpu %.2f s (children's included)" % cpu, "load", load)
     p.terminate(); p.wait(); api.close()
     subprocess.run(["rm", "-rf", d])

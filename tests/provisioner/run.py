@@ -1343,6 +1343,23 @@ def log_lines_klog(e):
 
 
 @case
+def events_never_hold_a_worker(e):
+    """events are posted by a thread of their own: with the API server answering every event
+    POST slowly (429 with Retry-After: 5 s, waited out, twice: 10 s), the claim's PV is made
+    while its events still wait; they follow, in their order (failed before: the worker posted
+    the Provisioning event itself, and made the PV only once it was in)"""
+    e.sc()
+    e.start()
+    e.st.throttle("POST", "/api/v1/namespaces/default/events", n=2, retry_after=5)
+    c = e.pvc("quick")
+    wait_for(lambda: e.pv_of(c), "the PV", 30)
+    check(not e.events(c), "the PV before any event: %s" % [x["reason"] for x in e.events(c)])
+    wait_for(lambda: e.events(c, "ProvisioningSucceeded"), "the events, after", 40)
+    order = [x["reason"] for x in e.events(c)]
+    check(order == ["Provisioning", "ProvisioningSucceeded"], "in their order: %s" % order)
+
+
+@case
 def provisioning_and_skip_events(e):
     """a Normal "Provisioning" event when work on a claim starts (before its outcome); a refused
     claim gets it once, not at every retry; a claim handed to us whose class is gone, or names
@@ -1359,6 +1376,8 @@ def provisioning_and_skip_events(e):
     loopish = e.pvc("loopish", sc="loopish", provisioner=PROV)
     elsewhere = e.pvc("elsewhere", sc="elsewhere")
     wait_for(lambda: e.bound(ok), "bound")
+    # events come from their own thread: the last of them may follow the bind
+    wait_for(lambda: e.events(ok, "ProvisioningSucceeded"), "the success event")
     prov = e.events(ok, "Provisioning")
     check(len(prov) == 1 and prov[0]["type"] == "Normal" and '"default/ok"' in prov[0]["message"]
           and PROV in prov[0]["message"], "one Provisioning event: %s" % prov)

@@ -114,6 +114,30 @@ TEST(captures_stdout_and_stderr)
 	fv_run_done(NULL);
 }
 
+/*
+ * FV_EXEC_SPAWN (no copy of our memory): the same capture, status, exec error
+ * and deadline as a forked helper, and the child holds nothing of ours.
+ */
+TEST(spawn_without_a_copy)
+{
+	const char *ok[] = { "sh", "-c", "echo out; echo err >&2; ls /proc/self/fd; exit 3", NULL };
+	const char *missing[] = { "/nonexistent/helper", NULL };
+	const char *slow[] = { "sleep", "30", NULL };
+	struct fv_run r;
+
+	reset();
+	CHECK_INT(fv_exec(&cx, ok, opts(10, FV_EXEC_SPAWN | FV_EXEC_STATUS), &r), 0);
+	CHECK_INT(r.status, 3);
+	/* stdin, stdout, stderr and the one ls reads its directory by */
+	CHECK_STR(r.output, "out\nerr\n0\n1\n2\n3\n");
+	fv_run_done(&r);
+	CHECK_INT(fv_exec(&cx, missing, opts(10, FV_EXEC_SPAWN), &r), -ENOENT);
+	fv_run_done(&r);
+	CHECK_INT(fv_exec(&cx, slow, opts(1, FV_EXEC_SPAWN | FV_EXEC_STATUS), &r), -FV_ERR_TIMEOUT);
+	CHECK(r.timed_out);
+	fv_run_done(&r);
+}
+
 TEST(no_output)
 {
 	struct fv_run r;
@@ -243,7 +267,9 @@ static void *par_call(void *arg)
 	struct par *p = arg;
 	char script[64];
 	const char *argv[] = { "sh", "-c", script, NULL };
-	struct fv_exec_opts o = { .helper_path = "/usr/bin:/bin", .timeout_s = 60 };
+	struct fv_exec_opts o = { .helper_path = "/usr/bin:/bin", .timeout_s = 60,
+				  /* odd calls without a copy of our memory: both kinds at once */
+				  .flags = p->i > 0 && p->i % 2 ? FV_EXEC_SPAWN : 0 };
 
 	snprintf(script, sizeof(script), "echo call %d; echo $$%s", p->i,
 		 p->i < 0 ? "; exec sleep 60" : "");
