@@ -27,6 +27,8 @@ CSI_OBJS      := $(patsubst %.c,$(O)/obj/%.o,$(CSI_SRCS))
 # the op layer and every driver, as build/flexvol links them (without the FlexVolume
 # program's main(): src/main.c and drivers/registry.c; csi/main.c has the driver list)
 CSI_FV_OBJS   := $(CORE_OBJS) $(patsubst %.c,$(O)/obj/%.o,$(DRV_SRCS))
+# the loop images' code of flexvol-provisioner's node agent (no API server in it)
+CSI_FV_OBJS   += $(O)/obj/provisioner/image.o
 CSI_CFLAGS    := $(shell $(PKG_CONFIG) --cflags $(CSI_PKGS) 2>/dev/null)
 CSI_LIBS      ?= $(shell $(PKG_CONFIG) --libs $(CSI_PKGS) 2>/dev/null)
 CSI_SANITY_DRIVERS ?= loop nfs iscsi

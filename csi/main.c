@@ -4,7 +4,7 @@
  *
  *   flexvol-csi --endpoint unix:///csi/csi.sock --driver loop [--driver-name NAME]
  *
- * Serves the Identity service and the Node service on the unix socket, on
+ * Serves the Identity, Node and Controller services on the unix socket, on
  * the same op layer as the FlexVolume drivers; logs one line per call on
  * stderr.  SIGTERM or SIGINT: the call in progress finishes, the socket
  * file is removed.
@@ -158,12 +158,14 @@ int main(int argc, char **argv)
 				"mended)\n", err);
 	fv_log_open(csi_ep.drv->name, r < 0 ? NULL : cfg.log_file);
 
-	if (csi_identity_n + csi_node_n > ARRAY_SIZE(methods))
+	if (csi_identity_n + csi_node_n + csi_controller_n > ARRAY_SIZE(methods))
 		abort(); /* a method table outgrew this array: a build mistake */
 	for (size_t i = 0; i < csi_identity_n; i++)
 		methods[n++] = csi_identity_methods[i];
 	for (size_t i = 0; i < csi_node_n; i++)
 		methods[n++] = csi_node_methods[i];
+	for (size_t i = 0; i < csi_controller_n; i++)
+		methods[n++] = csi_controller_methods[i];
 
 	lfd = grpc_listen_unix(path);
 	if (lfd < 0) {
