@@ -71,3 +71,39 @@ check-csi: $(O)/flexvol-csi
 	$(Q)$(MAKE) --no-print-directory check-csi-sanity
 
 -include $(CSI_OBJS:.o=.d)
+
+# --- static flexvol-csi (beside deploy/static.mk's drivers and provisioner/static.mk's provisioner)
+#
+#   make static-csi [ARCH=arm64]   $(STATIC_O)/flexvol-csi: glibc -static, stripped, on the static
+#                                  prefix of ci/build-static-deps (json-c, libmount, libblkid,
+#                                  libudev) and Debian's own libnghttp2.a and libprotobuf-c.a of
+#                                  ARCH (ci/deps-csi --arch ARCH installs them: the same
+#                                  security-patched code as the host's shared libraries)
+#   make check-static-csi [ARCH=]  it answers --version and Probe... in an empty chroot
+#                                  (qemu-user for a cross build): tests/csi/static-smoke
+#
+# protoc-c runs on the build machine; the generated C is the same for every ARCH.
+CSI_STATIC_LIBS = /usr/lib/$(STATIC_TRIPLET_$(ARCH))/libnghttp2.a \
+	/usr/lib/$(STATIC_TRIPLET_$(ARCH))/libprotobuf-c.a
+
+.PHONY: static-csi check-static-csi
+
+static-csi: static
+	$(Q)ci/deps-csi --arch $(ARCH) >/dev/null
+	$(Q)set -e; p=$$($(STATIC_DEPS) --print-prefix); \
+	libs=$$(PKG_CONFIG_LIBDIR=$$p/lib/pkgconfig PKG_CONFIG_PATH= $(PKG_CONFIG) --static --libs $(PKGS)); \
+	rc=0; PKG_CONFIG_LIBDIR=$$p/lib/pkgconfig PKG_CONFIG_PATH= \
+		$(MAKE) --no-print-directory O=$(STATIC_O) SANITIZE= $(STATIC_CROSS) \
+		CFLAGS='$(STATIC_CFLAGS)' LDFLAGS='$(STATIC_LDFLAGS)' FV_LIBS="$$libs" \
+		CSI_LIBS="$(CSI_STATIC_LIBS)" CSI_CFLAGS= \
+		$(STATIC_O)/flexvol-csi > $(STATIC_O)/csi-build.log 2>&1 || rc=$$?; \
+	grep -v -E "$(STATIC_NSS_NOISE)" $(STATIC_O)/csi-build.log || true; \
+	[ $$rc = 0 ] || exit $$rc; \
+	file -b $(STATIC_O)/flexvol-csi | grep -q 'statically linked' || \
+		{ echo "static: $(STATIC_O)/flexvol-csi is not statically linked" >&2; exit 1; }; \
+	file -b $(STATIC_O)/flexvol-csi | grep -q '$(STATIC_FILE_$(ARCH))' || \
+		{ echo "static: $(STATIC_O)/flexvol-csi is not for $(ARCH): $$(file -b $(STATIC_O)/flexvol-csi)" >&2; exit 1; }; \
+	echo "  STATIC  $(STATIC_O)/flexvol-csi: $$(stat -c %s $(STATIC_O)/flexvol-csi) bytes, statically linked, $(ARCH)"
+
+check-static-csi: static-csi
+	$(Q)tests/csi/static-smoke --bin $(STATIC_O)/flexvol-csi $(if $(STATIC_CROSS),--emulator $(STATIC_QEMU))
