@@ -24,9 +24,9 @@ CSI_GEN_SRCS  := $(CSI_GEN)/csi.pb-c.c $(CSI_GEN)/google/protobuf/timestamp.pb-c
 CSI_GEN_OBJS  := $(patsubst $(CSI_GEN)/%.c,$(O)/obj/csi-gen/%.o,$(CSI_GEN_SRCS))
 CSI_SRCS      := $(sort $(wildcard csi/*.c))
 CSI_OBJS      := $(patsubst %.c,$(O)/obj/%.o,$(CSI_SRCS))
-# the op layer and every driver, as build/flexvol links them (without the FlexVolume
-# program's main(): src/main.c and drivers/registry.c; csi/main.c has the driver list)
-CSI_FV_OBJS   := $(CORE_OBJS) $(patsubst %.c,$(O)/obj/%.o,$(DRV_SRCS))
+# the op layer and every driver, as build/flexvol links them, and the same driver list
+# (drivers/registry.c built again without the FlexVolume program's main())
+CSI_FV_OBJS   := $(CORE_OBJS) $(patsubst %.c,$(O)/obj/%.o,$(DRV_SRCS)) $(O)/obj/csi/registry.o
 # the loop images' code of flexvol-provisioner's node agent (no API server in it)
 CSI_FV_OBJS   += $(O)/obj/provisioner/image.o
 CSI_CFLAGS    := $(shell $(PKG_CONFIG) --cflags $(CSI_PKGS) 2>/dev/null)
@@ -55,8 +55,11 @@ $(O)/obj/csi-gen/%.o: $(CSI_GEN)/%.c $(CSI_GEN)/.stamp
 
 $(CSI_OBJS): FV_CFLAGS += -I$(CSI_GEN) -Icsi $(CSI_CFLAGS)
 $(CSI_OBJS): | $(CSI_GEN)/.stamp
-$(O)/obj/csi/main.o: FV_CFLAGS += -DFV_DRIVERS='$(FV_DRIVER_LIST)'
-$(O)/obj/csi/main.o: $(O)/drivers.list
+$(O)/obj/csi/registry.o: drivers/registry.c Makefile $(O)/drivers.list
+	@mkdir -p $(dir $@)
+	@[ -n "$(Q)" ] && echo "  CC      $< (the list only)" || true
+	$(Q)$(CC) $(FV_CFLAGS) -DFV_DRIVERS='$(FV_DRIVER_LIST)' -DFV_REGISTRY_LIST_ONLY $(CFLAGS) \
+		-MMD -MP -c -o $@ $<
 
 $(O)/flexvol-csi: $(CSI_OBJS) $(CSI_GEN_OBJS) $(CSI_FV_OBJS)
 	@[ -n "$(Q)" ] && echo "  LD      $@" || true

@@ -63,26 +63,12 @@ static bool driver_name_ok(const char *s)
 	       strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == n;
 }
 
-/*
- * The drivers this endpoint can serve: the same generated list as
- * drivers/registry.c's (FV_DRIVERS, from the directories in drivers/), which
- * holds the FlexVolume program's main() and so is not linked here.
- */
-#define X(n) extern const struct fv_driver fv_driver_##n;
-FV_DRIVERS
-#undef X
-
+/* The drivers this endpoint can serve: the FlexVolume program's list (drivers/registry.c). */
 static const struct fv_driver *csi_driver_find(const char *name)
 {
-	static const struct fv_driver *const drivers[] = {
-#define X(n) &fv_driver_##n,
-		FV_DRIVERS
-#undef X
-	};
-
-	for (size_t i = 0; i < ARRAY_SIZE(drivers); i++)
-		if (strcmp(drivers[i]->name, name) == 0)
-			return drivers[i];
+	for (size_t i = 0; i < fv_registry_n; i++)
+		if (strcmp(fv_registry[i]->name, name) == 0)
+			return fv_registry[i];
 	return NULL;
 }
 
