@@ -1,11 +1,14 @@
 # csi/csi.mk - flexvol-csi, the CSI endpoint of the flexvol drivers (docs/design.md, "CSI").
-# Included by the top Makefile.  Outside `make` and `make check` (and CI): it needs
-# libnghttp2-dev, libprotobuf-c-dev, protobuf-c-compiler and libprotobuf-dev (ci/deps --csi).
+# Included by the top Makefile.  Outside `make` and `make check` (CI runs check-csi and
+# check-static-csi in lanes of their own): it needs libnghttp2-dev, libprotobuf-c-dev,
+# protobuf-c-compiler and libprotobuf-dev (ci/deps-csi).
 #
 #   make csi                build/flexvol-csi
 #   make check-csi-sanity   csi-sanity (kubernetes-csi/csi-test, built from its Go module by
-#                           tests/csi/build, cached), Identity and Node specs, against
+#                           tests/csi/build, cached), every spec the driver's services reach, against
 #                           flexvol-csi --driver D for each D in CSI_SANITY_DRIVERS (root)
+#   make bench-csi          (part of make bench) the loop node cycle through CSI beside
+#                           FlexVolume, and the endpoint's memory (tests/bench/csi.py)
 #   make check-csi          the endpoint's own tests (tests/csi/run-node: stage/publish of loop
 #                           volumes on real loop devices, bad requests, malformed gRPC frames),
 #                           then check-csi-sanity (root)
@@ -110,3 +113,10 @@ static-csi: static
 
 check-static-csi: static-csi
 	$(Q)tests/csi/static-smoke --bin $(STATIC_O)/flexvol-csi $(if $(STATIC_CROSS),--emulator $(STATIC_QEMU))
+
+# make bench's CSI figures: the loop node cycle through flexvol-csi beside the FlexVolume calls
+# doing the same work, and the endpoint's memory (tests/bench/csi.py; root)
+.PHONY: bench-csi
+bench: bench-csi
+bench-csi: static-csi
+	$(Q)python3 tests/bench/csi.py --build $(O)
