@@ -100,30 +100,29 @@ static int open_root(struct grpc_call *call, struct fv_ctx *cx)
 }
 
 /*
- * The size a capacity range asks for, in whole MiB (the loop driver takes
- * whole sectors from 1Mi to 1Pi): 0, or <0 (answered OUT_OF_RANGE).
+ * The size a capacity range asks for: whole MiB, or whole sectors when the
+ * limit leaves no room for the next MiB (the loop driver takes whole sectors
+ * from 1Mi to 1Pi); @dflt without a required size.  0, or <0 (answered).
  */
 static int wanted_size(struct grpc_call *call, const Csi__V1__CapacityRange *cr, int64_t dflt,
 		       int64_t *ret)
 {
-	int64_t want = cr && cr->required_bytes ? cr->required_bytes : dflt;
-	int64_t limit = cr ? cr->limit_bytes : 0;
+	int64_t req = cr && cr->required_bytes ? cr->required_bytes : dflt;
+	int64_t limit = cr ? cr->limit_bytes : 0, want;
 
-	if (want < 0 || limit < 0)
+	if (req < 0 || limit < 0)
 		return -grpc_fail(call, GRPC_INVALID_ARGUMENT, "negative capacity");
-	if (want > MAX_SIZE)
+	if (req > MAX_SIZE)
 		return -grpc_fail(call, GRPC_OUT_OF_RANGE, "at most %lld bytes", (long long)MAX_SIZE);
-	want = (want + MiB - 1) / MiB * MiB;
-	if (want == 0)
+	want = req ? (req + MiB - 1) / MiB * MiB : MiB;
+	if (limit && want > limit)
+		want = (req + 511) / 512 * 512;
+	if (want < MiB)
 		want = MiB;
-	if (limit && want > limit) {
-		if (cr->required_bytes && limit >= cr->required_bytes && limit >= MiB)
-			want = limit / 512 * 512; /* a whole-MiB size does not fit: whole sectors do */
-		else
-			return -grpc_fail(call, GRPC_OUT_OF_RANGE,
-					  "the limit %lld is below the required %lld bytes or 1 MiB",
-					  (long long)limit, (long long)want);
-	}
+	if (limit && want > limit)
+		return -grpc_fail(call, GRPC_OUT_OF_RANGE, "no size of whole sectors from 1 MiB fits "
+				  "between the required %lld and the limit %lld bytes", (long long)req,
+				  (long long)limit);
 	*ret = want;
 	return 0;
 }
@@ -453,8 +452,14 @@ static void node_expand(struct grpc_call *call, const ProtobufCMessage *m)
 		csi_fail_op(call, &cx, r, "volume record");
 		return;
 	}
-	if (image_size(call, &cx, q->volume_id, &have) < 0 ||
-	    wanted_size(call, q->capacity_range, have, &want) < 0) {
+	if (image_size(call, &cx, q->volume_id, &have) < 0) {
+		fv_opts_done(&o);
+		return;
+	}
+	/* no size asked: the filesystem grows to the image as it is */
+	want = have;
+	if (q->capacity_range && q->capacity_range->required_bytes &&
+	    wanted_size(call, q->capacity_range, 0, &want) < 0) {
 		fv_opts_done(&o);
 		return;
 	}
