@@ -16,6 +16,7 @@
  *   DeleteVolume            the image removed, when <id> owns it and no loop device holds it
  *   ValidateVolumeCapabilities, GetCapacity (the loop root's free bytes), ControllerGetCapabilities
  *   ControllerExpandVolume  the image grown when no device holds it; the node grows the rest
+ *                           (all of it where this controller has no loop root)
  *   NodeExpandVolume        the op layer's expandfs (image, loop capacity, filesystem)
  *
  * Nothing is attached by a controller: the op layer attaches on the node, at
@@ -372,11 +373,21 @@ static void controller_expand(struct grpc_call *call, const ProtobufCMessage *m)
 	if (!*q->volume_id || !q->capacity_range)
 		return (void)grpc_fail(call, GRPC_INVALID_ARGUMENT,
 				       "volume_id and capacity_range are required");
-	if (wanted_size(call, q->capacity_range, 0, &want) < 0 || csi_ctx_load(call, &cx) < 0 ||
-	    image_size(call, &cx, q->volume_id, &have) < 0)
+	if (wanted_size(call, q->capacity_range, 0, &want) < 0 || csi_ctx_load(call, &cx) < 0)
 		return;
-	image_of(q->volume_id, img, sizeof(img));
 	resp.node_expansion_required = true; /* the filesystem grows on the node */
+	/*
+	 * A controller without a loop root (one central resizer for every node:
+	 * the external-resizer is not distributed) cannot see the image: the
+	 * node grows it, file and all, at NodeExpandVolume.
+	 */
+	if (image_of(q->volume_id, img, sizeof(img)) && access(cx.cfg.loop_root, F_OK) < 0 &&
+	    errno == ENOENT) {
+		resp.capacity_bytes = want;
+		return grpc_reply(call, &resp.base);
+	}
+	if (image_size(call, &cx, q->volume_id, &have) < 0)
+		return;
 	if (have >= want) {
 		resp.capacity_bytes = have;
 		return grpc_reply(call, &resp.base);
