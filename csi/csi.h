@@ -4,11 +4,13 @@
 #define FV_CSI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "csi.pb-c.h"
 #include "grpc.h"
 
 struct fv_driver;
+struct fv_ctx;
 
 /* The endpoint's settings, fixed at start (main.c). */
 struct csi_endpoint {
@@ -24,9 +26,30 @@ bool csi_node_stages(void);
 /* Are this driver's volumes reachable from this node only (loop: the image is a local file)? */
 bool csi_node_local(void);
 
+/* Does the endpoint serve the Controller service for this driver (controller.c)? */
+bool csi_controller_serves(void);
+/* Does it grow this driver's volumes (ControllerExpandVolume, NodeExpandVolume)? */
+bool csi_expands(void);
+
+/* node.c's helpers, shared with controller.c.  Each answers the call when it fails. */
+/* Load the node configuration into a fresh @cx, as each FlexVolume call does: 0 or <0. */
+int csi_ctx_load(struct grpc_call *call, struct fv_ctx *cx);
+/* Answer the op layer's error @r (message in @cx) with its gRPC status. */
+void csi_fail_op(struct grpc_call *call, struct fv_ctx *cx, int r, const char *what);
+/* Is @s a volume ID of ours (one path component of PV-name characters)? */
+bool csi_volume_id_ok(const char *s);
+/* A capability we serve (filesystem, no mount flags, one node): 0 or <0; *ro, *fstype. */
+int csi_check_capability(struct grpc_call *call, const Csi__V1__VolumeCapability *cap,
+			 const char **fstype, bool *ro);
+/* Take the lock the FlexVolume dispatcher takes ("<driver>-<kind>-<key>"): fd or <0. */
+int csi_lock_as_dispatcher(struct grpc_call *call, struct fv_ctx *cx, const char *kind,
+			   const char *key, char *name, size_t len);
+
 extern const struct grpc_method csi_identity_methods[];
 extern const size_t csi_identity_n;
 extern const struct grpc_method csi_node_methods[];
 extern const size_t csi_node_n;
+extern const struct grpc_method csi_controller_methods[];
+extern const size_t csi_controller_n;
 
 #endif

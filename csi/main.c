@@ -4,7 +4,7 @@
  *
  *   flexvol-csi --endpoint unix:///csi/csi.sock --driver loop [--driver-name NAME]
  *
- * Serves the Identity service and the Node service on the unix socket, on
+ * Serves the Identity, Node and Controller services on the unix socket, on
  * the same op layer as the FlexVolume drivers; logs one line per call on
  * stderr.  SIGTERM or SIGINT: the call in progress finishes, the socket
  * file is removed.
@@ -63,26 +63,12 @@ static bool driver_name_ok(const char *s)
 	       strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == n;
 }
 
-/*
- * The drivers this endpoint can serve: the same generated list as
- * drivers/registry.c's (FV_DRIVERS, from the directories in drivers/), which
- * holds the FlexVolume program's main() and so is not linked here.
- */
-#define X(n) extern const struct fv_driver fv_driver_##n;
-FV_DRIVERS
-#undef X
-
+/* The drivers this endpoint can serve: the FlexVolume program's list (drivers/registry.c). */
 static const struct fv_driver *csi_driver_find(const char *name)
 {
-	static const struct fv_driver *const drivers[] = {
-#define X(n) &fv_driver_##n,
-		FV_DRIVERS
-#undef X
-	};
-
-	for (size_t i = 0; i < ARRAY_SIZE(drivers); i++)
-		if (strcmp(drivers[i]->name, name) == 0)
-			return drivers[i];
+	for (size_t i = 0; i < fv_registry_n; i++)
+		if (strcmp(fv_registry[i]->name, name) == 0)
+			return fv_registry[i];
 	return NULL;
 }
 
@@ -158,12 +144,14 @@ int main(int argc, char **argv)
 				"mended)\n", err);
 	fv_log_open(csi_ep.drv->name, r < 0 ? NULL : cfg.log_file);
 
-	if (csi_identity_n + csi_node_n > ARRAY_SIZE(methods))
+	if (csi_identity_n + csi_node_n + csi_controller_n > ARRAY_SIZE(methods))
 		abort(); /* a method table outgrew this array: a build mistake */
 	for (size_t i = 0; i < csi_identity_n; i++)
 		methods[n++] = csi_identity_methods[i];
 	for (size_t i = 0; i < csi_node_n; i++)
 		methods[n++] = csi_node_methods[i];
+	for (size_t i = 0; i < csi_controller_n; i++)
+		methods[n++] = csi_controller_methods[i];
 
 	lfd = grpc_listen_unix(path);
 	if (lfd < 0) {

@@ -60,7 +60,7 @@ bool csi_node_local(void)
 }
 
 /* Load the node configuration into a fresh @cx, as each FlexVolume call does. */
-static int ctx_load(struct grpc_call *call, struct fv_ctx *cx)
+int csi_ctx_load(struct grpc_call *call, struct fv_ctx *cx)
 {
 	char err[512];
 
@@ -73,7 +73,7 @@ static int ctx_load(struct grpc_call *call, struct fv_ctx *cx)
 }
 
 /* The op layer's error @r (message in @cx) as a gRPC status. */
-static void fail_op(struct grpc_call *call, struct fv_ctx *cx, int r, const char *what)
+void csi_fail_op(struct grpc_call *call, struct fv_ctx *cx, int r, const char *what)
 {
 	enum grpc_code code;
 
@@ -113,7 +113,7 @@ static void fail_op(struct grpc_call *call, struct fv_ctx *cx, int r, const char
  * A volume ID we take as a volume name: one path component of PV-name
  * characters.  Anything else is no volume of ours.
  */
-static bool volume_id_ok(const char *s)
+bool csi_volume_id_ok(const char *s)
 {
 	size_t n = strlen(s);
 
@@ -127,7 +127,7 @@ static bool volume_id_ok(const char *s)
  * op layer takes its mount options from the node config), one node.
  * *@ro: the volume is read-only on the node.
  */
-static int check_capability(struct grpc_call *call, const Csi__V1__VolumeCapability *cap,
+int csi_check_capability(struct grpc_call *call, const Csi__V1__VolumeCapability *cap,
 			    const char **fstype, bool *ro)
 {
 	access_mode m = cap->access_mode ? cap->access_mode->mode : 0;
@@ -174,14 +174,14 @@ static int parse_opts(struct grpc_call *call, struct fv_ctx *cx, const char *nam
 	r = fv_opts_parse(cx, json_object_to_json_string_ext(obj, JSON_C_TO_STRING_PLAIN), o);
 	json_object_put(obj);
 	if (r < 0) {
-		fail_op(call, cx, r, "volume context");
+		csi_fail_op(call, cx, r, "volume context");
 		return r;
 	}
 	return 0;
 }
 
 /* The lock the FlexVolume dispatcher takes for the same op ("<driver>-vol-<name>", "-dir-"). */
-static int lock_as_dispatcher(struct grpc_call *call, struct fv_ctx *cx, const char *kind,
+int csi_lock_as_dispatcher(struct grpc_call *call, struct fv_ctx *cx, const char *kind,
 			      const char *key, char *name, size_t len)
 {
 	int fd;
@@ -189,7 +189,7 @@ static int lock_as_dispatcher(struct grpc_call *call, struct fv_ctx *cx, const c
 	snprintf(name, len, "%s-%s-%s", cx->drv->name, kind, key);
 	fd = fv_lock(cx, name);
 	if (fd < 0)
-		fail_op(call, cx, fd, "lock");
+		csi_fail_op(call, cx, fd, "lock");
 	return fd;
 }
 
@@ -204,7 +204,7 @@ static int make_dir(struct grpc_call *call, struct fv_ctx *cx, const char *path)
 	int r = fv_dir_arg(cx, path, FV_DIRARG_PARENT_ONLY | FV_DIRARG_MUST_EXIST, &d);
 
 	if (r < 0) {
-		fail_op(call, cx, r, "cannot create the directory");
+		csi_fail_op(call, cx, r, "cannot create the directory");
 		return r;
 	}
 	if (mkdirat(d.parent, fv_path_last(d.path), 0750) == 0 || errno == EEXIST)
@@ -221,7 +221,7 @@ static int remove_dir(struct grpc_call *call, struct fv_ctx *cx, const char *pat
 	if (r == 1)
 		return 0; /* a parent is gone: so is the directory */
 	if (r < 0) {
-		fail_op(call, cx, r, "cannot remove the directory");
+		csi_fail_op(call, cx, r, "cannot remove the directory");
 		return r;
 	}
 	if (unlinkat(d.parent, fv_path_last(d.path), AT_REMOVEDIR) == 0 || errno == ENOENT)
@@ -236,7 +236,7 @@ static int remove_dir(struct grpc_call *call, struct fv_ctx *cx, const char *pat
 static int volume_dir(struct grpc_call *call, const char *staging, const char *id, char *buf,
 		      size_t len)
 {
-	if (!volume_id_ok(id))
+	if (!csi_volume_id_ok(id))
 		return -grpc_fail(call, GRPC_NOT_FOUND, "no %s volume has the ID '%s'",
 				  csi_ep.drv->name, id);
 	if ((size_t)snprintf(buf, len, "%s/%s", staging, id) >= len)
@@ -269,20 +269,20 @@ static void node_stage(struct grpc_call *call, const ProtobufCMessage *m)
 		return;
 	}
 	if (require_stages(call) < 0 ||
-	    check_capability(call, q->volume_capability, &fstype, &ro) < 0 ||
+	    csi_check_capability(call, q->volume_capability, &fstype, &ro) < 0 ||
 	    volume_dir(call, q->staging_target_path, q->volume_id, dir, sizeof(dir)) < 0 ||
-	    ctx_load(call, &cx) < 0)
+	    csi_ctx_load(call, &cx) < 0)
 		return;
 	if (parse_opts(call, &cx, q->volume_id, fstype, ro, q->n_volume_context,
 		       (struct csi_map_entry **)q->volume_context, &o) < 0)
 		return;
-	fd = lock_as_dispatcher(call, &cx, "vol", q->volume_id, lock, sizeof(lock));
+	fd = csi_lock_as_dispatcher(call, &cx, "vol", q->volume_id, lock, sizeof(lock));
 	if (fd >= 0) {
 		r = make_dir(call, &cx, dir);
 		if (r == 0) {
 			r = cx.drv->mountdevice(&cx, dir, "", &o);
 			if (r < 0) {
-				fail_op(call, &cx, r, "stage");
+				csi_fail_op(call, &cx, r, "stage");
 				remove_dir(call, &cx, dir); /* empty unless something is mounted there */
 			}
 		}
@@ -311,14 +311,14 @@ static void node_unstage(struct grpc_call *call, const ProtobufCMessage *m)
 	}
 	if (require_stages(call) < 0 ||
 	    volume_dir(call, q->staging_target_path, q->volume_id, dir, sizeof(dir)) < 0 ||
-	    ctx_load(call, &cx) < 0)
+	    csi_ctx_load(call, &cx) < 0)
 		return;
-	fd = lock_as_dispatcher(call, &cx, "vol", q->volume_id, lock, sizeof(lock));
+	fd = csi_lock_as_dispatcher(call, &cx, "vol", q->volume_id, lock, sizeof(lock));
 	if (fd < 0)
 		return;
 	r = cx.drv->unmountdevice(&cx, dir);
 	if (r < 0)
-		fail_op(call, &cx, r, "unstage");
+		csi_fail_op(call, &cx, r, "unstage");
 	else
 		r = remove_dir(call, &cx, dir);
 	fv_unlock_remove(&cx, lock, fd);
@@ -349,19 +349,19 @@ static void node_publish(struct grpc_call *call, const ProtobufCMessage *m)
 			  "(the plugin has STAGE_UNSTAGE_VOLUME)");
 		return;
 	}
-	if (check_capability(call, q->volume_capability, &fstype, &ro) < 0 ||
+	if (csi_check_capability(call, q->volume_capability, &fstype, &ro) < 0 ||
 	    volume_dir(call, q->staging_target_path, q->volume_id, src, sizeof(src)) < 0 ||
-	    ctx_load(call, &cx) < 0)
+	    csi_ctx_load(call, &cx) < 0)
 		return;
 	/* CSI: the plugin creates the target itself (the CO made its parent) */
 	if (make_dir(call, &cx, q->target_path) < 0)
 		return;
-	fd = lock_as_dispatcher(call, &cx, "dir", q->target_path, lock, sizeof(lock));
+	fd = csi_lock_as_dispatcher(call, &cx, "dir", q->target_path, lock, sizeof(lock));
 	if (fd < 0)
 		return;
 	r = fv_blkvol_bind(&cx, q->target_path, src, ro || q->readonly);
 	if (r < 0)
-		fail_op(call, &cx, r, "publish");
+		csi_fail_op(call, &cx, r, "publish");
 	fv_unlock_remove(&cx, lock, fd);
 	if (r == 0)
 		grpc_reply(call, &resp.base);
@@ -379,14 +379,14 @@ static void node_unpublish(struct grpc_call *call, const ProtobufCMessage *m)
 		grpc_fail(call, GRPC_INVALID_ARGUMENT, "volume_id and target_path are required");
 		return;
 	}
-	if (require_stages(call) < 0 || ctx_load(call, &cx) < 0)
+	if (require_stages(call) < 0 || csi_ctx_load(call, &cx) < 0)
 		return;
-	fd = lock_as_dispatcher(call, &cx, "dir", q->target_path, lock, sizeof(lock));
+	fd = csi_lock_as_dispatcher(call, &cx, "dir", q->target_path, lock, sizeof(lock));
 	if (fd < 0)
 		return;
 	r = fv_blkvol_unmount(&cx, q->target_path, NULL);
 	if (r < 0)
-		fail_op(call, &cx, r, "unpublish");
+		csi_fail_op(call, &cx, r, "unpublish");
 	else
 		r = remove_dir(call, &cx, q->target_path); /* CSI: the plugin removes what it made */
 	fv_unlock_remove(&cx, lock, fd);
@@ -442,7 +442,7 @@ static void node_get_volume_stats(struct grpc_call *call, const ProtobufCMessage
 		/* the staging path itself names the staged mount below it */
 		if (streq(path, q->staging_target_path))
 			path = staged;
-	} else if (!volume_id_ok(q->volume_id)) {
+	} else if (!csi_volume_id_ok(q->volume_id)) {
 		grpc_fail(call, GRPC_NOT_FOUND, "no %s volume has the ID '%s'", csi_ep.drv->name,
 			  q->volume_id);
 		return;
@@ -480,23 +480,27 @@ static void node_get_volume_stats(struct grpc_call *call, const ProtobufCMessage
 static void node_get_capabilities(struct grpc_call *call, const ProtobufCMessage *m)
 {
 	Csi__V1__NodeGetCapabilitiesResponse r = CSI__V1__NODE_GET_CAPABILITIES_RESPONSE__INIT;
-	Csi__V1__NodeServiceCapability cap[2];
-	Csi__V1__NodeServiceCapability__RPC rpc[2];
-	Csi__V1__NodeServiceCapability *caps[2];
-	static const Csi__V1__NodeServiceCapability__RPC__Type staged[] = {
-		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__STAGE_UNSTAGE_VOLUME,
-		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_STATS,
-	};
+	Csi__V1__NodeServiceCapability cap[3];
+	Csi__V1__NodeServiceCapability__RPC rpc[3];
+	Csi__V1__NodeServiceCapability *caps[3];
+	Csi__V1__NodeServiceCapability__RPC__Type types[3];
+	size_t n = 0;
 
-	for (size_t i = 0; csi_node_stages() && i < ARRAY_SIZE(staged); i++) {
+	if (csi_node_stages()) {
+		types[n++] = CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__STAGE_UNSTAGE_VOLUME;
+		types[n++] = CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_STATS;
+	}
+	if (csi_expands())
+		types[n++] = CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME;
+	for (size_t i = 0; i < n; i++) {
 		csi__v1__node_service_capability__rpc__init(&rpc[i]);
 		csi__v1__node_service_capability__init(&cap[i]);
-		rpc[i].type = staged[i];
+		rpc[i].type = types[i];
 		cap[i].type_case = CSI__V1__NODE_SERVICE_CAPABILITY__TYPE_RPC;
 		cap[i].rpc = &rpc[i];
 		caps[i] = &cap[i];
-		r.n_capabilities = i + 1;
 	}
+	r.n_capabilities = n;
 	r.capabilities = caps;
 	grpc_reply(call, &r.base);
 }
@@ -509,7 +513,7 @@ static void node_get_info(struct grpc_call *call, const ProtobufCMessage *m)
 	Csi__V1__Topology__SegmentsEntry *segs[] = { &seg };
 	struct fv_ctx cx;
 
-	if (ctx_load(call, &cx) < 0)
+	if (csi_ctx_load(call, &cx) < 0)
 		return;
 	r.node_id = cx.cfg.node_name;
 	r.max_volumes_per_node = 0; /* no limit of ours */

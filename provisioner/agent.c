@@ -31,6 +31,7 @@
 #include "fv/util.h"
 #include "agent.h"
 #include "flag.h"
+#include "image.h"
 #include "api.h"
 #include "controller.h"
 #include "jsonutil.h"
@@ -39,126 +40,17 @@
 #include "metrics.h"
 #include "params.h"
 
-/*
- * The loop device bound to the file @st, if any: its number, or -1.  The
- * kernel is asked (LOOP_GET_STATUS64 on every loop device that has a
- * capacity: /proc/partitions lists exactly those), as the loop driver does.
- */
-static int bound_to(const struct stat *st)
-{
-	FILE *f = fopen("/proc/partitions", "re");
-	char line[256];
-	int found = -1;
-
-	if (!f)
-		return -1;
-	while (found < 0 && fgets(line, sizeof(line), f)) {
-		struct loop_info64 info;
-		unsigned int maj, min;
-		unsigned long long blocks;
-		char name[64], dev[80], *end;
-		long nr;
-		int fd;
-
-		if (sscanf(line, "%u %u %llu %63s", &maj, &min, &blocks, name) != 4 ||
-		    strncmp(name, "loop", 4))
-			continue;
-		nr = strtol(name + 4, &end, 10);
-		if (end == name + 4 || *end)
-			continue;
-		snprintf(dev, sizeof(dev), "/dev/%s", name);
-		fd = open(dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-		if (fd < 0)
-			continue;
-		if (ioctl(fd, LOOP_GET_STATUS64, &info) == 0 && info.lo_device == st->st_dev &&
-		    info.lo_inode == st->st_ino)
-			found = (int)nr;
-		close(fd);
-	}
-	fclose(f);
-	return found;
-}
-
-/* The owner record of @fd into @buf: 0, -ENODATA (none), or -errno. */
-static int owner_of(int fd, char *buf, size_t len)
-{
-	ssize_t n = fgetxattr(fd, FV_LOOP_OWNER_XATTR, buf, len - 1);
-
-	if (n < 0)
-		return NEG_ERRNO();
-	buf[n] = '\0';
-	return 0;
-}
-
-/* Record @pv as the owner of @fd unless it has one (XATTR_CREATE: never replaced). */
-static void set_owner(int fd, const char *img, const char *pv)
-{
-	if (fsetxattr(fd, FV_LOOP_OWNER_XATTR, pv, strlen(pv), XATTR_CREATE) == 0)
-		fvp_log_info("image %s: owner record %s", img, pv);
-	else if (errno != EEXIST)
-		fvp_log_warning("image %s: cannot record its owner %s: %s", img, pv, strerror(errno));
-}
-
-/* Allocate every block of @fd up to its size (a no-op on a fully allocated file). */
-static int allocate(int fd, const char *img, const struct stat *st)
-{
-	if ((uint64_t)st->st_blocks * 512 >= (uint64_t)st->st_size)
-		return 0;
-	/* mode 0 allocates the holes only: data already written stays as it is */
-	if (fallocate(fd, 0, 0, st->st_size) < 0) {
-		fvp_log_warning("image %s: cannot preallocate %lld bytes: %s", img, (long long)st->st_size,
-			 strerror(errno));
-		return NEG_ERRNO();
-	}
-	fvp_log_info("image %s: %lld bytes preallocated", img, (long long)st->st_size);
-	return 0;
-}
-
-/*
- * The image of a live PV: made when missing, sized, owned, and allocated
- * when @prealloc.  The loop driver makes a missing image too (sparse, at the
- * first attach): whoever comes first makes it, the other finds it.
- */
+/* The image of a live PV: made when missing, sized, owned, and allocated when @prealloc. */
 static int ensure_image(int rootfd, const char *img, const char *pv, uint64_t size, bool prealloc)
 {
-	_cleanup_close_ int fd = -1;
-	struct stat st;
-	char have[256];
+	char msg[512];
+	int r = fvp_image_ensure(rootfd, img, pv, size, prealloc, NULL, msg, sizeof(msg));
 
-	fd = openat(rootfd, img, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd >= 0) {
-		set_owner(fd, img, pv);
-		if ((prealloc ? fallocate(fd, 0, 0, (off_t)size) : ftruncate(fd, (off_t)size)) < 0) {
-			int r = NEG_ERRNO();
-
-			/* no room: nothing half-made stays behind (an empty file holds no data) */
-			(void)unlinkat(rootfd, img, 0);
-			fvp_log_warning("image %s for %s: cannot make %llu bytes: %s", img, pv,
-				 (unsigned long long)size, strerror(-r));
-			return r;
-		}
-		fvp_log_info("image %s for %s: made, %llu bytes, %s", img, pv, (unsigned long long)size,
-			 prealloc ? "preallocated" : "sparse");
-		return 0;
-	}
-	if (errno != EEXIST)
-		return NEG_ERRNO();
-	close(TAKE_FD(fd));
-	fd = fv_open_regular_beneath(rootfd, img, O_RDWR, &st);
-	if (fd < 0) {
-		fvp_log_warning("image %s for %s: %s", img, pv,
-			 fd == -EMEDIUMTYPE ? "not a regular file, left alone" : strerror(-fd));
-		return fd;
-	}
-	/* made by the driver before us (or by us, killed before the owner record) */
-	if (owner_of(fd, have, sizeof(have)) == -ENODATA)
-		set_owner(fd, img, pv);
-	if (st.st_size == 0) {
-		/* made and not sized yet (a kill in between): it holds no data */
-		if (ftruncate(fd, (off_t)size) < 0 || fstat(fd, &st) < 0)
-			return NEG_ERRNO();
-	}
-	return prealloc ? allocate(fd, img, &st) : 0;
+	if (r < 0)
+		fvp_log_warning("%s (PV %s)", msg, pv);
+	else if (msg[0])
+		fvp_log_info("%s", msg);
+	return r;
 }
 
 /* Delete PV @pv, by uid (never a PV re-created under the same name). */
@@ -229,51 +121,20 @@ static int reclaim(struct fvp_agent *a, struct fvp_kube *k, int rootfd, json_obj
 		   const char *img)
 {
 	const char *name = fvp_jstr2(pv, "metadata", "name");
-	_cleanup_close_ int fd = -1;
-	struct stat st, now;
-	char have[256];
-	int r, nr;
+	char msg[512];
+	int r;
 
-	fd = fv_open_regular_beneath(rootfd, img, O_RDONLY, &st);
-	if (fd == -ENOENT) {
-		fvp_log_info("PV %s released: image %s is not on node %s (never made, or removed)", name,
-			 img, a->node);
-		goto pv;
-	}
-	if (fd < 0) {
-		fvp_event(&a->ev, pv, true, "VolumeFailedDelete",
-		      "image %s on node %s is %s: not removed", img, a->node,
-		      fd == -EMEDIUMTYPE ? "not a regular file" : strerror(-fd));
-		return fd;
-	}
-	r = owner_of(fd, have, sizeof(have));
-	if (r < 0 || !streq(have, name)) {
-		fvp_event(&a->ev, pv, true, "VolumeFailedDelete",
-		      "image %s on node %s is not removed: its owner record (%s) %s%s%s", img,
-		      a->node, FV_LOOP_OWNER_XATTR,
-		      r == -ENODATA ? "is missing" : r < 0 ? "cannot be read: " : "names ",
-		      r == -ENODATA ? "" : r < 0 ? strerror(-r) : have,
-		      r < 0 ? "" : ", not this PV");
-		return -EPERM;
-	}
-	nr = bound_to(&st);
-	if (nr >= 0) {
-		fvp_log_info("PV %s released: image %s is still bound to /dev/loop%d; next pass", name,
-			 img, nr);
-		return -EBUSY;
-	}
-	/* the name still the same file (nothing swapped in between), then gone */
-	if (fstatat(rootfd, img, &now, AT_SYMLINK_NOFOLLOW) < 0 || now.st_ino != st.st_ino ||
-	    now.st_dev != st.st_dev)
-		return -EAGAIN;
-	if (unlinkat(rootfd, img, 0) < 0 && errno != ENOENT) {
-		r = NEG_ERRNO();
-		fvp_event(&a->ev, pv, true, "VolumeFailedDelete", "image %s on node %s: %s", img,
-		      a->node, strerror(-r));
+	r = fvp_image_remove(rootfd, img, name, msg, sizeof(msg));
+	if (r == -EBUSY || r == -EAGAIN) {
+		fvp_log_info("PV %s released: %s; next pass", name, msg);
 		return r;
 	}
-	fvp_log_info("PV %s released: image %s removed from node %s", name, img, a->node);
-pv:
+	if (r < 0) {
+		fvp_event(&a->ev, pv, true, "VolumeFailedDelete", "on node %s, not removed: %s",
+			  a->node, msg);
+		return r;
+	}
+	fvp_log_info("PV %s released: %s", name, msg[0] ? msg : "its image is not on this node (never made, or removed)");
 	r = drop_finalizer(k, pv);
 	return r < 0 ? r : delete_pv(k, pv);
 }

@@ -50,19 +50,6 @@ void fvp_node_label(const char *node, char *buf, size_t len)
 		snprintf(buf, len, "h-%016llx", (unsigned long long)fv_hash64(node));
 }
 
-bool fvp_loop_image_name(const char *name)
-{
-	size_t n = name ? strlen(name) : 0;
-
-	if (n < 9 || n >= FVP_LOOP_IMAGE_MAX || strncmp(name, "pvc-", 4) || strcmp(name + n - 4, ".img"))
-		return false;
-	for (size_t i = 4; i < n - 4; i++)
-		if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
-		      name[i] == '-'))
-			return false;
-	return true;
-}
-
 static int parse_bool(const char *s, bool *ret)
 {
 	if (streq(s, "true"))

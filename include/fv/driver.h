@@ -172,4 +172,8 @@ bool fv_ctx_node_is_local(const struct fv_ctx *cx, const char *node);
  */
 int fv_main(int argc, char **argv, const struct fv_driver *const *drivers, size_t ndrivers);
 
+/* The drivers of this build (drivers/registry.c, generated from drivers/'s directories). */
+extern const struct fv_driver *const fv_registry[];
+extern const size_t fv_registry_n;
+
 #endif

@@ -7,6 +7,11 @@
 //	    sends the HTTP/2 request body (HEX, or the bytes of file F) as it is (any framing,
 //	    malformed on purpose); prints "http=S grpc-status=N grpc-message=M"; with -stall the
 //	    request never ends: the body stays open after those bytes
+//	csi-call -endpoint unix:///path -script F
+//	    the calls of file F (a JSON list of [METHOD, REQUEST-JSON-OBJECT]) in order over one
+//	    connection, as a CO makes them (make bench); prints a JSON list of the milliseconds
+//	    each took, from the request sent to the answer read; a call that fails stops it
+//	    (its "code=N message=..." on stderr, exit status 100+N)
 package main
 
 import (
@@ -14,6 +19,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -103,6 +109,61 @@ func raw(sock, method string, b []byte, ctype string, stall bool, timeout time.D
 	fmt.Printf("http=%d grpc-status=%s grpc-message=%s\n", resp.StatusCode, st, msg)
 }
 
+// messages: the request and answer messages of METHOD ("/csi.v1.Node/NodeStageVolume").
+func messages(method string) (*dynamicpb.Message, *dynamicpb.Message) {
+	name := protoreflect.FullName(strings.ReplaceAll(strings.TrimPrefix(method, "/"), "/", "."))
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(name)
+	if err != nil {
+		die("unknown method %s: %v", method, err)
+	}
+	md, ok := d.(protoreflect.MethodDescriptor)
+	if !ok {
+		die("%s is no method", method)
+	}
+	return dynamicpb.NewMessage(md.Input()), dynamicpb.NewMessage(md.Output())
+}
+
+// script: the calls of file @f over one connection, each timed.
+func script(sock, f string, timeout time.Duration) {
+	b, err := os.ReadFile(f)
+	if err != nil {
+		die("-script: %v", err)
+	}
+	var calls [][2]json.RawMessage
+	if err := json.Unmarshal(b, &calls); err != nil {
+		die("-script: %v", err)
+	}
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		die("%v", err)
+	}
+	defer conn.Close()
+	ms := make([]float64, 0, len(calls))
+	for _, c := range calls {
+		var method string
+		if err := json.Unmarshal(c[0], &method); err != nil {
+			die("-script: %v", err)
+		}
+		in, out := messages(method)
+		if err := protojson.Unmarshal(c[1], in); err != nil {
+			die("-script: %s: %v", method, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		t0 := time.Now()
+		err := conn.Invoke(ctx, method, in, out)
+		took := time.Since(t0)
+		cancel()
+		if err != nil {
+			s := status.Convert(err)
+			fmt.Fprintf(os.Stderr, "%s: code=%d message=%s\n", method, int(s.Code()), s.Message())
+			os.Exit(100 + int(s.Code()))
+		}
+		ms = append(ms, float64(took.Microseconds())/1000)
+	}
+	j, _ := json.Marshal(ms)
+	fmt.Println(string(j))
+}
+
 // isSet: was flag @name given (an empty -raw "" is an empty body)?
 func isSet(name string) bool {
 	set := false
@@ -121,7 +182,12 @@ func main() {
 	ctype := flag.String("content-type", "application/grpc", "content-type of a -raw request")
 	stall := flag.Bool("stall", false, "with -raw: keep the request open after its bytes")
 	timeout := flag.Duration("timeout", 60*time.Second, "deadline of the call")
+	scriptFile := flag.String("script", "", "make the calls of this file, timed")
 	flag.Parse()
+	if *endpoint != "" && *scriptFile != "" {
+		script(socketPath(*endpoint), *scriptFile, *timeout)
+		return
+	}
 	if *endpoint == "" || flag.NArg() < 1 {
 		die("usage: csi-call -endpoint unix:///path METHOD [JSON]")
 	}
@@ -143,17 +209,7 @@ func main() {
 		raw(sock, method, b, *ctype, *stall, *timeout)
 		return
 	}
-	// "/csi.v1.Node/NodeStageVolume" -> the method's descriptor, for its message types
-	name := protoreflect.FullName(strings.ReplaceAll(strings.TrimPrefix(method, "/"), "/", "."))
-	d, err := protoregistry.GlobalFiles.FindDescriptorByName(name)
-	if err != nil {
-		die("unknown method %s: %v", method, err)
-	}
-	md, ok := d.(protoreflect.MethodDescriptor)
-	if !ok {
-		die("%s is no method", method)
-	}
-	in, out := dynamicpb.NewMessage(md.Input()), dynamicpb.NewMessage(md.Output())
+	in, out := messages(method)
 	if flag.NArg() > 1 {
 		if err := protojson.Unmarshal([]byte(flag.Arg(1)), in); err != nil {
 			die("request: %v", err)
