@@ -458,6 +458,126 @@ static int remove_pv(struct mig *m, json_object *pv)
 	return wait_until(m, "the deletion of the PV", pv_gone_named, NULL);
 }
 
+/*
+ * The PV exists: check it and its claim, and take it down (refusals, save, Retain, delete).
+ * Returns 0 (go on: create the new PV), 1 (it is already the target PV, bound: done), <0.
+ */
+static int take_down(struct mig *m, json_object *pv, json_object **saved, json_object **claim)
+{
+	bool is_flex = flex_driver(pv) != NULL, is_csi = csi_driver(pv) != NULL;
+	bool deleting = fvp_jstr2(pv, "metadata", "deletionTimestamp") != NULL;
+	char path[512], drv[128];
+	int r;
+
+	if (!is_flex && !is_csi)
+		return fail(m, -EINVAL, "PV %s is neither a FlexVolume nor a CSI PV", m->pv);
+	r = bound_claim(m, pv, claim);
+	if (r < 0)
+		return r;
+	if ((m->rollback ? is_flex : is_csi) && !deleting) {
+		r = wait_until(m, "the PV and its claim Bound", both_bound, *claim);
+		if (r < 0)
+			return r;
+		printf("PV %s is %s and bound to %s/%s: nothing to do\n", m->pv,
+		       is_csi ? "a CSI PV" : "a FlexVolume PV", fvp_jstr2(*claim, "metadata", "namespace"),
+		       fvp_jstr2(*claim, "metadata", "name"));
+		return 1;
+	}
+	if (m->rollback && !*saved)
+		return fail(m, -ENOENT, "no saved FlexVolume PV in '%s' to roll back to", m->save);
+	if (is_csi && *saved && !csi_name_of(m, flex_driver(*saved), drv, sizeof(drv)) &&
+	    !streq(csi_driver(pv), drv))
+		return fail(m, -EINVAL, "PV %s is of CSI driver %s, not %s", m->pv, csi_driver(pv), drv);
+	if (is_flex) {
+		r = csi_name_of(m, flex_driver(pv), drv, sizeof(drv));
+		if (r < 0)
+			return r;
+		if (*saved && !streq(fvp_jstr2(*saved, "metadata", "uid") ?: "",
+				     fvp_jstr2(pv, "metadata", "uid") ?: ""))
+			return fail(m, -EEXIST, "'%s' holds another PV %s (uid %s): move it away first",
+				    m->save, m->pv, fvp_jstr2(*saved, "metadata", "uid"));
+	}
+	if (!deleting) {
+		r = check_idle(m, fvp_jstr2(*claim, "metadata", "namespace"),
+			       fvp_jstr2(*claim, "metadata", "name"));
+		if (r < 0)
+			return r;
+	}
+	if (is_flex && !*saved) {
+		r = write_saved(m, m->save, pv);
+		if (r < 0)
+			return r;
+		*saved = json_object_get(pv);
+		printf("saved the FlexVolume PV %s in %s\n", m->pv, m->save);
+	}
+	snprintf(path, sizeof(path), PV_PATH "%s", m->pv);
+	if (!deleting && !streq(fvp_jstr(fvp_jobj(pv, "spec"), "persistentVolumeReclaimPolicy") ?: "",
+				"Retain")) {
+		json_object *p = json_object_new_object(), *sp = json_object_new_object();
+
+		fvp_jset(sp, "persistentVolumeReclaimPolicy", "Retain");
+		json_object_object_add(p, "spec", sp);
+		r = send(m, "PATCH", path, p);
+		if (r < 0)
+			return r;
+		printf("set the reclaim policy of PV %s to Retain\n", m->pv);
+	}
+	return remove_pv(m, pv);
+}
+
+/* The PV is gone (a run stopped between the deletion and the creation): its claim, from the copy. */
+static int claim_of_saved(struct mig *m, json_object *saved, json_object **claim)
+{
+	json_object *ref = fvp_jobj(fvp_jobj(saved, "spec"), "claimRef");
+	const char *ns = fvp_jstr(ref, "namespace"), *name = fvp_jstr(ref, "name");
+	char path[600];
+	int r;
+
+	if (!ns || !fvp_safe_name(ns) || !name || !fvp_safe_name(name))
+		return fail(m, -EINVAL, "the saved PV in '%s' has no claim", m->save);
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
+	r = get(m, path, claim);
+	if (r)
+		return r < 0 ? r : fail(m, -ENOENT, "the claim %s/%s of PV %s is gone", ns, name, m->pv);
+	return 0;
+}
+
+static int run(struct mig *m)
+{
+	_cleanup_json_ json_object *pv = NULL, *saved = NULL, *claim = NULL;
+	double t0 = now_s();
+	char path[512];
+	int r;
+
+	r = read_saved(m, &saved);
+	if (r < 0)
+		return r;
+	snprintf(path, sizeof(path), PV_PATH "%s", m->pv);
+	r = get(m, path, &pv);
+	if (r < 0)
+		return r;
+	if (pv)
+		r = take_down(m, pv, &saved, &claim);
+	else if (saved)
+		r = claim_of_saved(m, saved, &claim);
+	else
+		r = fail(m, -ENOENT, "PV %s does not exist and '%s' holds no saved copy", m->pv, m->save);
+	if (r)
+		return r < 0 ? r : 0;
+	r = send(m, "POST", "/api/v1/persistentvolumes", new_pv(m, saved, claim, !m->rollback));
+	if (r < 0)
+		return r;
+	printf("created PV %s as a %s PV bound to claim %s/%s (uid %s)\n", m->pv,
+	       m->rollback ? "FlexVolume" : "CSI", fvp_jstr2(claim, "metadata", "namespace"),
+	       fvp_jstr2(claim, "metadata", "name"), fvp_jstr2(claim, "metadata", "uid"));
+	r = wait_until(m, "the PV and its claim Bound", both_bound, claim);
+	if (r == 0)
+		printf("PV %s and claim %s/%s are Bound (%.1f s)\n", m->pv,
+		       fvp_jstr2(claim, "metadata", "namespace"), fvp_jstr2(claim, "metadata", "name"),
+		       now_s() - t0);
+	return r;
+}
+
 int fvp_migrate_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -472,10 +592,8 @@ int fvp_migrate_main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct fvp_kube_config kc = { .timeout_s = 30 };
-	_cleanup_json_ json_object *pv = NULL, *saved = NULL, *claim = NULL;
 	struct mig m = { .timeout_s = 120 };
-	char path[512], drv[128];
-	double t0 = now_s();
+	char *end;
 	int opt, r;
 
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -486,7 +604,11 @@ int fvp_migrate_main(int argc, char **argv)
 		case 'f': m.save = optarg; break;
 		case 'd': m.csi_name = optarg; break;
 		case 'r': m.rollback = true; break;
-		case 'T': m.timeout_s = (unsigned int)strtoul(optarg, NULL, 10); break;
+		case 'T':
+			m.timeout_s = (unsigned int)strtoul(optarg, &end, 10);
+			if (*end || m.timeout_s > 3600)
+				m.timeout_s = 0;
+			break;
 		case 'h':
 		default:
 			fprintf(opt == 'h' ? stdout : stderr,
@@ -501,129 +623,18 @@ int fvp_migrate_main(int argc, char **argv)
 	}
 	if (optind != argc - 1 || !kc.server || !m.save || !m.timeout_s ||
 	    !fvp_safe_name(argv[optind])) {
-		fprintf(stderr, "flexvol-provisioner migrate: need --server, --save and one PV name "
-				"(--help)\n");
+		fprintf(stderr, "flexvol-provisioner migrate: need --server, --save, a --timeout of "
+				"1..3600 and one PV name (--help)\n");
 		return 2;
 	}
 	m.pv = argv[optind];
 	r = fvp_kube_new(&kc, &m.k, m.err, sizeof(m.err));
-	if (r < 0)
-		goto out;
-	r = read_saved(&m, &saved);
-	if (r < 0)
-		goto out;
-	snprintf(path, sizeof(path), PV_PATH "%s", m.pv);
-	r = get(&m, path, &pv);
-	if (r < 0)
-		goto out;
-	if (r == 1 && !saved) {
-		r = fail(&m, -ENOENT, "PV %s does not exist and '%s' holds no saved copy", m.pv, m.save);
-		goto out;
-	}
-	if (pv) {
-		bool is_flex = flex_driver(pv) != NULL, is_csi = csi_driver(pv) != NULL;
-		bool done = m.rollback ? is_flex : is_csi;
-
-		if (!is_flex && !is_csi) {
-			r = fail(&m, -EINVAL, "PV %s is neither a FlexVolume nor a CSI PV", m.pv);
-			goto out;
-		}
-		r = bound_claim(&m, pv, &claim);
-		if (r < 0)
-			goto out;
-		if (done && !fvp_jstr2(pv, "metadata", "deletionTimestamp")) {
-			r = wait_until(&m, "the PV and its claim Bound", both_bound, claim);
-			if (r == 0)
-				printf("PV %s is %s and bound to %s/%s: nothing to do\n", m.pv,
-				       is_csi ? "a CSI PV" : "a FlexVolume PV",
-				       fvp_jstr2(claim, "metadata", "namespace"),
-				       fvp_jstr2(claim, "metadata", "name"));
-			goto out;
-		}
-		if (m.rollback && !saved) {
-			r = fail(&m, -ENOENT, "no saved FlexVolume PV in '%s' to roll back to", m.save);
-			goto out;
-		}
-		if (is_csi && saved && (!csi_name_of(&m, flex_driver(saved), drv, sizeof(drv)) &&
-					!streq(csi_driver(pv), drv))) {
-			r = fail(&m, -EINVAL, "PV %s is of CSI driver %s, not %s", m.pv, csi_driver(pv),
-				 drv);
-			goto out;
-		}
-		if (is_flex) {
-			r = csi_name_of(&m, flex_driver(pv), drv, sizeof(drv));
-			if (r < 0)
-				goto out;
-			if (saved && !streq(fvp_jstr2(saved, "metadata", "uid") ?: "",
-					    fvp_jstr2(pv, "metadata", "uid") ?: "")) {
-				r = fail(&m, -EEXIST, "'%s' holds another PV %s (uid %s): move it away "
-					 "first", m.save, m.pv, fvp_jstr2(saved, "metadata", "uid"));
-				goto out;
-			}
-		}
-		if (!fvp_jstr2(pv, "metadata", "deletionTimestamp")) {
-			r = check_idle(&m, fvp_jstr2(claim, "metadata", "namespace"),
-				       fvp_jstr2(claim, "metadata", "name"));
-			if (r < 0)
-				goto out;
-		}
-		if (is_flex && !saved) {
-			saved = json_object_get(pv);
-			r = write_saved(&m, m.save, pv);
-			if (r < 0)
-				goto out;
-			printf("saved the FlexVolume PV %s in %s\n", m.pv, m.save);
-		}
-		if (!fvp_jstr2(pv, "metadata", "deletionTimestamp") &&
-		    !streq(fvp_jstr(fvp_jobj(pv, "spec"), "persistentVolumeReclaimPolicy") ?: "",
-			   "Retain")) {
-			json_object *p = json_object_new_object(), *s = json_object_new_object();
-
-			fvp_jset(s, "persistentVolumeReclaimPolicy", "Retain");
-			json_object_object_add(p, "spec", s);
-			r = send(&m, "PATCH", path, p);
-			if (r < 0)
-				goto out;
-			printf("set the reclaim policy of PV %s to Retain\n", m.pv);
-		}
-		r = remove_pv(&m, pv);
-		if (r < 0)
-			goto out;
-	} else {
-		/* gone: a run stopped between the deletion and the creation; the claim from the copy */
-		json_object *ref = fvp_jobj(fvp_jobj(saved, "spec"), "claimRef");
-
-		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s",
-			 fvp_jstr(ref, "namespace") ?: "", fvp_jstr(ref, "name") ?: "");
-		if (!fvp_jstr(ref, "namespace") || !fvp_safe_name(fvp_jstr(ref, "namespace")) ||
-		    !fvp_jstr(ref, "name") || !fvp_safe_name(fvp_jstr(ref, "name"))) {
-			r = fail(&m, -EINVAL, "the saved PV in '%s' has no claim", m.save);
-			goto out;
-		}
-		r = get(&m, path, &claim);
-		if (r) {
-			r = r < 0 ? r : fail(&m, -ENOENT, "the claim of PV %s is gone", m.pv);
-			goto out;
-		}
-		r = 0;
-	}
-	r = send(&m, "POST", "/api/v1/persistentvolumes", new_pv(&m, saved, claim, !m.rollback));
-	if (r < 0)
-		goto out;
-	printf("created PV %s as a %s PV bound to claim %s/%s (uid %s)\n", m.pv,
-	       m.rollback ? "FlexVolume" : "CSI", fvp_jstr2(claim, "metadata", "namespace"),
-	       fvp_jstr2(claim, "metadata", "name"), fvp_jstr2(claim, "metadata", "uid"));
-	r = wait_until(&m, "the PV and its claim Bound", both_bound, claim);
-	if (r == 0)
-		printf("PV %s and claim %s/%s are Bound (%.1f s)\n", m.pv,
-		       fvp_jstr2(claim, "metadata", "namespace"), fvp_jstr2(claim, "metadata", "name"),
-		       now_s() - t0);
-out:
+	if (r >= 0)
+		r = run(&m);
 	if (m.k)
 		fvp_kube_free(m.k);
 	if (r < 0) {
-		fprintf(stderr, "flexvol-provisioner migrate: %s\n",
-			m.err[0] ? m.err : strerror(-r));
+		fprintf(stderr, "flexvol-provisioner migrate: %s\n", m.err[0] ? m.err : strerror(-r));
 		return r == -EBUSY ? 3 : 1;
 	}
 	return 0;
