@@ -39,6 +39,8 @@
 #define MIGRATE_PREFIX "flexvol/"
 #define PV_PATH "/api/v1/persistentvolumes/"
 #define PROTECTION "kubernetes.io/pv-protection"
+/* the claim's annotation: "csi" or "flexvolume", the side its PV is on after a run */
+#define MIGRATED_TO "flexvol/migrated-to"
 
 struct mig {
 	struct fvp_kube *k;
@@ -542,6 +544,30 @@ static int claim_of_saved(struct mig *m, json_object *saved, json_object **claim
 	return 0;
 }
 
+/*
+ * The PV binder binds a Lost claim again when it next syncs it: at once on a change of the
+ * claim, else at its periodic resync (kube-controller-manager --pvclaimbinder-sync-period, 15 s
+ * by default). An annotation saying where the volume went is that change. Not fatal: without it
+ * the claim is Bound at the resync.
+ */
+static void nudge_claim(struct mig *m, json_object *claim)
+{
+	json_object *p = json_object_new_object(), *md = json_object_new_object(),
+		    *ann = json_object_new_object();
+	char path[600];
+
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s",
+		 fvp_jstr2(claim, "metadata", "namespace"), fvp_jstr2(claim, "metadata", "name"));
+	fvp_jset(ann, MIGRATED_TO, m->rollback ? "flexvolume" : "csi");
+	json_object_object_add(md, "annotations", ann);
+	json_object_object_add(p, "metadata", md);
+	if (send(m, "PATCH", path, p) < 0) {
+		printf("could not annotate the claim (%s): it is bound at the binder's next resync\n",
+		       m->err);
+		m->err[0] = '\0';
+	}
+}
+
 static int run(struct mig *m)
 {
 	_cleanup_json_ json_object *pv = NULL, *saved = NULL, *claim = NULL;
@@ -570,6 +596,7 @@ static int run(struct mig *m)
 	printf("created PV %s as a %s PV bound to claim %s/%s (uid %s)\n", m->pv,
 	       m->rollback ? "FlexVolume" : "CSI", fvp_jstr2(claim, "metadata", "namespace"),
 	       fvp_jstr2(claim, "metadata", "name"), fvp_jstr2(claim, "metadata", "uid"));
+	nudge_claim(m, claim);
 	r = wait_until(m, "the PV and its claim Bound", both_bound, claim);
 	if (r == 0)
 		printf("PV %s and claim %s/%s are Bound (%.1f s)\n", m->pv,

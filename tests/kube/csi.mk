@@ -6,7 +6,13 @@
 #                           the images (tests/kube/build-images with the CSI images), then run
 #                           the cases whose name contains "csi" (root)
 #   KUBE_ARGS="-k csi_static"   narrow further
-.PHONY: check-kube-csi kube-csi-sidecars
+#   make check-migrate-api  flexvol-provisioner migrate against a real API server and the PV
+#                           binder of its own (tests/kube/migrate-api.py; no kubelet, no lane
+#                           lock; about 10 s once the components are built)
+.PHONY: check-kube-csi kube-csi-sidecars check-migrate-api
+
+check-migrate-api: kube-components $(O)/flexvol-provisioner
+	$(Q)python3 tests/kube/migrate-api.py --build $(O) --bin "$$(tests/kube/build | tail -1)"
 
 kube-csi-sidecars:
 	$(Q)tests/kube/csi/build
