@@ -17,7 +17,7 @@ import subprocess
 import time
 
 import cluster as C
-from run import NS, CaseFailed, check
+from run import HERE, NS, CaseFailed, check
 
 DRIVER = "loop.csi.flexvol"
 PROV = os.environ.get("FLEXVOL_PROVISIONER_BIN", os.path.join(C.ROOT, "build", "flexvol-provisioner"))
@@ -30,7 +30,14 @@ TIMES = {}
 def _setup(t):
     if t.installed == "csi":
         return
-    t.install("csi")
+    # This machine's PID 1 is a sandbox init whose namespace files its root cannot open
+    # (nsenter -t 1: Permission denied): flexvol-csi enters the host's mount namespace through
+    # kubelet's PID instead (HOST_NS_PID, deploy/csi/daemonset-node.yaml), set before rollout.
+    t.k("apply", "-k", os.path.join(HERE, "overlays", "csi"), timeout=120)
+    t.k("-n", "kube-system", "set", "env", "ds/flexvol-installer", "-c", "csi-loop",
+        f"HOST_NS_PID={t.cl.procs['kubelet'].pid}")
+    t.rollout()
+    t.installed = "csi"
     t.mode = "controller"
     # kubelet registers the plugin through the registrar's socket: CSINode lists the driver
     def registered():
