@@ -28,6 +28,7 @@
 #include "lease.h"
 #include "loop.h"
 #include "metrics.h"
+#include "migrate.h"
 
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 /* --http-endpoint's defaults: the agent's differs, for a node that runs both on its network */
@@ -483,6 +484,9 @@ int main(int argc, char **argv)
 	/* a backend call under its deadline: this program exec'd again (childcall.h) */
 	if (argc == 3 && streq(argv[1], FVP_CHILDCALL_ARG))
 		return fvp_childcall_main(argv[2]);
+	/* the FlexVolume-to-CSI migration tool (docs/migration.md): a command of its own */
+	if (argc >= 2 && streq(argv[1], "migrate"))
+		return fvp_migrate_main(argc - 1, argv + 1);
 	(void)fvp_childcall_init(argv[0]);
 	p.leader_elect = true;
 	p.resync = 300;

@@ -1,0 +1,373 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Cluster-lane cases: flexvol's loop driver over CSI (deploy/csi) and the migration of FlexVolume
+PVs to it and back (flexvol-provisioner migrate, docs/migration.md), through the real kubelet
+(CSI plugin registration, NodeStageVolume/NodePublishVolume through flexvol-csi), API server and
+controller-manager (the PV binder: the claim Lost, then Bound again).
+
+Only with FLEXVOL_KUBE_CSI=1 (`make check-kube-csi`, which builds flexvol-csi, the sidecars and
+the CSI images); the plain `make check-kube` has none of them. The install is
+tests/kube/overlays/csi: the lane's kubeadm install plus the deploy/csi Component.
+
+The dynamic provisioning case (csi_dynamic_loop) needs the endpoint's Controller service
+(CreateVolume): it runs only with FLEXVOL_KUBE_CSI_CONTROLLER=1.
+"""
+import json
+import os
+import subprocess
+import time
+
+import cluster as C
+from run import HERE, NS, CaseFailed, check
+
+DRIVER = "loop.csi.flexvol"
+PROV = os.environ.get("FLEXVOL_PROVISIONER_BIN", os.path.join(C.ROOT, "build", "flexvol-provisioner"))
+SAVE_DIR = C.p("migrate")
+# Downtime per volume, measured by the migration cases (pod stop -> pod Running on the new PV),
+# printed at the end of each case for docs/migration.md.
+TIMES = {}
+
+
+def _setup(t):
+    if t.installed == "csi":
+        return
+    # This machine's PID 1 is a sandbox init whose namespace files its root cannot open
+    # (nsenter -t 1: Permission denied): flexvol-csi enters the host's mount namespace through
+    # kubelet's PID instead (HOST_NS_PID, deploy/csi/daemonset-node.yaml), set before rollout.
+    t.k("apply", "-k", os.path.join(HERE, "overlays", "csi"), timeout=120)
+    t.k("-n", "kube-system", "set", "env", "ds/flexvol-installer", "-c", "csi-loop",
+        f"HOST_NS_PID={t.cl.procs['kubelet'].pid}")
+    t.rollout()
+    t.installed = "csi"
+    t.mode = "controller"
+    # kubelet registers the plugin through the registrar's socket: CSINode lists the driver
+    def registered():
+        n = t.kj("get", "csinode", C.NODE)
+        return [d for d in n.get("spec", {}).get("drivers") or [] if d["name"] == DRIVER]
+    try:
+        C.wait_for(f"{DRIVER} in CSINode {C.NODE}", registered, 120)
+    except TimeoutError as e:
+        logs = t.k("-n", "kube-system", "logs", "ds/flexvol-installer", "-c", "csi-registrar",
+                   check=False).stdout[-1500:]
+        logs += t.k("-n", "kube-system", "logs", "ds/flexvol-installer", "-c", "csi-loop",
+                    check=False).stdout[-1500:]
+        raise CaseFailed(f"{e}: {logs}")
+
+
+def _token(t):
+    """A token of the ServiceAccount deploy/csi/migrate/rbac.yaml makes, for the migrate command
+    (run from the host as an operator runs it, with the cluster's CA)."""
+    if getattr(t, "migrate_token", None):
+        return t.migrate_token
+    t.k("apply", "-f", os.path.join(C.ROOT, "deploy", "csi", "migrate", "rbac.yaml"))
+    tok = t.k("-n", "kube-system", "create", "token", "flexvol-migrate", "--duration=2h").stdout.strip()
+    path = C.p("migrate-token")
+    C.write(path, tok, 0o600)
+    t.migrate_token = path
+    return path
+
+
+def migrate(t, pv, rollback=False, check_rc=True):
+    os.makedirs(SAVE_DIR, exist_ok=True)
+    argv = [PROV, "migrate", "--server", C.API, "--token-file", _token(t),
+            "--certificate-authority", C.p("pki", "ca.crt"), "--save",
+            os.path.join(SAVE_DIR, pv + ".json"), "--timeout", "90"]
+    if rollback:
+        argv.append("--rollback")
+    r = subprocess.run(argv + [pv], capture_output=True, text=True, timeout=200)
+    if check_rc and r.returncode != 0:
+        raise CaseFailed(f"migrate {pv}{' --rollback' if rollback else ''}: exit {r.returncode}: "
+                         f"{r.stderr.strip()} {r.stdout.strip()}")
+    return r
+
+
+def migrate_when_idle(t, pv, rollback=False, timeout=120):
+    """Run migrate until it stops refusing with "in use" (exit 3): the kubelet reports the
+    volume unmounted (node status volumesInUse) a few seconds after the pod is gone."""
+    end = time.monotonic() + timeout
+    while True:
+        r = migrate(t, pv, rollback, check_rc=False)
+        if r.returncode == 0:
+            return r
+        if r.returncode != 3 or time.monotonic() > end:
+            raise CaseFailed(f"migrate {pv}: exit {r.returncode}: {r.stderr.strip()}")
+        time.sleep(1)
+
+
+def csi_pv(t, name, file, size="64Mi"):
+    t.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+             "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                      "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                      "csi": {"driver": DRIVER, "volumeHandle": name, "fsType": "ext4",
+                              "volumeAttributes": {"file": file, "size": size}},
+                      "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                          {"key": "kubernetes.io/hostname", "operator": "In", "values": [C.NODE]}]}]}}}})
+    t.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": name, "namespace": NS},
+             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": name,
+                      "resources": {"requests": {"storage": size}}}})
+    C.wait_for(f"claim {name} Bound", lambda: t.kj("get", "pvc", name, "-n", NS)
+               ["status"].get("phase") == "Bound", 60)
+
+
+def kubelet_dir():
+    return C.p("kubelet")
+
+
+def assert_released(t, file, what):
+    """No loop device on the image, no mount of it anywhere (the pod's bind, the staging mount)."""
+    C.wait_for(f"{what}: loop device of {file} released", lambda: not t.loops_of(file), 120)
+    with open("/proc/self/mountinfo") as f:
+        left = [ln.split()[4] for ln in f if f"/{file.rsplit('.', 1)[0]}" in ln.split()[4]
+                and ln.split()[4].startswith(kubelet_dir())]
+    check(not left, f"{what}: mounts left: {left}")
+
+
+def stage_mounts(t, file, handle):
+    devs = t.loops_of(file)
+    check(len(devs) == 1, f"one loop device on {file}, not {devs}")
+    mnts = [m for m, _ in t.mounts_of(devs)]
+    staged = [m for m in mnts if "/plugins/kubernetes.io/csi/" in m and m.endswith("/globalmount/" + handle)]
+    pods = [m for m in mnts if "/volumes/kubernetes.io~csi/" in m and m.endswith("/mount")]
+    check(staged, f"no staging mount of {devs[0]} (<staging path>/{handle}): {mnts}")
+    check(pods, f"no pod mount of {devs[0]} (kubernetes.io~csi/.../mount): {mnts}")
+    return devs[0], staged, pods
+
+
+def claim_events(t, claim):
+    r = t.k("get", "events", "-n", NS, "--field-selector",
+            f"involvedObject.kind=PersistentVolumeClaim,involvedObject.name={claim}",
+            "-o", "json", check=False)
+    try:
+        return [(e.get("type"), e.get("reason"), e.get("message")) for e in json.loads(r.stdout)["items"]]
+    except (ValueError, KeyError):
+        return []
+
+
+# --- cases -----------------------------------------------------------------------------------------
+
+def case_csi_register(t):
+    """deploy/csi installed: kubelet registered loop.csi.flexvol (CSINode lists it, with the node's
+    ID and the topology key), the CSIDriver says attachRequired: false."""
+    _setup(t)
+    n = t.kj("get", "csinode", C.NODE)
+    (d,) = [d for d in n["spec"]["drivers"] if d["name"] == DRIVER]
+    check(d.get("nodeID"), f"no node ID: {d}")
+    check(f"topology.{DRIVER}/node" in (d.get("topologyKeys") or []), f"topology keys: {d}")
+    node = t.kj("get", "node", C.NODE)
+    check(node["metadata"]["labels"].get(f"topology.{DRIVER}/node") == d["nodeID"],
+          f"node label topology.{DRIVER}/node: {node['metadata']['labels']}")
+    cd = t.kj("get", "csidriver", DRIVER)
+    check(cd["spec"]["attachRequired"] is False, f"CSIDriver: {cd['spec']}")
+
+
+def case_csi_static_loop(t):
+    """A static CSI PV of a loop image: the pod's volume is staged (loop device + mount under the
+    staging path) and published (the pod's bind), data written; the pod deleted: unpublished and
+    unstaged, nothing left (no loop device, no mount); a second pod reads the data back."""
+    _setup(t)
+    pv, file = "csi-static", "csi-static.img"
+    csi_pv(t, pv, file)
+    try:
+        t.pod("csi-w", "echo CSI-STATIC > /data/f && sync && cat /data/f && sleep 3600", claim=pv)
+        t.wait_pod("csi-w", timeout=120)
+        t.wait_log("csi-w", "CSI-STATIC")
+        check(os.path.isfile(t.backing(file)), f"image {t.backing(file)} not made")
+        dev, staged, pods = stage_mounts(t, file, pv)
+        t.delete_pod("csi-w")
+        assert_released(t, file, "after the pod")
+        check(not os.path.exists(staged[0]), f"staging dir {staged[0]} left")
+        t.pod("csi-r", "cat /data/f", claim=pv)
+        t.wait_pod("csi-r", ("Succeeded",), timeout=120)
+        check("CSI-STATIC" in t.logs("csi-r"), f"read back: {t.logs('csi-r')!r}")
+        t.delete_pod("csi-r")
+        assert_released(t, file, "after the reader")
+    finally:
+        t.delete_pod("csi-w")
+        t.delete_pod("csi-r")
+        t.drop_pv(pv)
+    os.unlink(t.backing(file))
+
+
+def _flex_write(t, pv, file, text):
+    t.loop_pv(pv, file)
+    t.pod(f"{pv}-w", f"echo {text} > /data/f && sync && cat /data/f && sleep 3600", claim=pv)
+    t.wait_pod(f"{pv}-w", timeout=120)
+    t.wait_log(f"{pv}-w", text)
+
+
+def _stop_and_migrate(t, pv, file, rollback=False):
+    """Stop the pod, migrate (or roll back) the PV, start the next pod: the downtime."""
+    t0 = time.monotonic()
+    t.delete_pod(f"{pv}-w")
+    r = migrate_when_idle(t, pv, rollback)
+    t_mig = time.monotonic()
+    return t0, t_mig, r
+
+
+def case_csi_migrate_loop(t):
+    """Data written through FlexVolume (flexvol/loop) is read and extended through CSI after
+    `flexvol-provisioner migrate`: refused while the pod runs; then the PV is a CSI PV of the same
+    image under the same name, bound to the same claim (same uid) after Lost; the downtime (pod
+    stop -> pod Running on the new PV) is measured."""
+    _setup(t)
+    pv, file = "csi-mig", "csi-mig.img"
+    try:
+        _flex_write(t, pv, file, "FLEX-DATA")
+        claim_uid = t.kj("get", "pvc", pv, "-n", NS)["metadata"]["uid"]
+        # in use: refused, nothing changed
+        r = migrate(t, pv, check_rc=False)
+        check(r.returncode == 3 and "is used by pod" in r.stderr, f"not refused: {r.returncode} {r.stderr}")
+        p = t.kj("get", "pv", pv)
+        check("flexVolume" in p["spec"] and p["spec"]["persistentVolumeReclaimPolicy"] == "Retain",
+              f"PV changed by a refused migration: {p['spec']}")
+        check(not os.path.exists(os.path.join(SAVE_DIR, pv + ".json")), "refused run saved a copy")
+        t0, t_mig, r = _stop_and_migrate(t, pv, file)
+        p = t.kj("get", "pv", pv)
+        check(p["spec"].get("csi", {}).get("driver") == DRIVER and "flexVolume" not in p["spec"],
+              f"not a CSI PV: {p['spec']}")
+        check(p["spec"]["csi"]["volumeHandle"] == pv and
+              p["spec"]["csi"]["volumeAttributes"].get("file") == file, f"csi: {p['spec']['csi']}")
+        check(p["spec"]["claimRef"]["uid"] == claim_uid, "bound to another claim uid")
+        c = t.kj("get", "pvc", pv, "-n", NS)
+        check(c["metadata"]["uid"] == claim_uid and c["status"]["phase"] == "Bound", f"claim: {c['status']}")
+        t.pod(f"{pv}-c", "cat /data/f && echo CSI-DATA >> /data/f && sync && cat /data/f && sleep 3600",
+              claim=pv)
+        t.wait_pod(f"{pv}-c", timeout=120)
+        t_run = time.monotonic()
+        log = t.wait_log(f"{pv}-c", "CSI-DATA")
+        check(log.count("FLEX-DATA") == 2, f"FlexVolume data not read through CSI: {log!r}")
+        stage_mounts(t, file, pv)
+        ev = claim_events(t, pv)
+        TIMES["migrate"] = (t_mig - t0, t_run - t0)
+        print(f"     migrate {pv}: pod stop -> PV migrated {t_mig - t0:.1f} s, -> pod Running "
+              f"{t_run - t0:.1f} s; claim events: {ev}; tool: {r.stdout.strip()!r}", flush=True)
+        t.delete_pod(f"{pv}-c")
+        assert_released(t, file, "after the CSI pod")
+        # a second run has nothing to do
+        r = migrate(t, pv)
+        check("nothing to do" in r.stdout, f"second run: {r.stdout}")
+    finally:
+        t.delete_pod(f"{pv}-w")
+        t.delete_pod(f"{pv}-c")
+        t.drop_pv(pv)
+    os.unlink(t.backing(file))
+
+
+def case_csi_rollback_loop(t):
+    """Migrated to CSI, extended there, rolled back (--rollback, from the saved copy): the
+    FlexVolume PV is back under the same name and claim, and a FlexVolume pod reads both writes."""
+    _setup(t)
+    pv, file = "csi-back", "csi-back.img"
+    try:
+        _flex_write(t, pv, file, "FLEX-DATA")
+        claim_uid = t.kj("get", "pvc", pv, "-n", NS)["metadata"]["uid"]
+        _stop_and_migrate(t, pv, file)
+        t.pod(f"{pv}-c", "echo CSI-DATA >> /data/f && sync && cat /data/f && sleep 3600", claim=pv)
+        t.wait_pod(f"{pv}-c", timeout=120)
+        t.wait_log(f"{pv}-c", "CSI-DATA")
+        t0 = time.monotonic()
+        t.delete_pod(f"{pv}-c")
+        r = migrate_when_idle(t, pv, rollback=True)
+        t_mig = time.monotonic()
+        p = t.kj("get", "pv", pv)
+        check(p["spec"].get("flexVolume", {}).get("driver") == "flexvol/loop" and "csi" not in p["spec"],
+              f"not the FlexVolume PV: {p['spec']}")
+        check(p["spec"]["claimRef"]["uid"] == claim_uid, "bound to another claim uid")
+        t.pod(f"{pv}-f", "cat /data/f && sleep 3600", claim=pv)
+        t.wait_pod(f"{pv}-f", timeout=120)
+        t_run = time.monotonic()
+        log = t.wait_log(f"{pv}-f", "CSI-DATA")
+        check("FLEX-DATA" in log, f"FlexVolume data lost: {log!r}")
+        TIMES["rollback"] = (t_mig - t0, t_run - t0)
+        print(f"     rollback {pv}: pod stop -> PV rolled back {t_mig - t0:.1f} s, -> pod Running "
+              f"{t_run - t0:.1f} s; claim events: {claim_events(t, pv)}; tool: {r.stdout.strip()!r}",
+              flush=True)
+        t.delete_pod(f"{pv}-f")
+        C.wait_for("loop device released", lambda: not t.loops_of(file), 120)
+    finally:
+        for s in ("w", "c", "f"):
+            t.delete_pod(f"{pv}-{s}")
+        t.drop_pv(pv)
+    os.unlink(t.backing(file))
+
+
+def case_csi_migrate_mapping(t):
+    """nfs and iscsi FlexVolume PVs (bound, never mounted: the lane has no NFS server or iSCSI
+    target) are mapped to nfs.csi.flexvol and iscsi.csi.flexvol: volumeHandle = the PV name,
+    volumeAttributes = the driver options, fsType and readOnly kept, the secret as the stage
+    secret; claims stay bound by uid; rollback restores the saved PVs exactly (spec, policy)."""
+    _setup(t)
+    vols = {
+        "csi-map-nfs": {"driver": "flexvol/nfs", "options": {"server": "192.0.2.1", "share": "/exports/a",
+                                                             "nfsVersion": "4.2"}},
+        "csi-map-iscsi": {"driver": "flexvol/iscsi", "fsType": "xfs", "readOnly": True,
+                          "secretRef": {"name": "chap", "namespace": NS},
+                          "options": {"targetPortal": "192.0.2.2:3260",
+                                      "iqn": "iqn.2026-01.test:t1", "lun": "3"}},
+    }
+    try:
+        for name, fv in vols.items():
+            t.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+                     "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                              "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
+                              "flexVolume": fv}})
+            t.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                     "metadata": {"name": name, "namespace": NS},
+                     "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                              "volumeName": name, "resources": {"requests": {"storage": "1Gi"}}}})
+        for name, fv in vols.items():
+            C.wait_for(f"claim {name} Bound", lambda: t.kj("get", "pvc", name, "-n", NS)
+                       ["status"].get("phase") == "Bound", 60)
+            uid = t.kj("get", "pvc", name, "-n", NS)["metadata"]["uid"]
+            migrate(t, name)
+            p = t.kj("get", "pv", name)["spec"]
+            drv = fv["driver"].split("/")[1] + ".csi.flexvol"
+            csi = p.get("csi", {})
+            check(csi.get("driver") == drv and csi.get("volumeHandle") == name and
+                  csi.get("volumeAttributes") == fv["options"], f"{name}: {csi}")
+            check(csi.get("fsType") == fv.get("fsType") and csi.get("readOnly", False) == fv.get("readOnly", False),
+                  f"{name}: fsType/readOnly {csi}")
+            if "secretRef" in fv:
+                check(csi.get("nodeStageSecretRef") == fv["secretRef"], f"{name}: secret {csi}")
+            check(p["persistentVolumeReclaimPolicy"] == "Retain" and p["claimRef"]["uid"] == uid, f"{name}: {p}")
+            migrate(t, name, rollback=True)
+            p = t.kj("get", "pv", name)["spec"]
+            check(p.get("flexVolume") == fv and p["persistentVolumeReclaimPolicy"] == "Delete" and
+                  p["claimRef"]["uid"] == uid, f"{name} after rollback: {p}")
+            C.wait_for(f"claim {name} Bound again", lambda: t.kj("get", "pvc", name, "-n", NS)
+                       ["status"].get("phase") == "Bound", 60)
+    finally:
+        for name in vols:
+            # Delete policy restored: the PV must not go to a recycler; Retain before deleting
+            t.k("patch", "pv", name, "-p", '{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}', check=False)
+            t.drop_pv(name)
+
+
+def case_csi_dynamic_loop(t):
+    """Dynamic provisioning through CSI (deploy/csi/controller: external-provisioner in
+    node-deployment mode): a claim of class flexvol-csi-loop gets an image on the pod's node,
+    data written, the claim deleted: the image goes (reclaim Delete)."""
+    _setup(t)
+    t.install("csi-controller")
+    name = "csi-dyn"
+    try:
+        t.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                 "metadata": {"name": name, "namespace": NS},
+                 "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "flexvol-csi-loop",
+                          "resources": {"requests": {"storage": "64Mi"}}}})
+        t.pod(f"{name}-w", "echo DYN > /data/f && sync && cat /data/f && sleep 3600", claim=name)
+        t.wait_pod(f"{name}-w", timeout=180)
+        t.wait_log(f"{name}-w", "DYN")
+        pvname = t.kj("get", "pvc", name, "-n", NS)["spec"]["volumeName"]
+        check(t.kj("get", "pv", pvname)["spec"]["csi"]["driver"] == DRIVER, "not a CSI PV")
+    finally:
+        t.delete_pod(f"{name}-w")
+        t.delete("pvc", name)
+
+
+CASES = []
+if os.environ.get("FLEXVOL_KUBE_CSI") == "1":
+    CASES = [case_csi_register, case_csi_static_loop, case_csi_migrate_loop, case_csi_rollback_loop,
+             case_csi_migrate_mapping]
+    if os.environ.get("FLEXVOL_KUBE_CSI_CONTROLLER") == "1":
+        CASES.append(case_csi_dynamic_loop)

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""flexvol-provisioner migrate against the real API server and the controller-manager's PV binder
+(no kubelet, no cluster lane: property.RealApiServer on ports and a directory of its own).
+
+    python3 tests/kube/migrate-api.py --build build [--bin DIR]      (make check-migrate-api)
+
+Cases (each prints ok/FAIL; the last line is "N passed, N failed"):
+  - map: loop, nfs and iscsi FlexVolume PVs to <driver>.csi.flexvol (volumeHandle = PV name,
+    volumeAttributes = options, fsType/readOnly kept, secretRef as the stage secret, Retain,
+    the claim's uid), the claim Bound again and annotated flexvol/migrated-to; a second run
+    has nothing to do; --rollback restores the saved PV exactly (spec, reclaim policy);
+  - refuse_pod: a pod of the claim that has not ended: exit 3, nothing changed, nothing saved;
+  - refuse_node: a node whose status lists the volume in use: exit 3, nothing changed;
+  - resume: the PV deleted after the save (a run killed there), the claim Lost: the next run
+    creates the CSI PV from the saved copy and the claim is Bound again;
+  - foreign: a PV of another FlexVolume driver or not bound: refused, nothing changed.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import property as P  # noqa: E402
+
+NS = "default"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--bin", default=None)
+    a = ap.parse_args()
+    prov = os.path.abspath(os.path.join(a.build, "flexvol-provisioner"))
+    bindir = a.bin or subprocess.run([os.path.join(HERE, "build")], capture_output=True, text=True,
+                                     check=True).stdout.strip().splitlines()[-1]
+    tmp = tempfile.mkdtemp(prefix="fvmigrate-")
+    srv = P.RealApiServer(bindir, tmp, private_bin=True)
+    passed = failed = 0
+    try:
+        srv.up()
+        api = srv.api
+        tok = os.path.join(tmp, "token")
+        with open(tok, "w") as f:
+            f.write(P.TOKEN)
+
+        def run(pv, *extra):
+            r = subprocess.run([prov, "migrate", "--server", srv.url, "--token-file", tok,
+                                "--certificate-authority", srv.cert, "--save",
+                                os.path.join(tmp, pv + ".json"), "--timeout", "60", *extra, pv],
+                               capture_output=True, text=True, timeout=120)
+            return r
+
+        def wait(what, fn, timeout=60):
+            end = time.monotonic() + timeout
+            while time.monotonic() < end:
+                v = fn()
+                if v:
+                    return v
+                time.sleep(0.3)
+            raise AssertionError(f"timed out waiting for {what}")
+
+        def make(name, fv, policy="Delete"):
+            st = api.create("/api/v1/persistentvolumes", {
+                "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                         "persistentVolumeReclaimPolicy": policy, "storageClassName": "",
+                         "flexVolume": fv}})
+            assert st == 201, st
+            st = api.create(f"/api/v1/namespaces/{NS}/persistentvolumeclaims", {
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": name,
+                         "resources": {"requests": {"storage": "1Gi"}}}})
+            assert st == 201, st
+            wait(f"claim {name} Bound", lambda: (api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{name}")
+                                                  or {}).get("status", {}).get("phase") == "Bound")
+            return api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{name}")["metadata"]["uid"]
+
+        def pv(name):
+            return api.get(f"/api/v1/persistentvolumes/{name}")
+
+        def claim(name):
+            return api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{name}")
+
+        def events(name):
+            return [(e["type"], e["reason"]) for e in api.items(
+                f"/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.name%3D{name}")]
+
+        wait("the default namespace", lambda: api.get(f"/api/v1/namespaces/{NS}"))
+        vols = {
+            "m-loop": {"driver": "flexvol/loop", "fsType": "ext4", "options": {"file": "m-loop.img", "size": "1Gi"}},
+            "m-nfs": {"driver": "flexvol/nfs", "options": {"server": "192.0.2.1", "share": "/exports/a",
+                                                           "nfsVersion": "4.2"}},
+            "m-iscsi": {"driver": "flexvol/iscsi", "fsType": "xfs", "readOnly": True,
+                        "secretRef": {"name": "chap", "namespace": NS},
+                        "options": {"targetPortal": "192.0.2.2:3260", "iqn": "iqn.2026-01.test:t1", "lun": "3"}},
+        }
+
+        def case(name, fn):
+            nonlocal passed, failed
+            s = time.monotonic()
+            try:
+                fn()
+                print(f"ok   {name} ({time.monotonic() - s:.1f} s)", flush=True)
+                passed += 1
+            except Exception as e:  # noqa: BLE001
+                print(f"FAIL {name}: {e}", flush=True)
+                failed += 1
+
+        def c_map():
+            for name, fv in vols.items():
+                uid = make(name, fv)
+                r = run(name)
+                assert r.returncode == 0, (r.returncode, r.stderr)
+                sp = pv(name)["spec"]
+                drv = fv["driver"].split("/")[1] + ".csi.flexvol"
+                csi = sp["csi"]
+                assert "flexVolume" not in sp and csi["driver"] == drv and csi["volumeHandle"] == name, sp
+                assert csi["volumeAttributes"] == fv["options"], csi
+                assert csi.get("fsType") == fv.get("fsType") and csi.get("readOnly", False) == fv.get("readOnly", False), csi
+                if "secretRef" in fv:
+                    assert csi["nodeStageSecretRef"] == fv["secretRef"], csi
+                assert sp["persistentVolumeReclaimPolicy"] == "Retain" and sp["claimRef"]["uid"] == uid, sp
+                c = claim(name)
+                assert c["metadata"]["uid"] == uid and c["status"]["phase"] == "Bound", c["status"]
+                # Lost (with a ClaimLost event) only if the binder synced the claim in the gap
+                print(f"     {name}: {r.stdout.strip().splitlines()[-1]}; claim events {events(name)}")
+                assert c["metadata"]["annotations"].get("flexvol/migrated-to") == "csi", c["metadata"]
+                r = run(name)
+                assert r.returncode == 0 and "nothing to do" in r.stdout, r.stdout
+                r = run(name, "--rollback")
+                assert r.returncode == 0, (r.returncode, r.stderr)
+                sp = pv(name)["spec"]
+                assert sp["flexVolume"] == fv and "csi" not in sp and sp["persistentVolumeReclaimPolicy"] == "Delete", sp
+                assert sp["claimRef"]["uid"] == uid and claim(name)["status"]["phase"] == "Bound"
+
+        def c_refuse_pod():
+            name = "r-pod"
+            make(name, vols["m-loop"], policy="Retain")
+            # no service-account controller here: the admission plugin needs the account
+            api.create(f"/api/v1/namespaces/{NS}/serviceaccounts", {
+                "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
+            st = api.create(f"/api/v1/namespaces/{NS}/pods", {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "user", "namespace": NS},
+                "spec": {"containers": [{"name": "c", "image": "x"}], "automountServiceAccountToken": False,
+                         "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}})
+            assert st == 201, st
+            before = pv(name)
+            r = run(name)
+            assert r.returncode == 3 and "is used by pod user" in r.stderr, (r.returncode, r.stderr)
+            assert pv(name)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+            assert not os.path.exists(os.path.join(tmp, name + ".json"))
+            api.call("DELETE", f"/api/v1/namespaces/{NS}/pods/user", {"gracePeriodSeconds": 0})
+            wait("the pod gone", lambda: api.get(f"/api/v1/namespaces/{NS}/pods/user") is None)
+            r = run(name)
+            assert r.returncode == 0, (r.returncode, r.stderr)
+
+        def c_refuse_node():
+            name = "r-node"
+            make(name, vols["m-loop"], policy="Retain")
+            assert api.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                                "metadata": {"name": "n1"}}) == 201
+            st = api.merge("/api/v1/nodes/n1/status", {"status": {
+                "volumesInUse": [f"flexvolume-flexvol/loop/{name}"]}})
+            assert st == 200, st
+            before = pv(name)
+            r = run(name)
+            assert r.returncode == 3 and "still has volume" in r.stderr, (r.returncode, r.stderr)
+            assert pv(name)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+            api.merge("/api/v1/nodes/n1/status", {"status": {"volumesInUse": None}})
+            r = run(name)
+            assert r.returncode == 0, (r.returncode, r.stderr)
+
+        def c_resume():
+            name = "r-resume"
+            uid = make(name, vols["m-nfs"], policy="Retain")
+            # what a run killed after its save and its delete leaves: the copy, no PV
+            with open(os.path.join(tmp, name + ".json"), "w") as f:
+                json.dump(pv(name), f)
+            api.delete(f"/api/v1/persistentvolumes/{name}")
+            api.merge(f"/api/v1/persistentvolumes/{name}", {"metadata": {"finalizers": None}})
+            wait("the PV gone", lambda: pv(name) is None)
+            wait("the claim Lost", lambda: claim(name)["status"].get("phase") == "Lost")
+            r = run(name)
+            assert r.returncode == 0, (r.returncode, r.stderr)
+            sp = pv(name)["spec"]
+            assert sp["csi"]["driver"] == "nfs.csi.flexvol" and sp["claimRef"]["uid"] == uid, sp
+            assert claim(name)["status"]["phase"] == "Bound"
+
+        def c_foreign():
+            name = "r-foreign"
+            make(name, {"driver": "othervendor/fake", "options": {}}, policy="Retain")
+            r = run(name)
+            assert r.returncode == 1 and "not a volume of a flexvol driver" in r.stderr, r.stderr
+            assert "flexVolume" in pv(name)["spec"]
+            assert api.create("/api/v1/persistentvolumes", {
+                "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "r-unbound"},
+                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                         "storageClassName": "none", "flexVolume": vols["m-nfs"]}}) == 201
+            r = run("r-unbound")
+            assert r.returncode == 1 and "not bound" in r.stderr, r.stderr
+
+        for n, fn in (("map", c_map), ("refuse_pod", c_refuse_pod), ("refuse_node", c_refuse_node),
+                      ("resume", c_resume), ("foreign", c_foreign)):
+            case(n, fn)
+    except Exception as e:  # noqa: BLE001
+        print(f"FAIL setup: {e}\n{srv.logs()}")
+        failed += 1
+    finally:
+        srv.close()
+        subprocess.run(["rm", "-rf", tmp])
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
