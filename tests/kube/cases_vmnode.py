@@ -472,14 +472,14 @@ def case_vmnode_nfs_v3_rwx(t):
         vpod(t, g, "vm-nfs3-b", cmd.replace("$POD", "b").replace("$PEER", "a"), pv)
         t.wait_pod("vm-nfs3-a", timeout=300)
         t.wait_pod("vm-nfs3-b", timeout=300)
-        t.wait_log("vm-nfs3-a", "from-b", 180)
-        t.wait_log("vm-nfs3-b", "from-a", 180)
         dirs = [pod_volume_dir(t, p, "nfs", pv) for p in ("vm-nfs3-a", "vm-nfs3-b")]
         for d in dirs:
             m = _nfs_mount_of(g, d)
             check(m is not None, f"no mount at {d} in the guest")
             check(m[1] == "nfs" and m[2] == f"{NFS_SERVER}:{NFS_EXPORT}" and "vers=3" in m[3],
                   f"mount at {d}: {m}")
+        t.wait_log("vm-nfs3-a", "from-b", 180)
+        t.wait_log("vm-nfs3-b", "from-a", 180)
         srv = g.sh("cat", f"{NFS_EXPORT}/a", f"{NFS_EXPORT}/b")["stdout"]
         check(srv == "from-a\nfrom-b\n", f"the server's export holds {srv!r}")
     finally:
@@ -607,7 +607,12 @@ def case_vmnode_iscsi_controller(t):
         t.wait_op("kcm", "attach", pos, driver="iscsi")
         for op in ("waitforattach", "mountdevice", "mount"):
             g.wait_op(op, gpos, "iscsi")
-        _iscsi_in_use(t, g, pv, "vm-iscsi-c", IQN1, "controller")
+        dev = _iscsi_in_use(t, g, pv, "vm-iscsi-c", IQN1, "controller")
+        # waitforattach's answer, as the kubelet took it: the LUN's own disk (the kubelet keeps
+        # it as the volume's device path and passes it to mountdevice)
+        wfa = re.findall(r'MountVolume\.WaitForAttach succeeded for volume \\"' + pv +
+                         r'\\".*?DevicePath \\"([^"\\]*)\\"', g.kubelet_log())
+        check(wfa and wfa[-1] == dev, f"waitforattach answered {wfa[-1:] or 'nothing'}; LUN 1's disk is {dev}")
         pos, gpos = t.logpos(), g.logpos()
         delete_pods(t, "vm-iscsi-c")
         for op in ("unmount", "unmountdevice"):
