@@ -41,6 +41,15 @@ CFLAGS   ?= -O2 -g
 FV_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Iinclude $(WARN) -Werror \
 	$(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
 FV_LIBS  := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null)
+# FV_FAULT="NAME ...": a build with deliberate defects (each #ifdef FV_FAULT_<NAME> in a
+# driver), to show once that a lane's cases fail on them (tests/kube/vmnode.mk,
+# check-kube-vm-faults).  Never into the default build directory.
+ifneq ($(FV_FAULT),)
+ifeq ($(O),build)
+$(error FV_FAULT builds go into a build directory of their own: add O=build/fault)
+endif
+FV_CFLAGS += $(foreach f,$(FV_FAULT),-DFV_FAULT_$(f))
+endif
 ifneq ($(SANITIZE),)
 FV_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS   += -fsanitize=$(SANITIZE)

@@ -32,6 +32,9 @@
 #include "fv/lock.h"
 #include "fv/mountutil.h"
 #include "iscsi.h"
+#ifdef FV_FAULT_ISCSI_WFA_OTHER_LUN
+#include <unistd.h>
+#endif
 
 static int in_use(const struct iscsi_disk *dk, void *arg, char *why, size_t len)
 {
@@ -473,6 +476,35 @@ static int iscsi_handle(struct fv_ctx *cx, const void *vol, char **ret_handle)
 	return 0;
 }
 
+#ifdef FV_FAULT_ISCSI_WFA_OTHER_LUN
+/*
+ * A deliberate defect, built only by `make FV_FAULT=ISCSI_WFA_OTHER_LUN
+ * O=<own dir>` (tests/kube/vmnode.mk, check-kube-vm-faults): waitforattach
+ * answers with the disk of another LUN of the same target, once one is
+ * there (within 10 s).  The lane's cases must fail on it.
+ */
+static void fault_other_lun(const struct iscsivol *v, char *dev, size_t len)
+{
+	uint64_t end = fv_now_ms() + 10000;
+
+	do {
+		struct iscsi_view view;
+		bool found = false;
+
+		if (iscsi_view_load(&view, v->iqn) == 0)
+			for (size_t i = 0; i < view.ndisks && !found; i++)
+				if (view.disks[i].lun != v->lun) {
+					snprintf(dev, len, "/dev/%s", view.disks[i].name);
+					found = true;
+				}
+		iscsi_view_free(&view);
+		if (found)
+			return;
+		usleep(200 * 1000);
+	} while (fv_now_ms() < end);
+}
+#endif
+
 /*
  * Sessions are per target, LUNs carry no owner: the claim of a volume on
  * its LUN is its mount (the class refuses a disk mounted for another
@@ -507,6 +539,10 @@ static int iscsi_attach(struct fv_ctx *cx, const void *vol, const char *name, co
 		fv_unlock(lock);
 		return r;
 	}
+#ifdef FV_FAULT_ISCSI_WFA_OTHER_LUN
+	if (!name) /* waitforattach */
+		fault_other_lun(v, dev, len);
+#endif
 	*ret_lock = lock;
 	return 0;
 }

@@ -541,6 +541,14 @@ static int nfs_mount(struct fv_ctx *cx, const char *arg, const struct fv_opts *o
 	 * between this check and its mount(2) would be followed.  Only root can
 	 * write kubelet's pods directory; the window is the helper's start-up.
 	 */
+#ifdef FV_FAULT_NFS_MOUNT_NOOP
+	/*
+	 * A deliberate defect, built only by `make FV_FAULT=NFS_MOUNT_NOOP
+	 * O=<own dir>` (tests/kube/vmnode.mk, check-kube-vm-faults): Success,
+	 * nothing mounted.  The lane's cases must fail on it.
+	 */
+	return 0;
+#endif
 	return do_mount(cx, &v, dir);
 }
 

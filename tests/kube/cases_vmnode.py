@@ -31,7 +31,7 @@ import sys
 import time
 
 import cluster as C
-from run import BUSYBOX, LINE_RE, NS, CaseFailed, check
+from run import BUSYBOX, INSTALLER, LINE_RE, NS, CaseFailed, check
 
 sys.path.insert(0, os.path.join(C.ROOT, "tests", "vm"))
 from iscsi_driver import pr_key  # noqa: E402 - the driver's reservation key of an initiator name
@@ -339,8 +339,9 @@ def guest():
 
 # --- objects ---------------------------------------------------------------------------------------
 
-def vpod(t, g, name, cmd, claim=None, read_only=False, sub_path=None):
-    """a busybox pod on the guest node (its node selector and the node's taint tolerated)"""
+def vpod(t, g, name, cmd, claim=None, read_only=False, sub_path=None, security=None):
+    """a busybox pod on the guest node (its node selector and the node's taint tolerated);
+    @security: the pod's securityContext"""
     mount = {"name": "data", "mountPath": "/data"}
     if sub_path:
         mount["subPath"] = sub_path
@@ -351,6 +352,8 @@ def vpod(t, g, name, cmd, claim=None, read_only=False, sub_path=None):
                             "command": ["/bin/sh", "-c", cmd], "volumeMounts": [mount] if claim else []}],
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim, "readOnly": read_only}}]
             if claim else []}
+    if security:
+        spec["securityContext"] = security
     t.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}, "spec": spec})
 
 
@@ -472,14 +475,14 @@ def case_vmnode_nfs_v3_rwx(t):
         vpod(t, g, "vm-nfs3-b", cmd.replace("$POD", "b").replace("$PEER", "a"), pv)
         t.wait_pod("vm-nfs3-a", timeout=300)
         t.wait_pod("vm-nfs3-b", timeout=300)
-        t.wait_log("vm-nfs3-a", "from-b", 180)
-        t.wait_log("vm-nfs3-b", "from-a", 180)
         dirs = [pod_volume_dir(t, p, "nfs", pv) for p in ("vm-nfs3-a", "vm-nfs3-b")]
         for d in dirs:
             m = _nfs_mount_of(g, d)
             check(m is not None, f"no mount at {d} in the guest")
             check(m[1] == "nfs" and m[2] == f"{NFS_SERVER}:{NFS_EXPORT}" and "vers=3" in m[3],
                   f"mount at {d}: {m}")
+        t.wait_log("vm-nfs3-a", "from-b", 180)
+        t.wait_log("vm-nfs3-b", "from-a", 180)
         srv = g.sh("cat", f"{NFS_EXPORT}/a", f"{NFS_EXPORT}/b")["stdout"]
         check(srv == "from-a\nfrom-b\n", f"the server's export holds {srv!r}")
     finally:
@@ -556,6 +559,189 @@ def case_vmnode_nfs_subpath(t):
         g.sh("rm", "-rf", f"{NFS_EXPORT}/sub")
 
 
+def case_vmnode_nfs_fsgroup(t):
+    """fsGroup on an nfs volume: the driver's init says fsGroup:false, so the kubelet leaves the
+    share's ownership alone: a pod with runAsUser 1000 and fsGroup 4321 gets 4321 as a
+    supplementary group (the pod's own setting), but the volume's root stays root:root 0755 on the
+    server (no chgrp, no setgid bit, no group write), the pod's write there is refused
+    (Permission denied) and the existing file keeps its owner and mode."""
+    g = guest()
+    pv = "vm-nfs-fsg"
+    g.sh("sh", "-c", f"mkdir -p {NFS_EXPORT}/fsg && echo fsg-data > {NFS_EXPORT}/fsg/f && "
+         f"chown -R 0:0 {NFS_EXPORT}/fsg && chmod 0755 {NFS_EXPORT}/fsg && chmod 0644 {NFS_EXPORT}/fsg/f")
+    flex_pv(t, pv, "nfs", _nfs_opts("4.2", subPath="fsg"), "ReadWriteMany")
+    try:
+        run_pod(t, g, "vm-nfs-fsg", "id; stat -c 'ROOT %u:%g %a' /data; cat /data/f; "
+                "echo x > /data/new 2>&1 || echo WRITE-REFUSED; sleep 3600", pv, "WRITE-REFUSED",
+                security={"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 4321})
+        m = _nfs_mount_of(g, pod_volume_dir(t, "vm-nfs-fsg", "nfs", pv))
+        check(m is not None and m[1] == "nfs4", f"mount in the guest: {m}")
+        out = t.logs("vm-nfs-fsg")
+        ids = re.search(r"groups=(\S+)", out)
+        check(ids and "4321" in ids.group(1), f"fsGroup 4321 not among the pod's groups: {out!r}")
+        check("ROOT 0:0 755" in out and "fsg-data" in out, f"the volume's root in the pod: {out!r}")
+        check("Permission denied" in out, f"the write was not refused for lack of permission: {out!r}")
+        srv = g.sh("stat", "-c", "%u:%g %a", f"{NFS_EXPORT}/fsg", f"{NFS_EXPORT}/fsg/f")["stdout"].split("\n")
+        check(srv[:2] == ["0:0 755", "0:0 644"], f"ownership on the server changed: {srv}")
+        check(g.sh("test", "-e", f"{NFS_EXPORT}/fsg/new", check_rc=False)["rc"] != 0, "the write reached the server")
+    finally:
+        delete_pods(t, "vm-nfs-fsg")
+        t.drop_pv(pv)
+        g.sh("rm", "-rf", f"{NFS_EXPORT}/fsg")
+
+
+def _nfsd_stop(g):
+    g.sh("rpc.nfsd", "0")
+    check(g.sh("cat", "/proc/fs/nfsd/threads")["stdout"].strip() == "0", "nfsd still running")
+
+
+def _nfsd_start(g):
+    """nfsd's threads back, with the shortest NFSv4 lease and grace (10 s: a restarted server
+    holds OPENs for the grace period; they can be set only while no thread runs)"""
+    g.sh("sh", "-c", "echo 10 >/proc/fs/nfsd/nfsv4leasetime; echo 10 >/proc/fs/nfsd/nfsv4gracetime; "
+         "rpc.nfsd 8", check_rc=False)
+    C.wait_for("nfsd registered again", lambda: " nfs" in g.sh("rpcinfo", "-p", "127.0.0.1", check_rc=False)["stdout"],
+               60, 1)
+
+
+def _gone(t, name):
+    return t.k("get", "pod", name, "-n", NS, check=False).returncode != 0
+
+
+def _ms(o):
+    """a driver call's duration_ms (LINE_RE's seventh group, which Guest.ops names 'rest')"""
+    return int(o["rest"])
+
+
+def _ops_of(g, since, op, pv):
+    return [o for o in g.ops(since) if o["driver"] == "nfs" and o["op"] == op and o["volume"] == pv]
+
+
+def _server_stopped(t, g, pv, opts, hold):
+    """pod A writes a heartbeat on @pv; nfsd stopped; pod B asks for the volume (its mount must
+    fail within the driver's deadline) and pod A is deleted; watched for @hold s with the server
+    down, then the server back: A gone, B running. Returns what was seen (seconds)."""
+    mt = 60                                     # mount_timeout: the node config's default
+    seen = {}
+    g.sh("mkdir", "-p", f"{NFS_EXPORT}/dead")
+    flex_pv(t, pv, "nfs", opts, "ReadWriteMany")
+    up = True
+    try:
+        run_pod(t, g, f"{pv}-a", "while :; do date +%s > /data/hb-a; echo BEAT; sleep 1; done", pv, "BEAT")
+        check(_nfs_mount_of(g, pod_volume_dir(t, f"{pv}-a", "nfs", pv)) is not None, "pod A's volume is not mounted")
+        gpos = g.logpos()
+        _nfsd_stop(g)
+        up = False
+        t0 = time.monotonic()
+        vpod(t, g, f"{pv}-b", "cat /data/hb-a && echo B-READ; sleep 3600", pv)
+        t.k("delete", "pod", f"{pv}-a", "-n", NS, "--grace-period=2", "--wait=false")
+        end = t0 + hold
+        while time.monotonic() < end:
+            if "a_gone" not in seen and _gone(t, f"{pv}-a"):
+                seen["a_gone"] = round(time.monotonic() - t0, 1)
+            if "a_unmount" not in seen and _ops_of(g, gpos, "unmount", pv):
+                seen["a_unmount"] = round(time.monotonic() - t0, 1)
+            if "b_mount_failure" not in seen and [o for o in _ops_of(g, gpos, "mount", pv)
+                                                  if o["status"].startswith("Failure")]:
+                seen["b_mount_failure"] = round(time.monotonic() - t0, 1)
+            time.sleep(2)
+        seen["calls_while_down"] = [(o["op"], o["status"].split()[0], _ms(o)) for o in g.ops(gpos)
+                                    if o["driver"] == "nfs"]
+        _nfsd_start(g)
+        up = True
+        t1 = time.monotonic()
+        C.wait_for(f"pod {pv}-a gone after the server came back", lambda: _gone(t, f"{pv}-a"), 300, 1)
+        seen["a_gone_after_restart"] = round(time.monotonic() - t1, 1)
+        t.wait_pod(f"{pv}-b", timeout=300)
+        t.wait_log(f"{pv}-b", "B-READ", 120)
+        seen["b_running_after_restart"] = round(time.monotonic() - t1, 1)
+        seen["calls"] = [(o["op"], o["status"].split()[0], _ms(o)) for o in g.ops(gpos) if o["driver"] == "nfs"]
+        return seen
+    finally:
+        if not up:
+            _nfsd_start(g)
+        delete_pods(t, f"{pv}-a", f"{pv}-b")
+        t.drop_pv(pv)
+        g.sh("rm", "-rf", f"{NFS_EXPORT}/dead")
+
+
+# the driver's own deadlines (node config defaults): mount_timeout 60 s kills mount.nfs; unmount
+# takes a quarter of it (15 s), then MNT_FORCE in 5 s, then MNT_DETACH
+NFS_MOUNT_DEADLINE_MS = 60000 + 5000
+NFS_UNMOUNT_DEADLINE_MS = 15000 + 5000 + 5000
+
+
+def _calls_within_deadlines(seen):
+    for op, st, ms in seen["calls"]:
+        lim = NFS_MOUNT_DEADLINE_MS if op == "mount" else NFS_UNMOUNT_DEADLINE_MS
+        check(ms <= lim, f"the driver's {op} took {ms} ms ({st}); its deadline is {lim} ms: {seen}")
+    fails = [c for c in seen["calls_while_down"] if c[0] == "mount" and c[1] == "Failure"]
+    check(fails, f"no mount Failure for pod B while the server was down: {seen}")
+
+
+def case_vmnode_nfs_server_stopped(t):
+    """The NFS server stopped (nfsd's threads to 0) under a running pod on a default (hard) mount,
+    then a second pod asks for the volume and the first is deleted; 100 s later the server comes
+    back. The driver's own calls stay within their deadlines (pod B's mount fails within
+    mount_timeout, each retry too; any unmount within its 25 s), and what the kubelet does is
+    measured and printed: on a hard mount its own stat of pod A's volume directory (before it
+    calls the driver's unmount) blocks until the server is back, so pod A stays Terminating with
+    no unmount call; then A goes and B starts."""
+    g = guest()
+    seen = _server_stopped(t, g, "vm-nfs-hard", _nfs_opts("4.2", subPath="dead"), 100)
+    log(f"server stopped, hard mount: {seen}")
+    _calls_within_deadlines(seen)
+
+
+def case_vmnode_nfs_server_stopped_soft(t):
+    """The same with mountOptions soft,timeo=50,retrans=1 (the client gives up on a request
+    after about 5 s + 10 s and answers EIO): the kubelet's stat of pod A's volume directory
+    returns, the driver's unmount runs (forced or lazy) and pod A is gone while the server is
+    still down; the driver's calls within their deadlines; B starts once the server is back."""
+    g = guest()
+    seen = _server_stopped(t, g, "vm-nfs-soft",
+                           _nfs_opts("4.2", subPath="dead", mountOptions="soft,timeo=50,retrans=1"), 100)
+    log(f"server stopped, soft mount: {seen}")
+    _calls_within_deadlines(seen)
+    check("a_gone" in seen and "a_unmount" in seen,
+          f"on a soft mount pod A did not go while the server was down: {seen}")
+
+
+def case_vmnode_nfs_stale(t):
+    """The export removed and re-created under a running pod (exportfs -ua, the exported
+    directory deleted and made again, exportfs -ra): the old mount's handle is stale (the pod
+    sees "Stale file handle"); the pod is deleted (the driver's unmount within its deadline, the
+    directory empty); a new pod on the same volume mounts the new directory and writes there."""
+    g = guest()
+    pv = "vm-nfs-stale"
+    d = f"{NFS_EXPORT}/stale"
+    g.sh("sh", "-c", f"mkdir -p {d} && echo old > {d}/f")
+    flex_pv(t, pv, "nfs", _nfs_opts("4.2", subPath="stale"), "ReadWriteMany")
+    try:
+        run_pod(t, g, "vm-nfs-stale-a", "cat /data/f; while :; do if ! e=$(ls /data 2>&1 >/dev/null); then "
+                "echo \"$e\"; echo GONE; sleep 3600; fi; sleep 1; done", pv, "old")
+        gpos = g.logpos()
+        g.sh("sh", "-c", f"exportfs -ua && rm -rf {d} && mkdir {d} && echo new > {d}/f && exportfs -ra")
+        t.wait_log("vm-nfs-stale-a", "GONE", 120)
+        out = t.logs("vm-nfs-stale-a")
+        check("Stale file handle" in out, f"pod A's view after the export was re-created: {out!r}")
+        t0 = time.monotonic()
+        delete_pods(t, "vm-nfs-stale-a")
+        log(f"stale: pod A deleted in {time.monotonic() - t0:.1f} s")
+        um = _ops_of(g, gpos, "unmount", pv)
+        check(um and um[-1]["status"].startswith("Success") and _ms(um[-1]) <= NFS_UNMOUNT_DEADLINE_MS,
+              f"pod A's unmount: {um}")
+        left = [m for m in g.mounts() if m[1] in ("nfs", "nfs4")]
+        check(not left, f"nfs mounts left in the guest: {left}")
+        run_pod(t, g, "vm-nfs-stale-b", "cat /data/f; echo b > /data/b && echo WROTE; sleep 3600", pv, "WROTE")
+        check("new" in t.logs("vm-nfs-stale-b"), f"pod B: {t.logs('vm-nfs-stale-b')!r}")
+        check(g.sh("cat", f"{d}/b")["stdout"] == "b\n", "pod B's file is not in the re-created directory")
+    finally:
+        delete_pods(t, "vm-nfs-stale-a", "vm-nfs-stale-b")
+        t.drop_pv(pv)
+        g.sh("sh", "-c", f"exportfs -ra; rm -rf {d}")
+
+
 def _iscsi_gone(g, iqn):
     """no session to the target, no node record, no disk of it left in the guest"""
     s = [x for x in g.sessions() if iqn in x]
@@ -607,7 +793,12 @@ def case_vmnode_iscsi_controller(t):
         t.wait_op("kcm", "attach", pos, driver="iscsi")
         for op in ("waitforattach", "mountdevice", "mount"):
             g.wait_op(op, gpos, "iscsi")
-        _iscsi_in_use(t, g, pv, "vm-iscsi-c", IQN1, "controller")
+        dev = _iscsi_in_use(t, g, pv, "vm-iscsi-c", IQN1, "controller")
+        # waitforattach's answer, as the kubelet took it: the LUN's own disk (the kubelet keeps
+        # it as the volume's device path and passes it to mountdevice)
+        wfa = re.findall(r'MountVolume\.WaitForAttach succeeded for volume \\"' + pv +
+                         r'\\".*?DevicePath \\"([^"\\]*)\\"', g.kubelet_log())
+        check(wfa and wfa[-1] == dev, f"waitforattach answered {wfa[-1:] or 'nothing'}; LUN 1's disk is {dev}")
         pos, gpos = t.logpos(), g.logpos()
         delete_pods(t, "vm-iscsi-c")
         for op in ("unmount", "unmountdevice"):
@@ -700,6 +891,103 @@ def case_vmnode_iscsi_node(t):
     check(CHAP_SECRET not in g.read(GUEST_DRIVER_LOG)[0], "the CHAP secret is in the guest's driver log")
 
 
+# --- Kubernetes' external storage e2e suites against flexvol/nfs (make check-kube-vm-e2e) ----------
+
+E2E_SHARE = f"{NFS_EXPORT}/e2e"
+E2E_CLASS = "flexvol-nfs-e2e"
+E2E_HOST_TAINT = "flexvol.test/e2e-host"
+# every external suite for flexvol-nfs that needs no optional feature, no disruption and no second
+# node, but volumeMode's "should not mount / map unused volumes" (its host-exec pod nsenters PID
+# 1's mount namespace: tests/kube/cases_loopprov.py); FLEXVOL_E2E_FOCUS / _SKIP override
+E2E_FOCUS = r"External.Storage.*flexvol-nfs"
+E2E_SKIP = r"\[Feature:|\[Disruptive\]|\[Serial\]|\[Slow\]|should not mount / map unused volumes"
+
+
+def _e2e_provisioner(t, g):
+    """deploy/provisioner's rbac.yaml and deployment.yaml on the guest node, its share the
+    guest's export as the manifest mounts it (an nfs volume, the guest's kubelet mounts it), the
+    API server at 10.0.2.2 (QEMU's gateway); the class of test-driver-nfs.yaml"""
+    prov = os.path.join(C.ROOT, "deploy", "provisioner")
+    objs = t.objs(os.path.join(prov, "rbac.yaml")) + t.objs(os.path.join(prov, "deployment.yaml"))
+    for o in objs:
+        if o["kind"] != "Deployment":
+            continue
+        o["spec"]["replicas"] = 1
+        spec = o["spec"]["template"]["spec"]
+        spec.pop("affinity", None)
+        spec["hostNetwork"] = True
+        spec["nodeSelector"] = {"kubernetes.io/hostname": g.name}
+        spec["tolerations"] = [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+        ct = spec["containers"][0]
+        ct["image"] = INSTALLER
+        ct["imagePullPolicy"] = "Never"
+        ct["env"] = ct.get("env", []) + [{"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.2.2"},
+                                         {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}]
+        ct["args"] = [f"--share={NFS_SERVER}:{E2E_SHARE}" if a.startswith("--share=") else a for a in ct["args"]]
+        for v in spec["volumes"]:
+            if v["name"] == "share":
+                v["nfs"] = {"server": NFS_SERVER, "path": E2E_SHARE}
+    t.k("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
+    r = t.k("-n", "kube-system", "rollout", "status", "deploy/flexvol-provisioner", "--timeout=300s",
+            check=False, timeout=330)
+    check(r.returncode == 0, f"provisioner on the guest: {r.stderr.strip()} "
+          f"{t.k('-n', 'kube-system', 'get', 'pods', '-o', 'wide', check=False).stdout}")
+    sc = [o for o in t.objs(os.path.join(prov, "storageclass.yaml")) if o["kind"] == "StorageClass"][0]
+    sc["metadata"]["name"] = E2E_CLASS
+    sc["parameters"].update({"server": NFS_SERVER, "share": E2E_SHARE, "onDelete": "delete", "nfsVersion": "4.2"})
+    sc["parameters"].pop("mountOptions", None)
+    t.apply(sc)
+
+
+def case_vmnode_nfs_e2e(t):
+    """Kubernetes' external storage e2e suites (e2e.test of the pinned k8s.io/kubernetes,
+    tests/kube/e2e/test-driver-nfs.yaml) against a flexvol/nfs class served by
+    flexvol-provisioner on the guest's export; the suites' pods run on the guest (for the run the
+    host node carries a NoSchedule taint of its own instead, which the suites are told not to
+    mind). The summary and every failed spec are printed, the JUnit report kept in
+    build/kube-e2e-nfs/."""
+    g = guest()
+    cache = os.environ["FLEXVOL_E2E_DIR"]
+    sock = os.path.join(C.RUN, "containerd", "containerd.sock")
+    for tar in ("busybox.tar", "nginx.tar", "agnhost.tar"):
+        g.sh(os.path.join(t.cl.bin, "ctr"), "--address", sock, "-n", "k8s.io", "images", "import", "--local",
+             os.path.join(cache, "images", tar), timeout=600)
+    g.sh("mkdir", "-p", E2E_SHARE)
+    _e2e_provisioner(t, g)
+    report = os.path.join(C.ROOT, "build", "kube-e2e-nfs")
+    os.makedirs(report, exist_ok=True)
+    t.k("taint", "node", C.NODE, f"{E2E_HOST_TAINT}=true:NoSchedule", "--overwrite")
+    t.k("taint", "node", g.name, f"{TAINT}-")
+    env = dict(os.environ, KUBE_TEST_REPO_LIST=os.path.join(cache, "repo-list.yaml"),
+               KUBECONFIG=C.p("admin.kubeconfig"))
+    argv = [os.path.join(cache, "e2e.test"),
+            "-ginkgo.focus=" + os.environ.get("FLEXVOL_E2E_FOCUS", E2E_FOCUS),
+            "-ginkgo.skip=" + os.environ.get("FLEXVOL_E2E_SKIP", E2E_SKIP),
+            "-ginkgo.no-color", "-ginkgo.timeout=" + os.environ.get("FLEXVOL_E2E_TIMEOUT", "2h"),
+            "-storage.testdriver=" + os.path.join(C.ROOT, "tests", "kube", "e2e", "test-driver-nfs.yaml"),
+            "-provider=local", "-kubeconfig=" + C.p("admin.kubeconfig"), "-report-dir=" + report,
+            "-kubelet-root-dir=" + C.p("kubelet"), "-allowed-not-ready-nodes=0", "-node-os-distro=debian",
+            f"-non-blocking-taints={E2E_HOST_TAINT},node-role.kubernetes.io/control-plane"]
+    log_ = os.path.join(report, "e2e.log")
+    t0 = time.monotonic()
+    try:
+        with open(log_, "w") as f:
+            r = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=7500)
+    finally:
+        t.k("taint", "node", g.name, f"{TAINT}=true:NoSchedule", "--overwrite", check=False)
+        t.k("taint", "node", C.NODE, f"{E2E_HOST_TAINT}-", check=False)
+        t.k("delete", "storageclass", E2E_CLASS, "--ignore-not-found", check=False)
+        t.k("-n", "kube-system", "delete", "deploy", "flexvol-provisioner", "--ignore-not-found", "--wait=true",
+            "--timeout=120s", check=False, timeout=150)
+    text = open(log_, errors="replace").read()
+    summary = [ln for ln in text.splitlines() if ln.startswith(("Ran ", "FAIL!", "SUCCESS!"))
+               or "[FAIL]" in ln]
+    print("\n".join("  e2e: " + ln for ln in summary[-60:]), flush=True)
+    log(f"e2e suites against flexvol/nfs: {time.monotonic() - t0:.0f} s; share left: "
+        f"{g.sh('ls', '-A', E2E_SHARE, check_rc=False)['stdout'].split()}")
+    check(r.returncode == 0, f"e2e.test exit {r.returncode}; log {log_}")
+
+
 def case_vmnode_down(t):
     """The guest leaves: pods on it deleted, its kubelet and containerd stopped; in the guest no
     pod mount, iSCSI session or node record, loop device, node mount or process is left; the
@@ -727,4 +1015,9 @@ def case_vmnode_down(t):
 CASES = []
 if os.environ.get("FLEXVOL_KUBE_VMNODE") == "1":
     CASES = [case_vmnode_join, case_vmnode_nfs_v3_rwx, case_vmnode_nfs_v42, case_vmnode_nfs_readonly,
-             case_vmnode_nfs_subpath, case_vmnode_iscsi_controller, case_vmnode_iscsi_node, case_vmnode_down]
+             case_vmnode_nfs_subpath, case_vmnode_nfs_fsgroup, case_vmnode_nfs_stale,
+             case_vmnode_nfs_server_stopped, case_vmnode_nfs_server_stopped_soft,
+             case_vmnode_iscsi_controller, case_vmnode_iscsi_node]
+    if os.environ.get("FLEXVOL_E2E_DIR"):
+        CASES.append(case_vmnode_nfs_e2e)
+    CASES.append(case_vmnode_down)
