@@ -22,8 +22,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sim"))
@@ -103,6 +105,44 @@ class Node:
         return True
 
     # -- bring-up
+    def relays(self):
+        """node.json's "relays": [[listen_port, to_host, to_port], ...]: 127.0.0.1:listen_port in the
+        guest forwarded to to_host:to_port (the cluster lane's two-node set: the iSCSI target on the
+        host, reached through QEMU's gateway at the same portal address on every node)"""
+        for port, host, to in self.cfg.get("relays", []):
+            srv = socket.socket()
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            srv.bind(("127.0.0.1", port))
+            srv.listen(16)
+            threading.Thread(target=self._relay_accept, args=(srv, host, to), daemon=True).start()
+
+    @staticmethod
+    def _relay_accept(srv, host, to):
+        def pump(a, b):
+            try:
+                while True:
+                    data = a.recv(65536)
+                    if not data:
+                        break
+                    b.sendall(data)
+            except OSError:
+                pass
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        while True:
+            c, _ = srv.accept()
+            try:
+                u = socket.create_connection((host, to), timeout=10)
+                u.settimeout(None)
+            except OSError:
+                c.close()
+                continue
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
     def fixtures(self):
         env = dict(os.environ)
         env.update(self.cfg.get("fixtures_env", {}))
@@ -150,7 +190,7 @@ class Node:
             check=False).returncode == 0, 300, 1)
 
     def up(self):
-        steps = [("fixtures", self.fixtures), ("cgroups", self.cgroups), ("layout", self.layout),
+        steps = [("relays", self.relays), ("fixtures", self.fixtures), ("cgroups", self.cgroups), ("layout", self.layout),
                  ("containerd", self.containerd), ("kubelet", self.kubelet)]
         times = {}
         for name, fn in steps:
@@ -253,6 +293,12 @@ class Node:
                 res = {"rc": 0, "stdout": data.decode(errors="replace"), "size": req.get("offset", 0) + len(data)}
             elif op == "restart-kubelet":
                 self.stop("kubelet")
+                self.kubelet()
+                res = {"rc": 0}
+            elif op == "stop-kubelet":     # the node partitioned: its pods' containers go on
+                self.stop("kubelet")
+                res = {"rc": 0}
+            elif op == "start-kubelet":
                 self.kubelet()
                 res = {"rc": 0}
             elif op == "stop":
