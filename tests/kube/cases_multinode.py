@@ -84,10 +84,15 @@ class Target:
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+            # tgtd ignores TERM: its own shutdown is the target deleted (--force: with its
+            # sessions), then the system
+            for args in (("--op", "delete", "--mode", "target", "--tid", "1", "--force"),
+                         ("--op", "delete", "--mode", "system")):
+                subprocess.run(["tgtadm", "-C", TARGET_CTL, "--lld", "iscsi", *args], capture_output=True, timeout=30)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
+                log("tgtd did not stop within 30 s: KILL")
                 self.proc.kill()
                 self.proc.wait()
         for f in (f"/var/run/tgtd/socket.{TARGET_CTL}", f"/var/run/tgtd/socket.{TARGET_CTL}.lock"):
