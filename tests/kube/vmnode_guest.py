@@ -11,8 +11,11 @@ node.json (name, binaries, BASE, RUN, kubelet port, images, the drivers' environ
 starts, in the guest: the VM lane's fixtures (kernel NFS server, tgt iSCSI target, iscsid:
 tests/vm/fixtures), a cgroup2 hierarchy, BASE on a tmpfs (containerd's overlay snapshots need a
 filesystem that can be an overlay's upper layer), containerd with the lane's images imported,
-and the kubelet, which joins the control plane on the host through QEMU's gateway. Then it serves
-the host's requests (a command to run in the guest, a kubelet restart, stop) through files in
+and the kubelet, which joins the control plane on the host through QEMU's gateway; node.json's
+"relays" (the two-node set: tests/kube/cases_multinode.py) forward a port of the guest's 127.0.0.1
+to an address beyond it, before the fixtures start. Then it serves
+the host's requests (a command to run in the guest, a kubelet restart, a kubelet stop and start
+with the pods' containers left running, stop) through files in
 NODEDIR/rpc: N.req (JSON) -> N.res (JSON), each written under another name and renamed.
 On `stop` it stops the kubelet and containerd, unmounts BASE and checks that nothing is left
 (mounts of pods, iSCSI sessions and node records, loop devices); the guest then powers off.
