@@ -305,7 +305,8 @@ def case_multinode_iscsi_move(t):
 
 def case_multinode_multiattach(t):
     """Controller mode, one ReadWriteOnce volume, a pod on each node at once: the attach/detach
-    controller refuses B (event FailedAttachVolume 'Multi-Attach error'); on B no session to the
+    controller refuses B (event FailedAttachVolume; v1.37's message: 'Waiting for detach for volume
+... Volume is already used by pod(s) <A's pod>', older releases' 'Multi-Attach error ...'); on B no session to the
     target, no disk, no mount; the pod on A goes on writing."""
     a, b = nodes()
     t.ensure_mode("controller")
@@ -315,7 +316,7 @@ def case_multinode_multiattach(t):
         V.run_pod(t, a, "mn-ma-a", "echo a > /data/f && sync && echo WROTE && sleep 3600", pv, "WROTE")
         V.vpod(t, b, "mn-ma-b", "echo b > /data/f; sleep 3600", pv)
         t0 = time.monotonic()
-        msg = wait_event(t, "mn-ma-b", "FailedAttachVolume", "Multi-Attach error", 300)
+        msg = wait_event(t, "mn-ma-b", "FailedAttachVolume", "already used by pod(s)", 300)
         WAITS["multi-attach: pod on B created to the refusal event"] = round(time.monotonic() - t0)
         log(f"refusal: {msg[0]}")
         time.sleep(10)     # the kubelet on B has had its chance to do something wrong
@@ -348,7 +349,7 @@ def _can_write(g, dev):
 def case_multinode_partition(t):
     """Controller mode: node A partitioned while its pod writes (A's kubelet stopped, the guest
     and the pod's container running). A goes NotReady; its pod force-deleted; a pod on B for the
-    claim is refused (Multi-Attach) while the volume is attached to A; the out-of-service taint
+    claim is refused (FailedAttachVolume, already used by pod(s)) while the volume is attached to A; the out-of-service taint
     on A (as an operator would): the controller-manager force-detaches from A and attaches to
     B; B's mountdevice is refused by the fence, naming A's reservation key, nothing mounted on B,
     A still writing. Then docs/fencing.md's procedure on B (register, preempt A's key): B's
@@ -387,8 +388,8 @@ def case_multinode_partition(t):
                "awk '{ if (NR > 1 && p != NR - 1) { print \"GAP at \" NR; exit 1 } p = $1 }' /data/seq && "
                "echo SEQ-OK; sleep 3600", pv)
         t1 = time.monotonic()
-        wait_event(t, "mn-part-b", "FailedAttachVolume", "Multi-Attach error", 300)
-        WAITS["partition: pod on B created to its Multi-Attach refusal"] = round(time.monotonic() - t1)
+        wait_event(t, "mn-part-b", "FailedAttachVolume", "already used by pod(s)", 300)
+        WAITS["partition: pod on B created to its attach refusal"] = round(time.monotonic() - t1)
         check(attached(t, a.name), "the volume left node A's volumesAttached before the taint")
         # the operator's out-of-service taint: detach at once, without the controller's 6 min wait
         t2 = time.monotonic()
