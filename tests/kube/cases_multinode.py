@@ -222,6 +222,10 @@ def key_hex(k):
 
 
 def both_mode(t, mode):
+    # the installer's rolling restart goes through three nodes, two of them emulated: its
+    # rollout gets more than the default 180 s
+    roll = t.rollout
+    t.rollout = lambda timeout=180: roll(timeout=max(timeout, 900))
     for g in nodes():
         V.guest_mode(t, g, mode)
 
@@ -349,7 +353,7 @@ def _can_write(g, dev):
 def case_multinode_partition(t):
     """Controller mode: node A partitioned while its pod writes (A's kubelet stopped, the guest
     and the pod's container running). A goes NotReady; its pod force-deleted; a pod on B for the
-    claim is refused (FailedAttachVolume, already used by pod(s)) while the volume is attached to A; the out-of-service taint
+    claim is refused (FailedAttachVolume, 'Waiting for detach') while the volume is attached to A; the out-of-service taint
     on A (as an operator would): the controller-manager force-detaches from A and attaches to
     B; B's mountdevice is refused by the fence, naming A's reservation key, nothing mounted on B,
     A still writing. Then docs/fencing.md's procedure on B (register, preempt A's key): B's
@@ -388,7 +392,9 @@ def case_multinode_partition(t):
                "awk '{ if (NR > 1 && p != NR - 1) { print \"GAP at \" NR; exit 1 } p = $1 }' /data/seq && "
                "echo SEQ-OK; sleep 3600", pv)
         t1 = time.monotonic()
-        wait_event(t, "mn-part-b", "FailedAttachVolume", "already used by pod(s)", 300)
+        # A's pod is gone from the API: "... Volume is already exclusively attached to one node,
+        # waiting on detach before it can be attached to another node"
+        wait_event(t, "mn-part-b", "FailedAttachVolume", "Waiting for detach", 300)
         WAITS["partition: pod on B created to its attach refusal"] = round(time.monotonic() - t1)
         check(attached(t, a.name), "the volume left node A's volumesAttached before the taint")
         # the operator's out-of-service taint: detach at once, without the controller's 6 min wait
