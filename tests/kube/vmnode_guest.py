@@ -11,8 +11,11 @@ node.json (name, binaries, BASE, RUN, kubelet port, images, the drivers' environ
 starts, in the guest: the VM lane's fixtures (kernel NFS server, tgt iSCSI target, iscsid:
 tests/vm/fixtures), a cgroup2 hierarchy, BASE on a tmpfs (containerd's overlay snapshots need a
 filesystem that can be an overlay's upper layer), containerd with the lane's images imported,
-and the kubelet, which joins the control plane on the host through QEMU's gateway. Then it serves
-the host's requests (a command to run in the guest, a kubelet restart, stop) through files in
+and the kubelet, which joins the control plane on the host through QEMU's gateway; node.json's
+"relays" (the two-node set: tests/kube/cases_multinode.py) forward a port of the guest's 127.0.0.1
+to an address beyond it, before the fixtures start. Then it serves
+the host's requests (a command to run in the guest, a kubelet restart, a kubelet stop and start
+with the pods' containers left running, stop) through files in
 NODEDIR/rpc: N.req (JSON) -> N.res (JSON), each written under another name and renamed.
 On `stop` it stops the kubelet and containerd, unmounts BASE and checks that nothing is left
 (mounts of pods, iSCSI sessions and node records, loop devices); the guest then powers off.
@@ -22,8 +25,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sim"))
@@ -103,6 +108,44 @@ class Node:
         return True
 
     # -- bring-up
+    def relays(self):
+        """node.json's "relays": [[listen_port, to_host, to_port], ...]: 127.0.0.1:listen_port in the
+        guest forwarded to to_host:to_port (the cluster lane's two-node set: the iSCSI target on the
+        host, reached through QEMU's gateway at the same portal address on every node)"""
+        for port, host, to in self.cfg.get("relays", []):
+            srv = socket.socket()
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            srv.bind(("127.0.0.1", port))
+            srv.listen(16)
+            threading.Thread(target=self._relay_accept, args=(srv, host, to), daemon=True).start()
+
+    @staticmethod
+    def _relay_accept(srv, host, to):
+        def pump(a, b):
+            try:
+                while True:
+                    data = a.recv(65536)
+                    if not data:
+                        break
+                    b.sendall(data)
+            except OSError:
+                pass
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        while True:
+            c, _ = srv.accept()
+            try:
+                u = socket.create_connection((host, to), timeout=10)
+                u.settimeout(None)
+            except OSError:
+                c.close()
+                continue
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
     def fixtures(self):
         env = dict(os.environ)
         env.update(self.cfg.get("fixtures_env", {}))
@@ -150,7 +193,7 @@ class Node:
             check=False).returncode == 0, 300, 1)
 
     def up(self):
-        steps = [("fixtures", self.fixtures), ("cgroups", self.cgroups), ("layout", self.layout),
+        steps = [("relays", self.relays), ("fixtures", self.fixtures), ("cgroups", self.cgroups), ("layout", self.layout),
                  ("containerd", self.containerd), ("kubelet", self.kubelet)]
         times = {}
         for name, fn in steps:
@@ -253,6 +296,12 @@ class Node:
                 res = {"rc": 0, "stdout": data.decode(errors="replace"), "size": req.get("offset", 0) + len(data)}
             elif op == "restart-kubelet":
                 self.stop("kubelet")
+                self.kubelet()
+                res = {"rc": 0}
+            elif op == "stop-kubelet":     # the node partitioned: its pods' containers go on
+                self.stop("kubelet")
+                res = {"rc": 0}
+            elif op == "start-kubelet":
                 self.kubelet()
                 res = {"rc": 0}
             elif op == "stop":
