@@ -154,7 +154,7 @@ int iscsi_disk_in_use(const struct iscsi_disk *dk, char *why, size_t len);
 
 /* What releasing LUN @lun (-1: none in particular) of a target may do. */
 enum iscsi_release {
-	ISCSI_KEEP,	  /* that very LUN is in use: nothing to do */
+	ISCSI_KEEP,	  /* that very LUN (or, for -1, any LUN) is in use: nothing goes */
 	ISCSI_DELETE_LUN, /* another LUN is in use: only the LUN's disk goes, the session stays */
 	ISCSI_LOGOUT,	  /* nothing of the target is in use: log every session out */
 };

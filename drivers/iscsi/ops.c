@@ -72,7 +72,9 @@ static void unfence_disk(const struct iscsi_view *v, const struct iscsi_disk *dk
  * deleteDevice).  Only what is ours (owner.c) is logged out, removed or
  * deleted: an administrator's session to the same target, and its node
  * record, stay as they are.  Reservations of the LUNs that go are
- * released first.  Call with the target lock held.
+ * released first.  -EBUSY when LUN @lun itself is still in use: nothing
+ * goes, and the caller's caller is to come again.  Call with the target
+ * lock held.
  */
 static int release_target(struct fv_ctx *cx, const char *iqn, int lun)
 {
@@ -101,8 +103,20 @@ static int release_target(struct fv_ctx *cx, const char *iqn, int lun)
 			    strerror(-r));
 		goto out;
 	}
+	if (r == ISCSI_KEEP && lun >= 0) {
+		/*
+		 * This LUN itself is still used here by something that is not our
+		 * mount (a pod's container that still has it in its mount namespace,
+		 * an administrator's holder).  Success would end kubelet's calls
+		 * with the session left logged in for good: refuse, and the caller
+		 * puts the device mount back so that kubelet calls again.
+		 */
+		r = fv_fail(cx, -EBUSY, "LUN %d of '%s' is still in use on this node: %s; not "
+			    "logging out (retried when it is no longer used)", lun, iqn, busy);
+		goto out;
+	}
 	if (r == ISCSI_KEEP) {
-		r = 0;
+		r = 0; /* a release of the whole target: a disk of it is in use, nothing goes */
 		goto out;
 	}
 	if (r == ISCSI_DELETE_LUN) {

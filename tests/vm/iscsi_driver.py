@@ -1170,8 +1170,11 @@ def in_use_other_holders(c):
                 run("mkfs.ext4", "-q", "-F", d2)
                 mnt = os.path.join(c.dir, "ns-mnt")
                 os.makedirs(mnt, exist_ok=True)
+                # the new namespace starts with a copy of ours: LUN 1's mounts (the volume torn
+                # down below) go from it first, or they would hold LUN 1 too (own_lun_held_elsewhere)
                 holder = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                                           "mount %s %s && echo up && exec sleep 600" % (d2, mnt)],
+                                           "umount %s && umount %s && mount %s %s && echo up && "
+                                           "exec sleep 600" % (k.poddir("pod-a", vol), k.gmp(vol), d2, mnt)],
                                           stdout=subprocess.PIPE, text=True)
                 check(holder.stdout.readline().strip() == "up", "the other namespace's mount")
                 check(not mounted_at(mnt), "the other namespace's mount is visible here")
@@ -1195,13 +1198,45 @@ def in_use_other_holders(c):
         check(not sessions(c.iqn1), "%s: session left after the holder went: %r" % (what, sessions(c.iqn1)))
 
 
+def own_lun_held_elsewhere(c):
+    """The volume's own LUN still held in another mount namespace (a pod's container that
+    outlived its kubelet, as after a partition) when unmountdevice comes: a Failure that names
+    the holder, the session and the device mount kept, so that kubelet calls again; once the
+    holder is gone the retry logs out.  (Success here left the session logged in for good:
+    the two-node partition case saw it.)"""
+    k, vol = c.k, "pv-held"
+    o = c.opts(vol, lun=1)
+    c.bring_up(vol, o)
+    sid = sessions(c.iqn1)
+    c.ok(k.unmount("pod-a", vol))
+    # a copy of the node's mounts (the device mount among them) in a namespace of its own
+    holder = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                               "echo up && exec sleep 600"], stdout=subprocess.PIPE, text=True)
+    try:
+        check(holder.stdout.readline().strip() == "up", "the holder's namespace")
+        r = k.unmountdevice(vol)
+        check(r.status == "Failure" and "still in use" in r.get("message", ""),
+              "unmountdevice while the LUN is held elsewhere: %r" % r)
+        check(sessions(c.iqn1) == sid, "the session went while its LUN is held: %r" % sessions(c.iqn1))
+        check(mounted_at(k.gmp(vol)), "the device mount was not put back")
+        log("held elsewhere: %s" % r.get("message"))
+    finally:
+        holder.kill()
+        holder.wait()
+    c.ok(k.unmountdevice(vol))
+    check(not mounted_at(k.gmp(vol)), "global path still mounted")
+    check(not sessions(c.iqn1), "session left after the holder went: %r" % sessions(c.iqn1))
+    c.ok(k.detach(vol))
+
+
 CASES = {f.__name__: f for f in (lifecycle, two_luns, chap, chap_failure, records, wrong_portal, expand,
                                   sigkill_login, state_wiped, relogin, measure, cycle_ab,
                                   detach_unmounted,
                                   node_lifecycle,
                                   node_two_luns, node_chap_secret, gc, node_inline_names,
                                   fence_two_nodes, chap_per_volume,
-                                  admin_session_and_records_kept, in_use_other_holders)}
+                                  admin_session_and_records_kept, in_use_other_holders,
+                                  own_lun_held_elsewhere)}
 
 
 def main():
