@@ -104,6 +104,8 @@ class Target:
 class MGuest(V.Guest):
     """a guest of the two-node set: its own workspace dir, the relay to the host's target"""
 
+    portal = PORTAL
+
     def __init__(self, cl, name, port, initiator):
         super().__init__(cl, name, port, initiator)
         self.dir = os.path.join(WORK, name)
@@ -114,14 +116,6 @@ class MGuest(V.Guest):
             cfg = json.load(f)
         cfg["relays"] = [[TARGET_PORT, "10.0.2.2", TARGET_PORT]]
         C.write(self.path("node.json"), json.dumps(cfg, indent=1) + "\n")
-
-    def lun_disk(self, iqn, lun=1):
-        r = self.sh("readlink", "-f", f"/dev/disk/by-path/ip-{PORTAL}-iscsi-{iqn}-lun-{lun}", check_rc=False)
-        d = r["stdout"].strip()
-        return d if r["rc"] == 0 and d.startswith("/dev/sd") else None
-
-    def disk_mounts(self, dev):
-        return sorted(m[0] for m in self.mounts() if dev and m[2] == dev)
 
     def kubelet(self, op):
         r = self.rpc({"op": op}, 400)
@@ -194,27 +188,8 @@ def pv_of(lun):
 
 
 def in_use(t, g, pv, pod, lun, mode):
-    """the pod runs on @g: one session to the target, the LUN's disk in /sys/block, mounted at the
-    pod's dir (and, controller mode, the global mount; node mode, the driver's own device mount),
-    @g's key alone registered and holding a WRITE EXCLUSIVE - REGISTRANTS ONLY reservation"""
-    s = [x for x in g.sessions() if IQN in x]
-    check(len(s) == 1, f"{g.name}: sessions to {IQN}: {g.sessions()}")
-    dev = g.lun_disk(IQN, lun)
-    check(dev is not None, f"{g.name}: no disk for LUN {lun} (by-path link)")
-    check(g.sh("test", "-d", f"/sys/block/{os.path.basename(dev)}", check_rc=False)["rc"] == 0, f"{dev} not in /sys/block")
-    mps = g.disk_mounts(dev)
-    want = [V.pod_volume_dir(t, pod, "iscsi", pv)]
-    if mode == "controller":
-        want.append(C.p("kubelet", "plugins", "kubernetes.io", "flexvolume", "flexvol", "iscsi", "mounts", pv))
-    else:
-        own = os.path.join(C.RUN, "flexvol", "iscsi", "mounts", pv) + "/"
-        want += [m for m in mps if m.startswith(own) and "/" not in m[len(own):]][:1]
-    check(sorted(want) == mps, f"{g.name}: mounts of {dev}: {mps}, want {sorted(want)}")
-    keys, res = g.pr_state(dev)
-    key = pr_key(g.initiator)
-    check(res is not None and res[0] == key and "registrants only" in res[1].lower() and keys == [key],
-          f"{g.name}: reservation of {dev}: keys {[hex(k) for k in keys]}, holder {res}; its key {key:#x}")
-    return dev
+    """cases_vmnode's check of a LUN in use by a pod on @g, for this target"""
+    return V._iscsi_in_use(t, g, pv, pod, IQN, mode, lun)
 
 
 def key_hex(k):

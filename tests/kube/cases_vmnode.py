@@ -244,10 +244,16 @@ registerWithTaints:
         r = self.sh("sh", "-c", "ls /etc/iscsi/nodes 2>/dev/null || true")
         return r["stdout"].split()
 
+    portal = PORTAL  # the target's portal as the guest reaches it (udev's by-path names)
+
     def lun_disk(self, iqn, lun=1):
-        r = self.sh("readlink", "-f", f"/dev/disk/by-path/ip-{PORTAL}-iscsi-{iqn}-lun-{lun}", check_rc=False)
+        r = self.sh("readlink", "-f", f"/dev/disk/by-path/ip-{self.portal}-iscsi-{iqn}-lun-{lun}",
+                    check_rc=False)
         d = r["stdout"].strip()
         return d if r["rc"] == 0 and d.startswith("/dev/sd") else None
+
+    def disk_mounts(self, dev):
+        return sorted(m[0] for m in self.mounts() if dev and m[2] == dev)
 
     def pr_state(self, dev):
         """(registered keys, (holder key, type) or None) of a LUN, as sg_persist reads them"""
@@ -751,16 +757,17 @@ def _iscsi_gone(g, iqn):
     check(g.lun_disk(iqn) is None, f"the LUN's disk is still there: {g.lun_disk(iqn)}")
 
 
-def _iscsi_in_use(t, g, pv, pod, iqn, mode):
-    """the pod runs: a session to the target, the LUN's disk in /sys/block, mounted (the pod dir;
-    in controller mode also the global mount, in node mode the driver's device mount), the node's key holds a WRITE EXCLUSIVE -
-    REGISTRANTS ONLY reservation"""
+def _iscsi_in_use(t, g, pv, pod, iqn, mode, lun=1):
+    """the pod runs on @g: one session to the target, the LUN's disk in /sys/block, mounted (the
+    pod dir; in controller mode also the global mount, in node mode the driver's device mount),
+    @g's key alone registered and holding a WRITE EXCLUSIVE - REGISTRANTS ONLY reservation"""
     s = [x for x in g.sessions() if iqn in x]
-    check(len(s) == 1, f"sessions to {iqn}: {g.sessions()}")
-    dev = g.lun_disk(iqn)
-    check(dev is not None, "no disk for the LUN (by-path link)")
-    check(g.sh("test", "-d", f"/sys/block/{os.path.basename(dev)}", check_rc=False)["rc"] == 0, f"{dev} not in /sys/block")
-    mps = sorted(m[0] for m in g.mounts() if m[2] == dev)
+    check(len(s) == 1, f"{g.name}: sessions to {iqn}: {g.sessions()}")
+    dev = g.lun_disk(iqn, lun)
+    check(dev is not None, f"{g.name}: no disk for LUN {lun} (by-path link)")
+    check(g.sh("test", "-d", f"/sys/block/{os.path.basename(dev)}", check_rc=False)["rc"] == 0,
+          f"{dev} not in /sys/block")
+    mps = g.disk_mounts(dev)
     want = [pod_volume_dir(t, pod, "iscsi", pv)]
     if mode == "controller":
         want.append(C.p("kubelet", "plugins", "kubernetes.io", "flexvolume", "flexvol", "iscsi", "mounts", pv))
@@ -769,11 +776,11 @@ def _iscsi_in_use(t, g, pv, pod, iqn, mode):
         # (docs/design.md, "Node mode keys"; the lane's run_dir: cluster.py's FLEXVOL_RUN_DIR)
         own = os.path.join(C.RUN, "flexvol", "iscsi", "mounts", pv) + "/"
         want += [m for m in mps if m.startswith(own) and "/" not in m[len(own):]][:1]
-    check(sorted(want) == mps, f"mounts of {dev}: {mps}, want {sorted(want)}")
+    check(sorted(want) == mps, f"{g.name}: mounts of {dev}: {mps}, want {sorted(want)}")
     keys, res = g.pr_state(dev)
     key = pr_key(g.initiator)
     check(res is not None and res[0] == key and "registrants only" in res[1].lower() and keys == [key],
-          f"reservation of {dev}: keys {[hex(k) for k in keys]}, holder {res}; this node's key {key:#x}")
+          f"{g.name}: reservation of {dev}: keys {[hex(k) for k in keys]}, holder {res}; its key {key:#x}")
     return dev
 
 
