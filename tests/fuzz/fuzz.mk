@@ -27,9 +27,10 @@ FV_CFLAGS += -Wno-error -Wno-unknown-warning-option
 endif
 
 # the handlers' objects: the provisioner's but main (the process), runner (the watch loop),
-# lease, httpd, agent (the node's files) and kube (answered by the target itself)
+# lease, httpd, agent (the node's files), migrate (a command of its own, with its own API
+# client) and kube (answered by the target itself)
 FUZZ_PROV_OBJS := $(filter-out $(addprefix $(O)/obj/provisioner/,main.o runner.o lease.o \
-	httpd.o agent.o kube.o),$(PROV_OBJS))
+	httpd.o agent.o migrate.o kube.o),$(PROV_OBJS))
 
 $(O)/fuzz/fuzz-watch: tests/fuzz/fuzz-watch.c $(O)/obj/provisioner/kube.o $(O)/obj/provisioner/decode.o \
 		$(O)/obj/provisioner/jsonutil.o $(O)/obj/provisioner/params.o $(PROV_NFS_OBJS) \
