@@ -279,7 +279,7 @@ def case_multinode_iscsi_move(t):
     finally:
         V.delete_pods(t, "mn-move-a", "mn-move-b")
         t.drop_pv(pv)
-    V._iscsi_gone(b, IQN)
+    V._iscsi_gone(b, IQN, within=120)
 
 
 def case_multinode_multiattach(t):
@@ -309,7 +309,7 @@ def case_multinode_multiattach(t):
         V.delete_pods(t, "mn-ma-b", "mn-ma-a")
         t.drop_pv(pv)
     for g in (a, b):
-        V._iscsi_gone(g, IQN)
+        V._iscsi_gone(g, IQN, within=120)
 
 
 WRITER = ("echo data-of-a > /data/marker && sync && echo WROTE; i=0; "
@@ -432,7 +432,7 @@ def case_multinode_partition(t):
             a.rpc({"op": "start-kubelet"}, 400)
         V.delete_pods(t, "mn-part-b", "mn-part-a")
         t.drop_pv(pv)
-    V._iscsi_gone(b, IQN)
+    V._iscsi_gone(b, IQN, within=120)
 
 
 def case_multinode_fence_node_mode(t):
@@ -469,7 +469,7 @@ def case_multinode_fence_node_mode(t):
         V.delete_pods(t, "mn-nf-b", "mn-nf-a")
         t.drop_pv(pv)
     for g in (a, b):
-        V._iscsi_gone(g, IQN)
+        V._iscsi_gone(g, IQN, within=120)
 
 
 def case_multinode_down(t):

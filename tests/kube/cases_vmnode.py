@@ -754,8 +754,15 @@ def case_vmnode_nfs_stale(t):
         g.sh("sh", "-c", f"exportfs -ra; rm -rf {d}")
 
 
-def _iscsi_gone(g, iqn):
-    """no session to the target, no node record, no disk of it left in the guest"""
+def _iscsi_gone(g, iqn, within=0):
+    """no session to the target, no node record, no disk of it left in the guest (after up to
+    @within s: a pod deleted from the API may still have its UnmountDevice running)"""
+    if within:
+        try:
+            C.wait_for(f"{g.name}'s session to {iqn} to go",
+                       lambda: not [x for x in g.sessions() if iqn in x], within, 2)
+        except TimeoutError:
+            pass  # the check below says what is left
     s = [x for x in g.sessions() if iqn in x]
     check(not s, f"iSCSI session left: {s}")
     recs = [x for x in g.node_records() if x == iqn]
