@@ -30,8 +30,9 @@ import subprocess
 import sys
 import time
 
+import cases_provisioner as P
 import cluster as C
-from run import BUSYBOX, INSTALLER, LINE_RE, NS, CaseFailed, check
+from run import BUSYBOX, INSTALLER, LINE_RE, LOG_KCM, NS, CaseFailed, check
 
 sys.path.insert(0, os.path.join(C.ROOT, "tests", "vm"))
 from iscsi_driver import pr_key  # noqa: E402 - the driver's reservation key of an initiator name
@@ -830,6 +831,45 @@ def case_vmnode_iscsi_controller(t):
         t.drop_pv(pv)
 
 
+CHAP_FILE = "/etc/flexvol/chap/vm-target2"   # in the guest, below the policy's chapDir
+
+
+def case_vmnode_iscsi_controller_chap_file(t):
+    """iSCSI in controller mode with CHAP from a credentials file on the node (the target that
+    requires it; the kubelet passes no Secret to waitforattach): the file written in the guest
+    as an administrator would (root, 0600, below the policy's chapDir), the PV naming it; attach
+    in the controller-manager, the login in the guest's waitforattach; the pod writes; deleted:
+    logged out, no session, record or disk left; the secret in neither driver log."""
+    g = guest()
+    t.ensure_mode("controller")
+    pv = "vm-iscsi-cf"
+    g.sh("sh", "-c", f"umask 077 && mkdir -p {os.path.dirname(CHAP_FILE)} && cat > {CHAP_FILE}",
+         input=f"session.username = {CHAP_USER}\nsession.password = {CHAP_SECRET}\n")
+    pos, gpos = t.logpos(), g.logpos()
+    portals = chap_portal_listed(t)
+    try:
+        admitted(t, lambda: flex_pv(t, pv, "iscsi", {"targetPortal": PORTAL, "iqn": IQN2, "lun": "1",
+                                                     "chapCredentialsFile": CHAP_FILE}, "ReadWriteOnce", fs="ext4"))
+        run_pod(t, g, "vm-iscsi-cf", "echo chap-file > /data/f && sync && echo WROTE && sleep 3600", pv, "WROTE")
+        t.wait_op("kcm", "attach", pos, driver="iscsi")
+        for op in ("waitforattach", "mountdevice", "mount"):
+            g.wait_op(op, gpos, "iscsi")
+        _iscsi_in_use(t, g, pv, "vm-iscsi-cf", IQN2, "controller")
+        pos, gpos = t.logpos(), g.logpos()
+        delete_pods(t, "vm-iscsi-cf")
+        g.wait_op("unmountdevice", gpos, "iscsi")
+        t.wait_op("kcm", "detach", pos, driver="iscsi", timeout=300)
+        _iscsi_gone(g, IQN2, within=120)
+    finally:
+        delete_pods(t, "vm-iscsi-cf")
+        t.drop_pv(pv)
+        chap_portals_restored(t, portals)
+        g.sh("rm", "-f", CHAP_FILE, check_rc=False)
+    check(CHAP_SECRET not in g.read(GUEST_DRIVER_LOG)[0], "the CHAP secret is in the guest's driver log")
+    with open(LOG_KCM, errors="replace") as f:
+        check(CHAP_SECRET not in f.read(), "the CHAP secret is in the controller-manager's driver log")
+
+
 def guest_mode(t, g, mode):
     """t.ensure_mode on the host, then the guest's side: its installer copied the mode's node
     config, its kubelet restarted so that it probes the drivers again"""
@@ -923,11 +963,12 @@ E2E_FOCUS = r"External.Storage.*flexvol-nfs"
 E2E_SKIP = r"\[Feature:|\[Disruptive\]|\[Serial\]|\[Slow\]|should not mount / map unused volumes"
 
 
-def _e2e_provisioner(t, g):
+def provisioner_on_guest(t, g, share):
     """deploy/provisioner's rbac.yaml and deployment.yaml on the guest node, its share the
-    guest's export as the manifest mounts it (an nfs volume, the guest's kubelet mounts it), the
-    API server at 10.0.2.2 (QEMU's gateway); the class of test-driver-nfs.yaml"""
+    guest's export below @share as the manifest mounts it (an nfs volume: the guest's kubelet
+    mounts it), the API server at 10.0.2.2 (QEMU's gateway)"""
     prov = os.path.join(C.ROOT, "deploy", "provisioner")
+    g.sh("mkdir", "-p", share)
     objs = t.objs(os.path.join(prov, "rbac.yaml")) + t.objs(os.path.join(prov, "deployment.yaml"))
     for o in objs:
         if o["kind"] != "Deployment":
@@ -943,20 +984,100 @@ def _e2e_provisioner(t, g):
         ct["imagePullPolicy"] = "Never"
         ct["env"] = ct.get("env", []) + [{"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.2.2"},
                                          {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}]
-        ct["args"] = [f"--share={NFS_SERVER}:{E2E_SHARE}" if a.startswith("--share=") else a for a in ct["args"]]
+        ct["args"] = [f"--share={NFS_SERVER}:{share}" if a.startswith("--share=") else a for a in ct["args"]]
         for v in spec["volumes"]:
             if v["name"] == "share":
-                v["nfs"] = {"server": NFS_SERVER, "path": E2E_SHARE}
+                v["nfs"] = {"server": NFS_SERVER, "path": share}
     t.k("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
     r = t.k("-n", "kube-system", "rollout", "status", "deploy/flexvol-provisioner", "--timeout=300s",
             check=False, timeout=330)
     check(r.returncode == 0, f"provisioner on the guest: {r.stderr.strip()} "
           f"{t.k('-n', 'kube-system', 'get', 'pods', '-o', 'wide', check=False).stdout}")
-    sc = [o for o in t.objs(os.path.join(prov, "storageclass.yaml")) if o["kind"] == "StorageClass"][0]
-    sc["metadata"]["name"] = E2E_CLASS
-    sc["parameters"].update({"server": NFS_SERVER, "share": E2E_SHARE, "onDelete": "delete", "nfsVersion": "4.2"})
+
+
+def provisioner_gone(t):
+    t.k("-n", "kube-system", "delete", "deploy", "flexvol-provisioner", "--ignore-not-found", "--wait=true",
+        "--timeout=120s", check=False, timeout=150)
+
+
+def guest_class(t, name, share, **params):
+    """deploy/provisioner/storageclass.yaml's class, named @name, served from the guest's @share"""
+    sc = [o for o in t.objs(os.path.join(C.ROOT, "deploy", "provisioner", "storageclass.yaml"))
+          if o["kind"] == "StorageClass"][0]
+    sc["metadata"]["name"] = name
+    sc["parameters"].update({"server": NFS_SERVER, "share": share, "nfsVersion": "4.2"}, **params)
     sc["parameters"].pop("mountOptions", None)
     t.apply(sc)
+
+
+PROV_SHARE = f"{NFS_EXPORT}/prov"
+
+
+def case_vmnode_provisioner(t):
+    """flexvol-provisioner as deploy/provisioner ships it, on the guest node, its share the
+    guest's export mounted the way the Deployment mounts it: a claim of each onDelete (archive,
+    delete, retain) provisioned, one directory each on the server's export; a pod on the guest
+    mounts the three (flexvol/nfs under the guest's kubelet) and writes in each, and the server's
+    directories hold what it wrote; the claims deleted: the PVs go, and the export shows each
+    onDelete (archived-<dir> with the file, the directory gone, the directory kept)."""
+    g = guest()
+    ods = ("archive", "delete", "retain")
+    names = [f"vm-prov-{od}" for od in ods]
+
+    def dirs():
+        return sorted(g.sh("ls", "-A", PROV_SHARE)["stdout"].split())
+    provisioner_on_guest(t, g, PROV_SHARE)
+    try:
+        for od in ods:
+            guest_class(t, f"flexvol-nfs-vm-{od}", PROV_SHARE, onDelete=od)
+        t.k("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": n, "namespace": NS},
+             "spec": {"storageClassName": f"flexvol-nfs-vm-{od}", "accessModes": ["ReadWriteMany"],
+                      "resources": {"requests": {"storage": "1Gi"}}}} for n, od in zip(names, ods)]}))
+        P.wait_bound(t, names, timeout=180)
+        dirname = {}
+        for n in names:
+            match = [d for d in dirs() if f"-{n}-" in d]
+            check(len(match) == 1, f"directories of {n} on the export: {match} (all: {dirs()})")
+            dirname[n] = match[0]
+        spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 2, "hostNetwork": True,
+                "nodeSelector": {"kubernetes.io/hostname": g.name},
+                "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [{"name": "app", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                "command": ["/bin/sh", "-c", "for d in /data/*; do echo \"$d\" > $d/f; done && "
+                                            "sync && echo WROTE && sleep 3600"],
+                                "volumeMounts": [{"name": n, "mountPath": f"/data/{n}"} for n in names]}],
+                "volumes": [{"name": n, "persistentVolumeClaim": {"claimName": n}} for n in names]}
+        t.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "vm-prov", "namespace": NS}, "spec": spec})
+        t.wait_pod("vm-prov", timeout=300)
+        t.wait_log("vm-prov", "WROTE", timeout=120)
+        for n in names:
+            got = g.read(f"{PROV_SHARE}/{dirname[n]}/f")[0]
+            check(got == f"/data/{n}\n", f"the export's {dirname[n]}/f holds {got!r}")
+            check(_nfs_mount_of(g, pod_volume_dir(t, "vm-prov", "nfs", P.pvs_of(t, [n])[n][0]["metadata"]["name"]))
+                  is not None, f"{n}: no NFS mount at the pod's volume directory in the guest")
+        delete_pods(t, "vm-prov")
+        for n in names:
+            t.delete("pvc", n)
+        C.wait_for("the three PVs deleted", lambda: not any(P.pvs_of(t, names).values()), 180, 1)
+        a, d, r = (dirname[n] for n in names)
+
+        def settled():
+            now = dirs()
+            return a not in now and d not in now and r in now and f"archived-{a}" in now
+        try:
+            C.wait_for("onDelete applied on the export", settled, 60, 1)
+        except TimeoutError as e:
+            raise CaseFailed(f"{e}: the export holds {dirs()}; expected {a} archived, {d} deleted, {r} kept")
+        check(g.read(f"{PROV_SHARE}/archived-{a}/f")[0] == f"/data/{names[0]}\n", "the archived directory lost its file")
+    finally:
+        delete_pods(t, "vm-prov")
+        for n in names:
+            t.delete("pvc", n)
+        for od in ods:
+            t.k("delete", "storageclass", f"flexvol-nfs-vm-{od}", "--ignore-not-found", check=False)
+        provisioner_gone(t)
+        g.sh("rm", "-rf", PROV_SHARE, check_rc=False)
 
 
 def case_vmnode_nfs_e2e(t):
@@ -972,8 +1093,8 @@ def case_vmnode_nfs_e2e(t):
     for tar in ("busybox.tar", "nginx.tar", "agnhost.tar"):
         g.sh(os.path.join(t.cl.bin, "ctr"), "--address", sock, "-n", "k8s.io", "images", "import", "--local",
              os.path.join(cache, "images", tar), timeout=600)
-    g.sh("mkdir", "-p", E2E_SHARE)
-    _e2e_provisioner(t, g)
+    provisioner_on_guest(t, g, E2E_SHARE)
+    guest_class(t, E2E_CLASS, E2E_SHARE, onDelete="delete")
     report = os.path.join(C.ROOT, "build", "kube-e2e-nfs")
     os.makedirs(report, exist_ok=True)
     t.k("taint", "node", C.NODE, f"{E2E_HOST_TAINT}=true:NoSchedule", "--overwrite")
@@ -997,8 +1118,7 @@ def case_vmnode_nfs_e2e(t):
         t.k("taint", "node", g.name, f"{TAINT}=true:NoSchedule", "--overwrite", check=False)
         t.k("taint", "node", C.NODE, f"{E2E_HOST_TAINT}-", check=False)
         t.k("delete", "storageclass", E2E_CLASS, "--ignore-not-found", check=False)
-        t.k("-n", "kube-system", "delete", "deploy", "flexvol-provisioner", "--ignore-not-found", "--wait=true",
-            "--timeout=120s", check=False, timeout=150)
+        provisioner_gone(t)
     text = open(log_, errors="replace").read()
     summary = [ln for ln in text.splitlines() if ln.startswith(("Ran ", "FAIL!", "SUCCESS!"))
                or "[FAIL]" in ln]
@@ -1037,7 +1157,8 @@ if os.environ.get("FLEXVOL_KUBE_VMNODE") == "1":
     CASES = [case_vmnode_join, case_vmnode_nfs_v3_rwx, case_vmnode_nfs_v42, case_vmnode_nfs_readonly,
              case_vmnode_nfs_subpath, case_vmnode_nfs_fsgroup, case_vmnode_nfs_stale,
              case_vmnode_nfs_server_stopped, case_vmnode_nfs_server_stopped_soft,
-             case_vmnode_iscsi_controller, case_vmnode_iscsi_node]
+             case_vmnode_iscsi_controller, case_vmnode_iscsi_controller_chap_file, case_vmnode_iscsi_node,
+             case_vmnode_provisioner]
     if os.environ.get("FLEXVOL_E2E_DIR"):
         CASES.append(case_vmnode_nfs_e2e)
     CASES.append(case_vmnode_down)
