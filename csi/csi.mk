@@ -111,6 +111,15 @@ static-csi: static
 		{ echo "static: $(STATIC_O)/flexvol-csi is not for $(ARCH): $$(file -b $(STATIC_O)/flexvol-csi)" >&2; exit 1; }; \
 	echo "  STATIC  $(STATIC_O)/flexvol-csi: $$(stat -c %s $(STATIC_O)/flexvol-csi) bytes, statically linked, $(ARCH)"
 
+# the installer image's /flexvol/csi/ (deploy/Containerfile; deploy/csi runs it from there) and
+# the licences of what flexvol-csi links besides the drivers' libraries: nghttp2 (MIT),
+# protobuf-c (BSD-2-Clause)
+define image-context-csi
+mkdir -p $(IMAGE_O)/csi && cp $(STATIC_O)/flexvol-csi $(IMAGE_O)/csi/ && \
+	cp /usr/share/doc/libnghttp2-14/copyright $(IMAGE_O)/LICENSES/nghttp2.copyright && \
+	cp /usr/share/doc/libprotobuf-c1/copyright $(IMAGE_O)/LICENSES/protobuf-c.copyright
+endef
+
 check-static-csi: static-csi
 	$(Q)tests/csi/static-smoke --bin $(STATIC_O)/flexvol-csi $(if $(STATIC_CROSS),--emulator $(STATIC_QEMU))
 

@@ -5,13 +5,16 @@
 # from the image contexts build/image (amd64) and build/image-arm64 (arm64) that make release
 # has just built with that version compiled in:
 #
-#   OUTDIR/flexvol-installer-VERSION.oci.tar  the installer image for linux/amd64 and linux/arm64:
+#   OUTDIR/flexvol-installer-VERSION.oci.tar  the installer image for linux/amd64 and linux/arm64
+#                                             (the drivers, flexvol-provisioner, flexvol-csi):
 #                                             one OCI image index, as an OCI archive
 #                                             (skopeo copy --all oci-archive:FILE docker://IMAGE:VERSION,
 #                                             or buildah/podman pull oci-archive:FILE)
-#   OUTDIR/manifests/<overlay>[+loop][+provisioner].yaml
+#   OUTDIR/manifests/<overlay>[+loop][+provisioner][+csi[+csi-controller]].yaml
 #                                             every overlay with every combination of the
-#                                             components, rendered, every container on IMAGE@<digest>
+#                                             components, rendered, every flexvol container on
+#                                             IMAGE@<digest> (the CSI sidecars on kubernetes-csi's
+#                                             pinned images)
 #   OUTDIR/flexvol-VERSION.tgz                the Helm chart, version VERSION, values pinned to
 #                                             IMAGE@<digest>
 #   the entry of VERSION of CHANGELOG.md, in OUTDIR under the same name
@@ -59,13 +62,16 @@ site=$T/site; mkdir -p "$site"
 rel=$(realpath --relative-to="$site" "$ROOT/deploy")
 for o in "$ROOT"/deploy/overlays/*/kustomization.yaml; do
 	o=$(basename "$(dirname "$o")")
-	for comps in "" loop provisioner "loop provisioner"; do
+	# csi/controller only with csi (its sidecars use the node plugin's socket)
+	for comps in "" loop provisioner "loop provisioner" csi "loop csi" "provisioner csi" "loop provisioner csi" \
+		"csi csi/controller" "loop csi csi/controller" "provisioner csi csi/controller" \
+		"loop provisioner csi csi/controller"; do
 		name=$o
 		{
 			printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n'
 			printf 'resources:\n  - %s\n' "$rel/overlays/$o"
 			[ -z "$comps" ] || printf 'components:\n'
-			for c in $comps; do name=$name+$c; printf '  - %s\n' "$rel/$c"; done
+			for c in $comps; do name=$name+${c//\//-}; printf '  - %s\n' "$rel/$c"; done
 			printf 'images:\n  - name: registry.example.com/flexvol/installer\n    newName: %s\n    digest: %s\n' \
 				"$IMAGE" "$digest"
 		} > "$site/kustomization.yaml"

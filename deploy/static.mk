@@ -138,7 +138,7 @@ check-deploy: all
 #   make image-context && podman build -t flexvol-installer:dev build/image
 #   make image-context ARCH=arm64 && podman build --platform linux/arm64 ... build/image-arm64
 IMAGE_APPLETS := sh cp mv rm rmdir mkdir chmod cmp stat sync sleep cat ls dirname basename tr printf sed kill nsenter
-image-context: static
+image-context: static static-csi
 	$(Q)rm -rf $(IMAGE_O) && mkdir -p $(IMAGE_O)/bin
 	$(Q)sed 's/^ARG FLEXVOL_VERSION=.*/ARG FLEXVOL_VERSION=$(FV_VERSION)/' deploy/Containerfile >$(IMAGE_O)/Containerfile
 	$(Q)cp deploy/install.sh deploy/gc.sh $(IMAGE_O)/
@@ -147,6 +147,7 @@ image-context: static
 	$(Q)cp "$$($(STATIC_DEPS) --print-prefix)/BUILDINFO" $(IMAGE_O)/BUILDINFO.static-deps
 	$(Q)BUSYBOX_LICENSE_DIR=$(IMAGE_O)/LICENSES/busybox ci/fetch-busybox $(ARCH) $(IMAGE_O)/busybox $(IMAGE_APPLETS) >> $(IMAGE_O)/BUILDINFO.static-deps
 	$(Q)$(image-context-provisioner)
+	$(Q)$(image-context-csi)
 	$(Q)echo "  IMAGE   $(IMAGE_O) ($(ARCH)): $$(ls $(IMAGE_O)/bin | tr '\n' ' ')+ $$(tail -1 $(IMAGE_O)/BUILDINFO.static-deps)"
 
 # a cross image runs through the kernel's binfmt_misc (busybox sh exec()s applets)

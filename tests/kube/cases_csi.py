@@ -8,8 +8,11 @@ Only with FLEXVOL_KUBE_CSI=1 (`make check-kube-csi`, which builds flexvol-csi, t
 the CSI images); the plain `make check-kube` has none of them. The install is
 tests/kube/overlays/csi: the lane's kubeadm install plus the deploy/csi Component.
 
-The dynamic provisioning case (csi_dynamic_loop) needs the endpoint's Controller service
-(CreateVolume): it runs only with FLEXVOL_KUBE_CSI_CONTROLLER=1.
+csi_dynamic_loop adds deploy/csi/controller (tests/kube/overlays/csi-controller): the
+external-provisioner in node-deployment mode and the external-resizer, on the endpoint's
+Controller service (not with FLEXVOL_KUBE_CSI_CONTROLLER=0: CI builds the registrar only). With
+FLEXVOL_E2E_DIR (`make check-kube-csi-e2e`) Kubernetes' external storage
+e2e suites run through CSI too (csi_e2e_loop).
 """
 import json
 import os
@@ -17,6 +20,7 @@ import subprocess
 import time
 
 import cluster as C
+import e2e_suites as E2E
 from run import HERE, NS, CaseFailed, check
 
 DRIVER = "loop.csi.flexvol"
@@ -27,18 +31,31 @@ SAVE_DIR = C.p("migrate")
 TIMES = {}
 
 
-def _setup(t):
-    if t.installed == "csi":
-        return
-    # This machine's PID 1 is a sandbox init whose namespace files its root cannot open
-    # (nsenter -t 1: Permission denied): flexvol-csi enters the host's mount namespace through
-    # kubelet's PID instead (HOST_NS_PID, deploy/csi/daemonset-node.yaml), set before rollout.
-    t.k("apply", "-k", os.path.join(HERE, "overlays", "csi"), timeout=120)
-    t.k("-n", "kube-system", "set", "env", "ds/flexvol-installer", "-c", "csi-loop",
-        f"HOST_NS_PID={t.cl.procs['kubelet'].pid}")
+def _install(t, overlay):
+    """Install tests/kube/overlays/@overlay (csi, or csi-controller on top of it) with the
+    environment of this run. This machine's PID 1 is a sandbox init whose namespace files its root
+    cannot open (nsenter -t 1: Permission denied): flexvol-csi enters the host's mount namespace
+    through kubelet's PID instead (HOST_NS_PID, deploy/csi/daemonset-node.yaml), given by a
+    kustomization of this run's over the overlay, so that one apply rolls the DaemonSet out once."""
+    d = C.p("csi-install", overlay)
+    os.makedirs(d, exist_ok=True)
+    C.write(os.path.join(d, "kustomization.yaml"), json.dumps({
+        "resources": [os.path.relpath(os.path.join(HERE, "overlays", overlay), d)],
+        "patches": [{"patch": json.dumps({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "flexvol-installer", "namespace": "kube-system"},
+            "spec": {"template": {"spec": {"containers": [{"name": "csi-loop", "env": [
+                {"name": "HOST_NS_PID", "value": str(t.cl.procs["kubelet"].pid)}]}]}}}})}]}))
+    t.k("apply", "-k", d, timeout=120)
     t.rollout()
-    t.installed = "csi"
+    t.installed = overlay
     t.mode = "controller"
+
+
+def _setup(t, overlay="csi"):
+    if t.installed == overlay or (overlay == "csi" and t.installed == "csi-controller"):
+        return
+    _install(t, overlay)
     # kubelet registers the plugin through the registrar's socket: CSINode lists the driver
     def registered():
         n = t.kj("get", "csinode", C.NODE)
@@ -305,6 +322,8 @@ def case_csi_migrate_mapping(t):
                           "options": {"targetPortal": "192.0.2.2:3260",
                                       "iqn": "iqn.2026-01.test:t1", "lun": "3"}},
     }
+    # the shipped admission policy sends CHAP credentials only to listed portals
+    portals = t.chap_portal_listed(vols["csi-map-iscsi"]["options"]["targetPortal"])
     try:
         for name, fv in vols.items():
             t.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
@@ -341,33 +360,94 @@ def case_csi_migrate_mapping(t):
             # Delete policy restored: the PV must not go to a recycler; Retain before deleting
             t.k("patch", "pv", name, "-p", '{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}', check=False)
             t.drop_pv(name)
+        t.chap_portals_restored(portals)
+
+
+XFS_CLASS = "flexvol-csi-loop-xfs"
+
+
+def _xfs_class(t):
+    """The lane's xfs copy of deploy/csi/controller's class flexvol-csi-loop: root on these
+    machines lacks CAP_SYS_RESOURCE, which ext4's online resize needs ("resize2fs: Permission
+    denied to resize filesystem"); xfs_growfs does not. xfs needs at least 300Mi."""
+    sc = t.kj("get", "storageclass", "flexvol-csi-loop")
+    t.apply({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": XFS_CLASS},
+             "provisioner": DRIVER, "volumeBindingMode": sc["volumeBindingMode"],
+             "reclaimPolicy": "Delete", "allowVolumeExpansion": True,
+             "parameters": dict(sc.get("parameters") or {}, **{"csi.storage.k8s.io/fstype": "xfs"})})
 
 
 def case_csi_dynamic_loop(t):
     """Dynamic provisioning through CSI (deploy/csi/controller: external-provisioner in
-    node-deployment mode): a claim of class flexvol-csi-loop gets an image on the pod's node,
-    data written, the claim deleted: the image goes (reclaim Delete)."""
-    _setup(t)
-    t.install("csi-controller")
+    node-deployment mode): a claim of the class (its xfs copy) gets an image on the pod's node,
+    data written, grown online (external-resizer, then NodeExpandVolume); the claim deleted:
+    the image goes (reclaim Delete)."""
+    _setup(t, "csi-controller")
+    _xfs_class(t)
     name = "csi-dyn"
+    img = None
     try:
         t.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                  "metadata": {"name": name, "namespace": NS},
-                 "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "flexvol-csi-loop",
-                          "resources": {"requests": {"storage": "64Mi"}}}})
+                 "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": XFS_CLASS,
+                          "resources": {"requests": {"storage": "300Mi"}}}})
         t.pod(f"{name}-w", "echo DYN > /data/f && sync && cat /data/f && sleep 3600", claim=name)
         t.wait_pod(f"{name}-w", timeout=180)
         t.wait_log(f"{name}-w", "DYN")
         pvname = t.kj("get", "pvc", name, "-n", NS)["spec"]["volumeName"]
-        check(t.kj("get", "pv", pvname)["spec"]["csi"]["driver"] == DRIVER, "not a CSI PV")
+        pv = t.kj("get", "pv", pvname)["spec"]
+        check(pv["csi"]["driver"] == DRIVER, f"not a CSI PV: {pv}")
+        img = t.backing(pv["csi"]["volumeHandle"] + ".img")
+        check(os.path.isfile(img), f"no image {img}")
+        def df_kib():
+            return int(t.k("exec", "-n", NS, f"{name}-w", "--", "df", "-k", "/data").stdout.split()[-5])
+        before = df_kib()
+        t.k("patch", "pvc", name, "-n", NS, "-p", '{"spec":{"resources":{"requests":{"storage":"400Mi"}}}}')
+        try:
+            C.wait_for("claim grown to 400Mi", lambda: t.kj("get", "pvc", name, "-n", NS)["status"]
+                       .get("capacity", {}).get("storage") == "400Mi", 120)
+        except TimeoutError as e:
+            raise CaseFailed(f"{e}: {t.kj('get', 'pvc', name, '-n', NS)['status'].get('conditions')}")
+        # xfs's internal log (64 MiB here) is not in df's size: the 100 MiB more are
+        C.wait_for("the mounted filesystem grown by 100 MiB", lambda: df_kib() - before >= 100 * 1024, 60)
     finally:
         t.delete_pod(f"{name}-w")
         t.delete("pvc", name)
+        t.k("delete", "storageclass", XFS_CLASS, "--ignore-not-found", check=False)
+    if img:
+        C.wait_for(f"image {img} removed", lambda: not os.path.exists(img), 120)
+
+
+# Kubernetes' external storage e2e suites through CSI (make check-kube-csi-e2e): every suite for
+# loop.csi.flexvol that needs no optional feature, no disruption and no second node
+# (e2e_suites.SKIP_ALWAYS), but the immediate-binding patterns: a loop volume lives on the node
+# the scheduler picks (the class is WaitForFirstConsumer). FLEXVOL_E2E_FOCUS/SKIP override.
+E2E_FOCUS = r"External.Storage.*loop.csi.flexvol"
+E2E_SKIP = E2E.SKIP_ALWAYS + r"|immediate.binding"
+
+
+def case_csi_e2e_loop(t):
+    """Kubernetes' external storage e2e suites (tests/kube/e2e/test-driver-csi-loop.yaml)
+    against loop.csi.flexvol: deploy/csi with deploy/csi/controller, the class flexvol-csi-loop
+    with xfs. The summary and every failed spec are printed, the JUnit report kept in
+    build/kube-e2e-csi/."""
+    _setup(t, "csi-controller")
+    E2E.import_images(lambda *a: t.cl.ctr(*a, timeout=300), os.environ["FLEXVOL_E2E_DIR"])
+    _xfs_class(t)
+    try:
+        rc, secs, log = E2E.run("test-driver-csi-loop.yaml", E2E_FOCUS, E2E_SKIP, "kube-e2e-csi")
+    finally:
+        t.k("delete", "storageclass", XFS_CLASS, "--ignore-not-found", check=False)
+    print(f"     e2e suites through CSI: {secs:.0f} s", flush=True)
+    check(rc == 0, f"e2e.test exit {rc}; log {log}")
 
 
 CASES = []
 if os.environ.get("FLEXVOL_KUBE_CSI") == "1":
     CASES = [case_csi_register, case_csi_static_loop, case_csi_migrate_loop, case_csi_rollback_loop,
              case_csi_migrate_mapping]
-    if os.environ.get("FLEXVOL_KUBE_CSI_CONTROLLER") == "1":
+    # deploy/csi/controller's cases need its sidecars' images (KUBE_CSI_SIDECARS)
+    if os.environ.get("FLEXVOL_KUBE_CSI_CONTROLLER", "1") == "1":
         CASES.append(case_csi_dynamic_loop)
+        if os.environ.get("FLEXVOL_E2E_DIR"):
+            CASES.append(case_csi_e2e_loop)

@@ -16,6 +16,7 @@ import time
 
 import cases_provisioner as P
 import cluster as C
+import e2e_suites as E2E
 from run import INSTALLER, NS, CaseFailed, check
 
 LOOP_DIR = os.path.join(C.ROOT, "deploy", "loop")
@@ -210,19 +211,13 @@ CASES = [case_loopprov_provision_write_expand_delete, case_loopprov_capacity_ref
 
 # --- Kubernetes' external storage e2e suites ---------------------------------------------------
 
-E2E_DRIVER = os.path.join(C.ROOT, "tests", "kube", "e2e", "test-driver-loop.yaml")
 # make check-kube-e2e: every external suite for flexvol-loop that needs no optional feature, no
-# disruption and no second node, but
-# - the immediate-binding patterns: a flexvol/loop class must be WaitForFirstConsumer (the
-#   provisioner refuses Immediate: a loop volume lives on the node the scheduler picks);
-# - volumeMode's "should not mount / map unused volumes": it looks at the node through a
-#   host-exec pod that nsenters PID 1's mount namespace, which these machines refuse even to root
-#   ("nsenter: cannot open /proc/1/ns/mnt: Permission denied"; it also reads /var/lib/kubelet,
-#   whatever -kubelet-root-dir says).
+# disruption and no second node (e2e_suites.SKIP_ALWAYS), but the immediate-binding patterns: a
+# flexvol/loop class must be WaitForFirstConsumer (the provisioner refuses Immediate: a loop
+# volume lives on the node the scheduler picks).
 # FLEXVOL_E2E_FOCUS/SKIP override; CI focuses on tests/kube/e2e/ci-focus.
 E2E_FOCUS = r"External.Storage.*flexvol-loop"
-E2E_SKIP = (r"\[Feature:|\[Disruptive\]|\[Serial\]|\[Slow\]|immediate.binding|"
-            r"should not mount / map unused volumes")
+E2E_SKIP = E2E.SKIP_ALWAYS + r"|immediate.binding"
 
 
 def case_loopprov_e2e(t):
@@ -230,30 +225,9 @@ def case_loopprov_e2e(t):
     tests/kube/e2e/test-driver-loop.yaml) against deploy/loop's class; the summary and every
     failed spec are printed, the JUnit report kept in build/kube-e2e/."""
     _setup(t)
-    cache = os.environ["FLEXVOL_E2E_DIR"]
-    for tar in ("busybox.tar", "nginx.tar", "agnhost.tar"):
-        t.cl.ctr("images", "import", "--local", os.path.join(cache, "images", tar), timeout=300)
-    report = os.path.join(C.ROOT, "build", "kube-e2e")
-    os.makedirs(report, exist_ok=True)
-    env = dict(os.environ, KUBE_TEST_REPO_LIST=os.path.join(cache, "repo-list.yaml"),
-               KUBECONFIG=C.p("admin.kubeconfig"))
-    argv = [os.path.join(cache, "e2e.test"),
-            "-ginkgo.focus=" + os.environ.get("FLEXVOL_E2E_FOCUS", E2E_FOCUS),
-            "-ginkgo.skip=" + os.environ.get("FLEXVOL_E2E_SKIP", E2E_SKIP),
-            "-ginkgo.no-color", "-ginkgo.timeout=" + os.environ.get("FLEXVOL_E2E_TIMEOUT", "2h"),
-            "-storage.testdriver=" + E2E_DRIVER, "-provider=local",
-            "-kubeconfig=" + C.p("admin.kubeconfig"), "-report-dir=" + report,
-            "-kubelet-root-dir=" + C.p("kubelet"),
-            "-allowed-not-ready-nodes=0", "-node-os-distro=debian"]
-    log = os.path.join(report, "e2e.log")
-    with open(log, "w") as f:
-        r = __import__("subprocess").run(argv, stdout=f, stderr=__import__("subprocess").STDOUT,
-                                         env=env, timeout=7500)
-    text = open(log, errors="replace").read()
-    summary = [l for l in text.splitlines() if l.startswith(("Ran ", "FAIL!", "SUCCESS!"))
-               or "[FAIL]" in l]
-    print("\n".join("  e2e: " + l for l in summary[-60:]), flush=True)
-    check(r.returncode == 0, f"e2e.test exit {r.returncode}; log {log}")
+    E2E.import_images(lambda *a: t.cl.ctr(*a, timeout=300), os.environ["FLEXVOL_E2E_DIR"])
+    rc, _, log = E2E.run("test-driver-loop.yaml", E2E_FOCUS, E2E_SKIP, "kube-e2e")
+    check(rc == 0, f"e2e.test exit {rc}; log {log}")
 
 
 if os.environ.get("FLEXVOL_E2E_DIR"):

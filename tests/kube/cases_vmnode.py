@@ -32,6 +32,7 @@ import time
 
 import cases_provisioner as P
 import cluster as C
+import e2e_suites as E2E
 from run import BUSYBOX, INSTALLER, LINE_RE, LOG_KCM, NS, CaseFailed, check
 
 sys.path.insert(0, os.path.join(C.ROOT, "tests", "vm"))
@@ -846,7 +847,7 @@ def case_vmnode_iscsi_controller_chap_file(t):
     g.sh("sh", "-c", f"umask 077 && mkdir -p {os.path.dirname(CHAP_FILE)} && cat > {CHAP_FILE}",
          input=f"session.username = {CHAP_USER}\nsession.password = {CHAP_SECRET}\n")
     pos, gpos = t.logpos(), g.logpos()
-    portals = chap_portal_listed(t)
+    portals = t.chap_portal_listed(PORTAL)
     try:
         admitted(t, lambda: flex_pv(t, pv, "iscsi", {"targetPortal": PORTAL, "iqn": IQN2, "lun": "1",
                                                      "chapCredentialsFile": CHAP_FILE}, "ReadWriteOnce", fs="ext4"))
@@ -863,7 +864,7 @@ def case_vmnode_iscsi_controller_chap_file(t):
     finally:
         delete_pods(t, "vm-iscsi-cf")
         t.drop_pv(pv)
-        chap_portals_restored(t, portals)
+        t.chap_portals_restored(portals)
         g.sh("rm", "-f", CHAP_FILE, check_rc=False)
     check(CHAP_SECRET not in g.read(GUEST_DRIVER_LOG)[0], "the CHAP secret is in the guest's driver log")
     with open(LOG_KCM, errors="replace") as f:
@@ -881,26 +882,6 @@ def guest_mode(t, g, mode):
     r = g.rpc({"op": "restart-kubelet"}, 400)
     check(r["rc"] == 0, f"restart of the guest's kubelet: {r}")
     g.wait_op("init", gpos, "iscsi", timeout=180)
-
-
-def chap_portal_listed(t):
-    """The guest's portal added to the admission policy's chapPortals (ConfigMap
-    kube-system/flexvol-policy, when the install has the policy), as an administrator lists a
-    target that may receive CHAP credentials; returns the value to restore (None: no policy)."""
-    r = t.k("-n", "kube-system", "get", "cm", "flexvol-policy", "-o", "json", check=False)
-    if r.returncode != 0:
-        return None
-    old = json.loads(r.stdout).get("data", {}).get("chapPortals", "")
-    new = ", ".join(p for p in (old.strip(), PORTAL) if p)
-    t.k("-n", "kube-system", "patch", "cm", "flexvol-policy", "--type=merge", "-p",
-        json.dumps({"data": {"chapPortals": new}}))
-    return old
-
-
-def chap_portals_restored(t, old):
-    if old is not None:
-        t.k("-n", "kube-system", "patch", "cm", "flexvol-policy", "--type=merge", "-p",
-            json.dumps({"data": {"chapPortals": old}}), check=False)
 
 
 def admitted(t, fn):
@@ -930,7 +911,7 @@ def case_vmnode_iscsi_node(t):
              "data": {"session.username": base64.b64encode(CHAP_USER.encode()).decode(),
                       "session.password": base64.b64encode(CHAP_SECRET.encode()).decode()}})
     gpos = g.logpos()
-    portals = chap_portal_listed(t)
+    portals = t.chap_portal_listed(PORTAL)
     try:
         admitted(t, lambda: flex_pv(t, pv, "iscsi", {"targetPortal": PORTAL, "iqn": IQN2, "lun": "1"},
                                     "ReadWriteOnce", fs="ext4", secret="vm-chap"))
@@ -947,7 +928,7 @@ def case_vmnode_iscsi_node(t):
         delete_pods(t, "vm-iscsi-n")
         t.drop_pv(pv)
         t.delete("secret", "vm-chap")
-        chap_portals_restored(t, portals)
+        t.chap_portals_restored(portals)
     check(CHAP_SECRET not in g.read(GUEST_DRIVER_LOG)[0], "the CHAP secret is in the guest's driver log")
 
 
@@ -957,10 +938,9 @@ E2E_SHARE = f"{NFS_EXPORT}/e2e"
 E2E_CLASS = "flexvol-nfs-e2e"
 E2E_HOST_TAINT = "flexvol.test/e2e-host"
 # every external suite for flexvol-nfs that needs no optional feature, no disruption and no second
-# node, but volumeMode's "should not mount / map unused volumes" (its host-exec pod nsenters PID
-# 1's mount namespace: tests/kube/cases_loopprov.py); FLEXVOL_E2E_FOCUS / _SKIP override
+# node (e2e_suites.SKIP_ALWAYS); FLEXVOL_E2E_FOCUS / _SKIP override
 E2E_FOCUS = r"External.Storage.*flexvol-nfs"
-E2E_SKIP = r"\[Feature:|\[Disruptive\]|\[Serial\]|\[Slow\]|should not mount / map unused volumes"
+E2E_SKIP = E2E.SKIP_ALWAYS
 
 
 def provisioner_on_guest(t, g, share):
@@ -1088,44 +1068,24 @@ def case_vmnode_nfs_e2e(t):
     mind). The summary and every failed spec are printed, the JUnit report kept in
     build/kube-e2e-nfs/."""
     g = guest()
-    cache = os.environ["FLEXVOL_E2E_DIR"]
     sock = os.path.join(C.RUN, "containerd", "containerd.sock")
-    for tar in ("busybox.tar", "nginx.tar", "agnhost.tar"):
-        g.sh(os.path.join(t.cl.bin, "ctr"), "--address", sock, "-n", "k8s.io", "images", "import", "--local",
-             os.path.join(cache, "images", tar), timeout=600)
+    E2E.import_images(lambda *a: g.sh(os.path.join(t.cl.bin, "ctr"), "--address", sock, "-n", "k8s.io",
+                                      *a, timeout=600), os.environ["FLEXVOL_E2E_DIR"])
     provisioner_on_guest(t, g, E2E_SHARE)
     guest_class(t, E2E_CLASS, E2E_SHARE, onDelete="delete")
-    report = os.path.join(C.ROOT, "build", "kube-e2e-nfs")
-    os.makedirs(report, exist_ok=True)
     t.k("taint", "node", C.NODE, f"{E2E_HOST_TAINT}=true:NoSchedule", "--overwrite")
     t.k("taint", "node", g.name, f"{TAINT}-")
-    env = dict(os.environ, KUBE_TEST_REPO_LIST=os.path.join(cache, "repo-list.yaml"),
-               KUBECONFIG=C.p("admin.kubeconfig"))
-    argv = [os.path.join(cache, "e2e.test"),
-            "-ginkgo.focus=" + os.environ.get("FLEXVOL_E2E_FOCUS", E2E_FOCUS),
-            "-ginkgo.skip=" + os.environ.get("FLEXVOL_E2E_SKIP", E2E_SKIP),
-            "-ginkgo.no-color", "-ginkgo.timeout=" + os.environ.get("FLEXVOL_E2E_TIMEOUT", "2h"),
-            "-storage.testdriver=" + os.path.join(C.ROOT, "tests", "kube", "e2e", "test-driver-nfs.yaml"),
-            "-provider=local", "-kubeconfig=" + C.p("admin.kubeconfig"), "-report-dir=" + report,
-            "-kubelet-root-dir=" + C.p("kubelet"), "-allowed-not-ready-nodes=0", "-node-os-distro=debian",
-            f"-non-blocking-taints={E2E_HOST_TAINT},node-role.kubernetes.io/control-plane"]
-    log_ = os.path.join(report, "e2e.log")
-    t0 = time.monotonic()
     try:
-        with open(log_, "w") as f:
-            r = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=7500)
+        rc, secs, log_ = E2E.run("test-driver-nfs.yaml", E2E_FOCUS, E2E_SKIP, "kube-e2e-nfs", [
+            f"-non-blocking-taints={E2E_HOST_TAINT},node-role.kubernetes.io/control-plane"])
     finally:
         t.k("taint", "node", g.name, f"{TAINT}=true:NoSchedule", "--overwrite", check=False)
         t.k("taint", "node", C.NODE, f"{E2E_HOST_TAINT}-", check=False)
         t.k("delete", "storageclass", E2E_CLASS, "--ignore-not-found", check=False)
         provisioner_gone(t)
-    text = open(log_, errors="replace").read()
-    summary = [ln for ln in text.splitlines() if ln.startswith(("Ran ", "FAIL!", "SUCCESS!"))
-               or "[FAIL]" in ln]
-    print("\n".join("  e2e: " + ln for ln in summary[-60:]), flush=True)
-    log(f"e2e suites against flexvol/nfs: {time.monotonic() - t0:.0f} s; share left: "
+    log(f"e2e suites against flexvol/nfs: {secs:.0f} s; share left: "
         f"{g.sh('ls', '-A', E2E_SHARE, check_rc=False)['stdout'].split()}")
-    check(r.returncode == 0, f"e2e.test exit {r.returncode}; log {log_}")
+    check(rc == 0, f"e2e.test exit {rc}; log {log_}")
 
 
 def case_vmnode_down(t):

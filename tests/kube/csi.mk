@@ -1,15 +1,20 @@
 # tests/kube/csi.mk - the cluster lane's CSI cases (tests/kube/cases_csi.py). Included by the top
-# Makefile. Outside CI like the rest of issue 28's CSI work: it needs `make csi`'s libraries.
+# Makefile.
 #
-#   make check-kube-csi     build flexvol-csi, flexvol-provisioner (the migrate command), the
-#                           CSI sidecars and the lane's registrar (tests/kube/csi/build, cached),
-#                           the images (tests/kube/build-images with the CSI images), then run
-#                           the cases whose name contains "csi" (root)
+#   make check-kube-csi     build flexvol-provisioner (the migrate command), the installer image
+#                           (flexvol-csi in it, static, as shipped), the CSI sidecars and the
+#                           lane's registrar (tests/kube/csi/build, cached) and their images,
+#                           then run the cases whose name contains "csi" (root)
 #   KUBE_ARGS="-k csi_static"   narrow further
+#   KUBE_CSI_SIDECARS=registrar  CI's run: build and run the registrar only, without the cases
+#                           of deploy/csi/controller (the provisioner, attacher and resizer take
+#                           12 min to build on two cores)
+#   make check-kube-csi-e2e the same, and Kubernetes' external storage e2e suites through CSI
+#                           (case csi_e2e_loop: e2e.test from tests/kube/e2e/build-e2e, cached)
 #   make check-migrate-api  flexvol-provisioner migrate against a real API server and the PV
 #                           binder of its own (tests/kube/migrate-api.py; no kubelet, no lane
 #                           lock; about 10 s once the components are built)
-.PHONY: check-kube-csi kube-csi-sidecars check-migrate-api
+.PHONY: check-kube-csi check-kube-csi-e2e kube-csi-sidecars check-migrate-api
 
 check-migrate-api: kube-components $(O)/flexvol-provisioner
 	$(Q)python3 tests/kube/migrate-api.py --build $(O) --bin "$$(tests/kube/build | tail -1)"
@@ -17,9 +22,17 @@ check-migrate-api: kube-components $(O)/flexvol-provisioner
 kube-csi-sidecars:
 	$(Q)tests/kube/csi/build
 
-check-kube-csi: kube-components csi image-context $(O)/flexvol-provisioner
-	$(Q)FLEXVOL_CSI_BIN=$(CURDIR)/$(O)/flexvol-csi FLEXVOL_CSI_SIDECARS="$$(tests/kube/csi/build | tail -1)" \
+# the sidecars built and run: all four, or (CI) the registrar only, which leaves out the cases of
+# deploy/csi/controller (csi_dynamic_loop, csi_e2e_loop)
+KUBE_CSI_SIDECARS ?= provisioner attacher resizer registrar
+
+check-kube-csi: kube-components image-context $(O)/flexvol-provisioner
+	$(Q)FLEXVOL_CSI_SIDECARS="$$(tests/kube/csi/build $(KUBE_CSI_SIDECARS) | tail -1)" \
 		FLEXVOL_IMAGE_CONTEXT=$(CURDIR)/$(IMAGE_O) tests/kube/build-images $(KUBE_IMAGES)
 	$(Q)FLEXVOL_KUBE_CSI=1 FLEXVOL_PROVISIONER_BIN=$(CURDIR)/$(O)/flexvol-provisioner \
-		FLEXVOL_KUBE_BIN="$$(tests/kube/build | tail -1)" \
+		FLEXVOL_KUBE_CSI_CONTROLLER=$(if $(filter provisioner,$(KUBE_CSI_SIDECARS)),1,0) \
+		FLEXVOL_KUBE_BIN="$$(tests/kube/build | tail -1)" $(KUBE_CSI_E2E) \
 		python3 tests/kube/run.py --images $(KUBE_IMAGES) -k csi $(KUBE_ARGS)
+
+check-kube-csi-e2e: KUBE_CSI_E2E = FLEXVOL_E2E_DIR="$$(tests/kube/e2e/build-e2e | tail -1)"
+check-kube-csi-e2e: check-kube-csi

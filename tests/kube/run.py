@@ -195,6 +195,24 @@ class T:
         C.wait_for(f"claim {name} Bound", lambda: self.kj("get", "pvc", name, "-n", NS)
                    ["status"].get("phase") == "Bound", 60)
 
+    def chap_portal_listed(self, portal):
+        """@portal added to the admission policy's chapPortals (ConfigMap
+        kube-system/flexvol-policy, when the install has the policy), as an administrator lists a
+        target that may receive CHAP credentials; returns the value to restore (None: no policy)."""
+        r = self.k("-n", "kube-system", "get", "cm", "flexvol-policy", "-o", "json", check=False)
+        if r.returncode != 0:
+            return None
+        old = json.loads(r.stdout).get("data", {}).get("chapPortals", "")
+        new = ", ".join(p for p in (old.strip(), portal) if p)
+        self.k("-n", "kube-system", "patch", "cm", "flexvol-policy", "--type=merge", "-p",
+               json.dumps({"data": {"chapPortals": new}}))
+        return old
+
+    def chap_portals_restored(self, old):
+        if old is not None:
+            self.k("-n", "kube-system", "patch", "cm", "flexvol-policy", "--type=merge", "-p",
+                   json.dumps({"data": {"chapPortals": old}}), check=False)
+
     def drop_pv(self, name):
         self.delete("pvc", name)
         self.delete("pv", name, ns=None)
