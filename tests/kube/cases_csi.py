@@ -399,6 +399,7 @@ def case_csi_dynamic_loop(t):
         check(pv["csi"]["driver"] == DRIVER, f"not a CSI PV: {pv}")
         img = t.backing(pv["csi"]["volumeHandle"] + ".img")
         check(os.path.isfile(img), f"no image {img}")
+
         def df_kib():
             return int(t.k("exec", "-n", NS, f"{name}-w", "--", "df", "-k", "/data").stdout.split()[-5])
         before = df_kib()
@@ -408,7 +409,8 @@ def case_csi_dynamic_loop(t):
                        .get("capacity", {}).get("storage") == "400Mi", 120)
         except TimeoutError as e:
             raise CaseFailed(f"{e}: {t.kj('get', 'pvc', name, '-n', NS)['status'].get('conditions')}")
-        # xfs's internal log (64 MiB here) is not in df's size: the 100 MiB more are
+        # compared with df before: xfs's internal log (64 MiB here) is not in df's size, the
+        # 100 MiB added are
         C.wait_for("the mounted filesystem grown by 100 MiB", lambda: df_kib() - before >= 100 * 1024, 60)
     finally:
         t.delete_pod(f"{name}-w")
