@@ -349,17 +349,21 @@ def guest():
 
 def vpod(t, g, name, cmd, claim=None, read_only=False, sub_path=None, security=None):
     """a busybox pod on the guest node (its node selector and the node's taint tolerated);
+    @claim: one claim mounted at /data, or a list of claims, each at /data/<claim>;
     @security: the pod's securityContext"""
-    mount = {"name": "data", "mountPath": "/data"}
+    one = isinstance(claim, str)
+    claims = [claim] if one else list(claim or [])
+    names = ["data"] if one else [f"data-{i}" for i in range(len(claims))]
+    mounts = [{"name": v, "mountPath": "/data" if one else f"/data/{c}"} for v, c in zip(names, claims)]
     if sub_path:
-        mount["subPath"] = sub_path
+        mounts[0]["subPath"] = sub_path
     spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 2, "hostNetwork": True,
             "nodeSelector": {"kubernetes.io/hostname": g.name},
             "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
             "containers": [{"name": "app", "image": BUSYBOX, "imagePullPolicy": "Never",
-                            "command": ["/bin/sh", "-c", cmd], "volumeMounts": [mount] if claim else []}],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim, "readOnly": read_only}}]
-            if claim else []}
+                            "command": ["/bin/sh", "-c", cmd], "volumeMounts": mounts}],
+            "volumes": [{"name": v, "persistentVolumeClaim": {"claimName": c, "readOnly": read_only}}
+                        for v, c in zip(names, claims)]}
     if security:
         spec["securityContext"] = security
     t.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}, "spec": spec})
@@ -808,28 +812,37 @@ def case_vmnode_iscsi_controller(t):
     g = guest()
     t.ensure_mode("controller")
     pv = "vm-iscsi-c"
-    pos, gpos = t.logpos(), g.logpos()
     flex_pv(t, pv, "iscsi", {"targetPortal": PORTAL, "iqn": IQN1, "lun": "1"}, "ReadWriteOnce", fs="ext4")
     try:
-        run_pod(t, g, "vm-iscsi-c", "echo iscsi-controller > /data/f && sync && echo WROTE && sleep 3600", pv, "WROTE")
-        t.wait_op("kcm", "attach", pos, driver="iscsi")
-        for op in ("waitforattach", "mountdevice", "mount"):
-            g.wait_op(op, gpos, "iscsi")
-        dev = _iscsi_in_use(t, g, pv, "vm-iscsi-c", IQN1, "controller")
-        # waitforattach's answer, as the kubelet took it: the LUN's own disk (the kubelet keeps
-        # it as the volume's device path and passes it to mountdevice)
-        wfa = re.findall(r'MountVolume\.WaitForAttach succeeded for volume \\"' + pv +
-                         r'\\".*?DevicePath \\"([^"\\]*)\\"', g.kubelet_log())
-        check(wfa and wfa[-1] == dev, f"waitforattach answered {wfa[-1:] or 'nothing'}; LUN 1's disk is {dev}")
-        pos, gpos = t.logpos(), g.logpos()
-        delete_pods(t, "vm-iscsi-c")
-        for op in ("unmount", "unmountdevice"):
-            g.wait_op(op, gpos, "iscsi")
-        t.wait_op("kcm", "detach", pos, driver="iscsi", timeout=300)
-        _iscsi_gone(g, IQN1)
+        _iscsi_controller_cycle(t, g, pv, "vm-iscsi-c", IQN1)
     finally:
         delete_pods(t, "vm-iscsi-c")
         t.drop_pv(pv)
+
+
+def _iscsi_controller_cycle(t, g, pv, pod, iqn, gone_within=0):
+    """A pod of PV @pv (iSCSI, target @iqn) through the controller-mode cycle: attach in the
+    controller-manager's driver log; waitforattach (login), mountdevice (the reservation taken),
+    mount in the guest's; the LUN's own disk mounted at the global and the pod path, and it is
+    what waitforattach answered; the pod writes; deleted: unmount, unmountdevice (logout),
+    detach; no session, node record or disk left in the guest (after up to @gone_within s)."""
+    pos, gpos = t.logpos(), g.logpos()
+    run_pod(t, g, pod, "echo iscsi-controller > /data/f && sync && echo WROTE && sleep 3600", pv, "WROTE")
+    t.wait_op("kcm", "attach", pos, driver="iscsi")
+    for op in ("waitforattach", "mountdevice", "mount"):
+        g.wait_op(op, gpos, "iscsi")
+    dev = _iscsi_in_use(t, g, pv, pod, iqn, "controller")
+    # waitforattach's answer, as the kubelet took it: the LUN's own disk (the kubelet keeps
+    # it as the volume's device path and passes it to mountdevice)
+    wfa = re.findall(r'MountVolume\.WaitForAttach succeeded for volume \\"' + pv +
+                     r'\\".*?DevicePath \\"([^"\\]*)\\"', g.kubelet_log())
+    check(wfa and wfa[-1] == dev, f"waitforattach answered {wfa[-1:] or 'nothing'}; the LUN's disk is {dev}")
+    pos, gpos = t.logpos(), g.logpos()
+    delete_pods(t, pod)
+    for op in ("unmount", "unmountdevice"):
+        g.wait_op(op, gpos, "iscsi")
+    t.wait_op("kcm", "detach", pos, driver="iscsi", timeout=300)
+    _iscsi_gone(g, iqn, within=gone_within)
 
 
 CHAP_FILE = "/etc/flexvol/chap/vm-target2"   # in the guest, below the policy's chapDir
@@ -846,21 +859,11 @@ def case_vmnode_iscsi_controller_chap_file(t):
     pv = "vm-iscsi-cf"
     g.sh("sh", "-c", f"umask 077 && mkdir -p {os.path.dirname(CHAP_FILE)} && cat > {CHAP_FILE}",
          input=f"session.username = {CHAP_USER}\nsession.password = {CHAP_SECRET}\n")
-    pos, gpos = t.logpos(), g.logpos()
     portals = t.chap_portal_listed(PORTAL)
     try:
         admitted(t, lambda: flex_pv(t, pv, "iscsi", {"targetPortal": PORTAL, "iqn": IQN2, "lun": "1",
                                                      "chapCredentialsFile": CHAP_FILE}, "ReadWriteOnce", fs="ext4"))
-        run_pod(t, g, "vm-iscsi-cf", "echo chap-file > /data/f && sync && echo WROTE && sleep 3600", pv, "WROTE")
-        t.wait_op("kcm", "attach", pos, driver="iscsi")
-        for op in ("waitforattach", "mountdevice", "mount"):
-            g.wait_op(op, gpos, "iscsi")
-        _iscsi_in_use(t, g, pv, "vm-iscsi-cf", IQN2, "controller")
-        pos, gpos = t.logpos(), g.logpos()
-        delete_pods(t, "vm-iscsi-cf")
-        g.wait_op("unmountdevice", gpos, "iscsi")
-        t.wait_op("kcm", "detach", pos, driver="iscsi", timeout=300)
-        _iscsi_gone(g, IQN2, within=120)
+        _iscsi_controller_cycle(t, g, pv, "vm-iscsi-cf", IQN2, gone_within=120)
     finally:
         delete_pods(t, "vm-iscsi-cf")
         t.drop_pv(pv)
@@ -1020,21 +1023,13 @@ def case_vmnode_provisioner(t):
             match = [d for d in dirs() if f"-{n}-" in d]
             check(len(match) == 1, f"directories of {n} on the export: {match} (all: {dirs()})")
             dirname[n] = match[0]
-        spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 2, "hostNetwork": True,
-                "nodeSelector": {"kubernetes.io/hostname": g.name},
-                "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-                "containers": [{"name": "app", "image": BUSYBOX, "imagePullPolicy": "Never",
-                                "command": ["/bin/sh", "-c", "for d in /data/*; do echo \"$d\" > $d/f; done && "
-                                            "sync && echo WROTE && sleep 3600"],
-                                "volumeMounts": [{"name": n, "mountPath": f"/data/{n}"} for n in names]}],
-                "volumes": [{"name": n, "persistentVolumeClaim": {"claimName": n}} for n in names]}
-        t.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "vm-prov", "namespace": NS}, "spec": spec})
-        t.wait_pod("vm-prov", timeout=300)
-        t.wait_log("vm-prov", "WROTE", timeout=120)
+        run_pod(t, g, "vm-prov", "for d in /data/*; do echo \"$d\" > $d/f; done && sync && echo WROTE && sleep 3600",
+                names, "WROTE")
+        pvs = P.pvs_of(t, names)
         for n in names:
             got = g.read(f"{PROV_SHARE}/{dirname[n]}/f")[0]
             check(got == f"/data/{n}\n", f"the export's {dirname[n]}/f holds {got!r}")
-            check(_nfs_mount_of(g, pod_volume_dir(t, "vm-prov", "nfs", P.pvs_of(t, [n])[n][0]["metadata"]["name"]))
+            check(_nfs_mount_of(g, pod_volume_dir(t, "vm-prov", "nfs", pvs[n][0]["metadata"]["name"]))
                   is not None, f"{n}: no NFS mount at the pod's volume directory in the guest")
         delete_pods(t, "vm-prov")
         for n in names:
