@@ -4,8 +4,16 @@
  * login phase's budget), exit codes in words, the telling line of its
  * output; sendtargets discovery and login with CHAP on argv, redacted.
  */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "fv/config.h"
 #include "fv/exec.h"
@@ -84,6 +92,118 @@ static void iscsiadm_reason(const char *out, char *buf, size_t max)
 	buf[first_n] = '\0';
 }
 
+/* --- open-iscsi's database lock -------------------------------------------------- */
+/*
+ * iscsiadm and iscsid take open-iscsi's database lock (idbm_lock()) by
+ * link(2)ing LOCK_DIR/lock to LOCK_DIR/lock.write, and drop it by unlinking
+ * the second name.  A holder that dies in between leaves the lock taken for
+ * good, and iscsiadm kills are ours to make: a SIGKILL of this driver takes
+ * its iscsiadm with it (PR_SET_PDEATHSIG), as does a helper deadline.  Every
+ * later iscsiadm then spins 30 s on it and goes on (open-iscsi up to 2.1.9)
+ * or fails (2.1.10 on): with our 30-120 s helper deadlines, a node whose
+ * iSCSI calls all fail.  The lock names no owner, so we judge it stale when
+ * it was taken more than STALE_MS ago (link(2) sets the inode's ctime) and
+ * no running iscsiadm is older than the lock (a holder started before it
+ * took it; one started since is waiting).  iscsid holds it for moments,
+ * which the bound covers.  This reads the host's /proc: the drivers run in
+ * the host's PID namespace, as open-iscsi does.
+ */
+#define DB_LOCK_TAKEN "/run/lock/iscsi/lock.write"
+#define STALE_MS 5000
+#define START_SLACK_MS 1000 /* the start time's granularity (clock ticks) and the lock's lag */
+
+static uint64_t clock_ms(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Is a process named iscsiadm running that started @age_ms or longer ago? */
+static bool iscsiadm_older_than(uint64_t age_ms)
+{
+	uint64_t boot_ms = clock_ms(CLOCK_BOOTTIME);
+	long hz = sysconf(_SC_CLK_TCK);
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	bool found = false;
+
+	if (!d)
+		return true; /* cannot tell: the lock may be held */
+	while (!found && (e = readdir(d))) {
+		char path[64], buf[512], *comm, *end;
+		unsigned long long start = 0;
+
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+		if (fv_read_line(path, buf, sizeof(buf)) <= 0)
+			continue;
+		/* "pid (comm) state ppid ...": comm may hold spaces and parentheses */
+		comm = strchr(buf, '(');
+		end = strrchr(buf, ')');
+		if (!comm || !end || end - comm - 1 != 8 || strncmp(comm + 1, "iscsiadm", 8))
+			continue;
+		/* field 22, starttime: the 20th after the comm */
+		char *f = end + 1;
+		for (int i = 0; i < 20 && f; i++)
+			f = strchr(f + 1, ' ');
+		if (f)
+			start = strtoull(f + 1, NULL, 10);
+		if (!f || hz <= 0 || boot_ms - start * 1000 / (unsigned long long)hz + START_SLACK_MS >= age_ms)
+			found = true;
+	}
+	closedir(d);
+	return found;
+}
+
+static uint64_t lock_age_ms(const struct stat *st)
+{
+	uint64_t now = clock_ms(CLOCK_REALTIME);
+	uint64_t taken = (uint64_t)st->st_ctim.tv_sec * 1000 + (uint64_t)st->st_ctim.tv_nsec / 1000000;
+
+	return now > taken ? now - taken : 0;
+}
+
+static bool same_lock(const struct stat *a, const struct stat *b)
+{
+	return a->st_ino == b->st_ino && a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
+	       a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+/*
+ * Drop open-iscsi's database lock when its holder is gone (see above).  A
+ * lock younger than STALE_MS that no running iscsiadm can hold (the retry
+ * of a call killed a moment ago) is waited on until it is that old, at
+ * most STALE_MS: released or taken again meanwhile, it is left alone.
+ */
+static void db_lock_unstale(void)
+{
+	struct stat st, again;
+	uint64_t age;
+
+	if (lstat(DB_LOCK_TAKEN, &st) < 0 || !S_ISREG(st.st_mode))
+		return;
+	age = lock_age_ms(&st);
+	if (iscsiadm_older_than(age))
+		return;
+	if (age < STALE_MS) {
+		struct timespec ts = { .tv_sec = (STALE_MS - age) / 1000,
+				       .tv_nsec = (long)((STALE_MS - age) % 1000) * 1000000 };
+
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+		age = lock_age_ms(&st);
+	}
+	/* released, or taken again (by a waiter after its holder let go): not stale */
+	if (lstat(DB_LOCK_TAKEN, &again) < 0 || !same_lock(&st, &again) || iscsiadm_older_than(age))
+		return;
+	if (unlink(DB_LOCK_TAKEN) == 0)
+		fv_log("removed open-iscsi's database lock %s: taken %llu ms ago by a process that is "
+		       "gone (no running iscsiadm is older)", DB_LOCK_TAKEN, (unsigned long long)age);
+}
+
 uint64_t iscsi_login_deadline; /* see iscsi.h */
 
 int iscsi_adm(struct fv_ctx *cx, const char **argv, unsigned int redact, char *why,
@@ -101,6 +221,7 @@ int iscsi_adm(struct fv_ctx *cx, const char **argv, unsigned int redact, char *w
 		if (left < timeout)
 			timeout = (unsigned int)left;
 	}
+	db_lock_unstale();
 	argv[0] = "iscsiadm";
 	o.timeout_s = timeout;
 	o.redact = redact;

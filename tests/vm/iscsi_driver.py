@@ -4,7 +4,8 @@
 Run inside the guest by the tests/vm/t-iscsi-* wrappers, one case each:
 
   tests/vm/iscsi_driver.py CASE      (lifecycle, two_luns, chap, chap_failure, records,
-                                      wrong_portal, expand, sigkill_login, state_wiped)
+                                      wrong_portal, expand, sigkill_login, stale_db_lock,
+                                      state_wiped)
 
 Every driver call goes through tests/sim/flexsim.py, so each one is also checked
 against the kubelet contract (one JSON object on combined output, nothing on
@@ -559,6 +560,71 @@ def sigkill_login(c):
     c.ok(k.mount("pod-a", vol, opts))
     c.tear_down(vol)
     check(not sessions(c.iqn1), "session left: %r" % sessions(c.iqn1))
+
+
+DB_LOCK = "/run/lock/iscsi/lock"          # open-iscsi's database lock: lock.write is a hard link
+DB_LOCK_TAKEN = DB_LOCK + ".write"        # of lock while an iscsiadm (or iscsid) holds it
+
+
+def stale_db_lock(c):
+    """open-iscsi's database lock left taken by an iscsiadm killed while it held it (a SIGKILL of
+    the driver kills its iscsiadm; stop 34's CI met it in sigkill_login): every later iscsiadm
+    waits 30 s for it (and from open-iscsi 2.1.10 then fails), past the helper deadline. The
+    driver removes a lock no living iscsiadm can hold and logs it; one that a running iscsiadm
+    may hold (started before the lock was taken) is left alone."""
+    k, vol = c.k, "pv-lock"
+    opts = c.opts(vol)
+    os.makedirs(os.path.dirname(DB_LOCK), exist_ok=True)
+    open(DB_LOCK, "a").close()
+    # a holder: a process named iscsiadm, started before the lock is taken
+    fake = os.path.join(c.dir, "iscsiadm")
+    shutil.copy("/bin/sleep", fake)
+    holder = subprocess.Popen([fake, "120"])
+    p = None
+    try:
+        time.sleep(1.5)
+        os.link(DB_LOCK, DB_LOCK_TAKEN)
+        time.sleep(6)  # older than the driver's staleness bound (5 s)
+        p = c.drv.spawn("waitforattach", "", opts)
+        time.sleep(4)
+        if p.poll() is not None:
+            raise Fail("waitforattach ended while the lock was held: %r" % (p.communicate(),))
+        check(os.path.exists(DB_LOCK_TAKEN), "the lock of a running iscsiadm was removed")
+        # the holder ends and releases the lock, as iscsiadm would: the waiting call goes on
+        holder.kill()
+        holder.wait()
+        os.unlink(DB_LOCK_TAKEN)
+        out, err = p.communicate(timeout=120)
+        r = json.loads(out)
+        check(r.get("status") == "Success", "waitforattach after the lock was released: %r" % r)
+        p = None
+        c.ok(k.mountdevice(vol, r["device"], opts))
+        c.tear_down(vol, uids=())
+        check(not sessions(c.iqn1), "session left: %r" % sessions(c.iqn1))
+        # a holder killed a moment ago with the lock taken (sigkill_login's retry): the next
+        # call waits until the lock is 5 s old, removes it, and goes on
+        os.link(DB_LOCK, DB_LOCK_TAKEN)
+        t = time.monotonic()
+        dev = c.ok(k.waitforattach("", opts))["device"]
+        took = time.monotonic() - t
+        log("waitforattach with a stale lock: %.1f s" % took)
+        check(took < 20, "waitforattach waited %.1f s on a stale lock" % took)
+        check(not os.path.exists(DB_LOCK_TAKEN), "the stale lock is still there")
+        with open(c.logfile) as f:
+            check("removed open-iscsi's database lock" in f.read(),
+                  "the log does not say the stale lock was removed")
+        c.ok(k.mountdevice(vol, dev, opts))
+        c.tear_down(vol, uids=())
+        check(not sessions(c.iqn1), "session left: %r" % sessions(c.iqn1))
+    finally:
+        if p is not None:
+            p.kill()
+            p.wait()
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        if os.path.exists(DB_LOCK_TAKEN):
+            os.unlink(DB_LOCK_TAKEN)
 
 
 def state_wiped(c):
@@ -1230,7 +1296,7 @@ def own_lun_held_elsewhere(c):
 
 
 CASES = {f.__name__: f for f in (lifecycle, two_luns, chap, chap_failure, records, wrong_portal, expand,
-                                  sigkill_login, state_wiped, relogin, measure, cycle_ab,
+                                  sigkill_login, stale_db_lock, state_wiped, relogin, measure, cycle_ab,
                                   detach_unmounted,
                                   node_lifecycle,
                                   node_two_luns, node_chap_secret, gc, node_inline_names,
