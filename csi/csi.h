@@ -17,12 +17,18 @@ struct csi_endpoint {
 	const struct fv_driver *drv; /* --driver */
 	char name[64];		     /* --driver-name, the CSI driver name */
 	char topology_key[128];	     /* "topology.<name>/node" for node-local drivers */
+	const char *root;	     /* --root: nfs, the share mounted here (controller), or NULL */
+	const char *share;	     /* --share: nfs, "SERVER:/PATH" as nodes mount it, or NULL */
 };
 
 extern struct csi_endpoint csi_ep;
 
 /* Does the endpoint serve stage/unstage for this driver (a block driver's device mount)? */
 bool csi_node_stages(void);
+/* Does the driver mount its volumes on the pod's target itself (nfs: no device, no staging)? */
+bool csi_node_mounts(void);
+/* Is access mode @mode served for this driver?  *@ro: read-only on the node. */
+bool csi_mode_served(int mode, bool *ro);
 /* Are this driver's volumes reachable from this node only (loop: the image is a local file)? */
 bool csi_node_local(void);
 

@@ -35,10 +35,12 @@ static void on_stop(int sig)
 static int usage(FILE *f, int rc)
 {
 	fprintf(f, "usage: flexvol-csi --endpoint unix:///PATH --driver DRIVER "
-		    "[--driver-name NAME]\n"
+		    "[--driver-name NAME] [--root DIR --share SERVER:/PATH]\n"
 		    "  --endpoint     the unix socket to serve (unix:///path, unix:/path or /path)\n"
 		    "  --driver       the flexvol driver to serve (loop, nfs, iscsi)\n"
 		    "  --driver-name  the CSI driver name (default DRIVER.csi.flexvol)\n"
+		    "  --root, --share  nfs: serve the Controller service, a directory per volume\n"
+		    "                 in the share SERVER:/PATH, which is mounted at DIR here\n"
 		    "  --version      print the version\n");
 	return rc;
 }
@@ -97,6 +99,10 @@ int main(int argc, char **argv)
 			slot = &driver;
 		else if (streq(a, "--driver-name"))
 			slot = &name;
+		else if (streq(a, "--root"))
+			slot = &csi_ep.root;
+		else if (streq(a, "--share"))
+			slot = &csi_ep.share;
 		if (!slot || i + 1 >= argc)
 			return usage(stderr, 2);
 		*slot = argv[++i];
@@ -121,6 +127,16 @@ int main(int argc, char **argv)
 	}
 	if (name)
 		snprintf(csi_ep.name, sizeof(csi_ep.name), "%s", name);
+	if (!csi_ep.root != !csi_ep.share || (csi_ep.root && !streq(driver, "nfs"))) {
+		fprintf(stderr, "flexvol-csi: --root and --share go together, with --driver nfs\n");
+		return 2;
+	}
+	if (csi_ep.share && (!strstr(csi_ep.share, ":/") || csi_ep.share[0] == ':' ||
+			     csi_ep.root[0] != '/')) {
+		fprintf(stderr, "flexvol-csi: --share %s --root %s: SERVER:/PATH and an absolute "
+				"directory\n", csi_ep.share, csi_ep.root);
+		return 2;
+	}
 	snprintf(csi_ep.topology_key, sizeof(csi_ep.topology_key), "topology.%s/node", csi_ep.name);
 
 	/* fds 0-2 are open (a socket must never become fd 1 or 2): /dev/null where one is closed */

@@ -6,9 +6,13 @@
  *
  *   NodeStageVolume      the driver's mountdevice, on <staging>/<volume_id>
  *   NodeUnstageVolume    the driver's unmountdevice, on the same directory
- *   NodePublishVolume    the pod's bind of that mount (fv_blkvol_bind)
- *   NodeUnpublishVolume  its unmount (fv_blkvol_unmount), then the target removed
- *   NodeGetVolumeStats   statvfs of a mount of the volume (what kubelet does for FlexVolume)
+ *   NodePublishVolume    the pod's bind of that mount (fv_blkvol_bind); for a
+ *                        driver without a device mount (nfs), the driver's mount
+ *                        on the target, as kubelet's FlexVolume mount <dir>
+ *   NodeUnpublishVolume  its unmount (fv_blkvol_unmount, or the driver's unmount),
+ *                        then the target removed
+ *   NodeGetVolumeStats   statvfs of a mount of the volume (what kubelet does for
+ *                        FlexVolume); staged drivers only
  *
  * Why a subdirectory of the staging path: the block class names a volume by
  * the last component of its device mount directory (fv/blkvol.h,
@@ -51,6 +55,13 @@ bool csi_node_stages(void)
 	const struct fv_driver *d = csi_ep.drv;
 
 	return d->blk && d->mountdevice && d->unmountdevice;
+}
+
+bool csi_node_mounts(void)
+{
+	const struct fv_driver *d = csi_ep.drv;
+
+	return !csi_node_stages() && d->mount && d->unmount;
 }
 
 bool csi_node_local(void)
@@ -138,20 +149,38 @@ int csi_check_capability(struct grpc_call *call, const Csi__V1__VolumeCapability
 	if (cap->mount->n_mount_flags)
 		return -grpc_fail(call, GRPC_INVALID_ARGUMENT,
 				  "mount flags are not accepted (the node config sets mount options)");
-	switch (m) {
+	if (!csi_mode_served(m, ro))
+		return -grpc_fail(call, GRPC_INVALID_ARGUMENT, "access mode %d is not served (%s)",
+				  (int)m, csi_node_mounts() ? "every mode but the multi-node "
+				  "single-writer one" : "single node modes only");
+	*fstype = cap->mount->fs_type;
+	return 0;
+}
+
+bool csi_mode_served(int mode, bool *ro)
+{
+	switch (mode) {
 	case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_WRITER:
 	case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_SINGLE_WRITER:
 		*ro = false;
-		break;
+		return true;
 	case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_READER_ONLY:
 		*ro = true;
-		break;
+		return true;
+	/*
+	 * A filesystem the driver mounts itself on each node (an NFS share) is
+	 * shared by nature.  One writer among many nodes is not something a
+	 * share can enforce: not served.
+	 */
+	case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_READER_ONLY:
+		*ro = true;
+		return csi_node_mounts();
+	case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_MULTI_WRITER:
+		*ro = false;
+		return csi_node_mounts();
 	default:
-		return -grpc_fail(call, GRPC_INVALID_ARGUMENT,
-				  "access mode %d is not served (single node modes only)", (int)m);
+		return false;
 	}
-	*fstype = cap->mount->fs_type;
-	return 0;
 }
 
 /* The FlexVolume options of a stage call: the volume context and the capability's. */
@@ -249,8 +278,44 @@ static int require_stages(struct grpc_call *call)
 {
 	if (csi_node_stages())
 		return 0;
-	return -grpc_fail(call, GRPC_UNIMPLEMENTED, "%s volumes are not served by the Node service "
-			  "yet", csi_ep.drv->name);
+	return -grpc_fail(call, GRPC_UNIMPLEMENTED, "%s volumes are not staged", csi_ep.drv->name);
+}
+
+/* NodePublishVolume of a driver that mounts the volume on the target itself (nfs). */
+static void node_publish_mount(struct grpc_call *call, const Csi__V1__NodePublishVolumeRequest *q)
+{
+	Csi__V1__NodePublishVolumeResponse resp = CSI__V1__NODE_PUBLISH_VOLUME_RESPONSE__INIT;
+	struct fv_opts o = { 0 };
+	char lock[PATH_MAX + 64];
+	const char *fstype = NULL;
+	bool ro = false;
+	struct fv_ctx cx;
+	int fd, r = -1;
+
+	if (csi_check_capability(call, q->volume_capability, &fstype, &ro) < 0)
+		return;
+	if (!csi_volume_id_ok(q->volume_id))
+		return (void)grpc_fail(call, GRPC_NOT_FOUND, "no %s volume has the ID '%s'",
+				       csi_ep.drv->name, q->volume_id);
+	if (csi_ctx_load(call, &cx) < 0 ||
+	    parse_opts(call, &cx, q->volume_id, fstype, ro || q->readonly, q->n_volume_context,
+		       (struct csi_map_entry **)q->volume_context, &o) < 0)
+		return;
+	/* CSI: the plugin creates the target itself (the CO made its parent) */
+	if (make_dir(call, &cx, q->target_path) == 0) {
+		fd = csi_lock_as_dispatcher(call, &cx, "dir", q->target_path, lock, sizeof(lock));
+		if (fd >= 0) {
+			r = cx.drv->mount(&cx, q->target_path, &o);
+			if (r < 0) {
+				csi_fail_op(call, &cx, r, "publish");
+				remove_dir(call, &cx, q->target_path); /* empty unless mounted */
+			}
+			fv_unlock_remove(&cx, lock, fd);
+		}
+	}
+	fv_opts_done(&o);
+	if (r == 0)
+		grpc_reply(call, &resp.base);
 }
 
 static void node_stage(struct grpc_call *call, const ProtobufCMessage *m)
@@ -342,6 +407,8 @@ static void node_publish(struct grpc_call *call, const ProtobufCMessage *m)
 			  "volume_capability are required");
 		return;
 	}
+	if (csi_node_mounts())
+		return node_publish_mount(call, q);
 	if (require_stages(call) < 0)
 		return;
 	if (!*q->staging_target_path) {
@@ -379,12 +446,13 @@ static void node_unpublish(struct grpc_call *call, const ProtobufCMessage *m)
 		grpc_fail(call, GRPC_INVALID_ARGUMENT, "volume_id and target_path are required");
 		return;
 	}
-	if (require_stages(call) < 0 || csi_ctx_load(call, &cx) < 0)
+	if ((!csi_node_mounts() && require_stages(call) < 0) || csi_ctx_load(call, &cx) < 0)
 		return;
 	fd = csi_lock_as_dispatcher(call, &cx, "dir", q->target_path, lock, sizeof(lock));
 	if (fd < 0)
 		return;
-	r = fv_blkvol_unmount(&cx, q->target_path, NULL);
+	r = csi_node_mounts() ? cx.drv->unmount(&cx, q->target_path) :
+				fv_blkvol_unmount(&cx, q->target_path, NULL);
 	if (r < 0)
 		csi_fail_op(call, &cx, r, "unpublish");
 	else

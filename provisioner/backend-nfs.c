@@ -143,7 +143,7 @@ static int nfs_create(const struct fvp_site *s, json_object *sc, json_object *pv
 		return r;
 	snprintf(pv, sizeof(pv), "pvc-%s", uid ? uid : "");
 	r = fvp_dir_make(s->rootfd, vol->asset, c.mode, c.has_uid ? c.uid : (uid_t)-1,
-			 c.has_gid ? c.gid : (gid_t)-1, uid ? uid : "", pv, c.adopt_existing, &m,
+			 c.has_gid ? c.gid : (gid_t)-1, uid ? uid : "", pv, 0, c.adopt_existing, &m,
 			 &other, inside, sizeof(inside));
 	if (r < 0)
 		return dir_fail(err, errlen, r, "cannot create directory", vol->asset, true, &other,

@@ -7,6 +7,7 @@
 #include <linux/openat2.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -148,6 +149,8 @@ static int owner_read_at(int pfd, const char *name, struct fvp_owner *ret)
 			snprintf(ret->name, sizeof(ret->name), "%s", sp);
 		else if (streq(line, "adopted"))
 			ret->adopted = streq(sp, "yes");
+		else if (streq(line, "size"))
+			ret->size = strtoull(sp, NULL, 10);
 	}
 	/* the record is for this very name (a hash collision reads as someone else's) */
 	if (!magic || !ret->claim[0])
@@ -164,7 +167,7 @@ static int owner_read_at(int pfd, const char *name, struct fvp_owner *ret)
  * EEXIST although it worked: the temporary file's link count tells.
  */
 static int owner_write_at(int pfd, const char *name, const char *claim, const char *pv,
-			  bool adopted)
+			  uint64_t size, bool adopted)
 {
 	char rec[64], tmp[128], text[OWNER_MAX];
 	struct timespec ts;
@@ -177,6 +180,9 @@ static int owner_write_at(int pfd, const char *name, const char *claim, const ch
 	n = snprintf(text, sizeof(text),
 		     "flexvol-owner 1\nclaim %s\npv %s\nname %s\nadopted %s\n", claim, pv, name,
 		     adopted ? "yes" : "no");
+	if (size && n > 0 && (size_t)n < sizeof(text))
+		n += snprintf(text + n, sizeof(text) - (size_t)n, "size %llu\n",
+			      (unsigned long long)size);
 	if (n < 0 || (size_t)n >= sizeof(text))
 		return -ENAMETOOLONG;
 	fd = openat(pfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -265,7 +271,7 @@ int fvp_dir_record(int rootfd, const char *rel, const char *claim, const char *p
 	fd = openat2_dir(pfd, last, O_RDONLY);
 	if (fd < 0)
 		return fd;
-	r = owner_write_at(pfd, last, claim, pv, true);
+	r = owner_write_at(pfd, last, claim, pv, 0, true);
 	if (r == -EEXIST)
 		return owned_by(pfd, last, claim, other);
 	return r < 0 ? r : 1;
@@ -303,8 +309,8 @@ static int holds_volumes(int pfd, const char *name)
 }
 
 int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid, const char *claim,
-		 const char *pv, bool adopt, enum fvp_dir_made *made, struct fvp_owner *other,
-		 char *inside, size_t insidelen)
+		 const char *pv, uint64_t size, bool adopt, enum fvp_dir_made *made,
+		 struct fvp_owner *other, char *inside, size_t insidelen)
 {
 	_cleanup_close_ int pfd = -1, fd = -1;
 	struct fvp_owner o;
@@ -347,7 +353,7 @@ int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
 		} else if (errno != ENOENT) {
 			return NEG_ERRNO();
 		}
-		r = owner_write_at(pfd, last, claim, pv, m == FVP_DIR_ADOPTED);
+		r = owner_write_at(pfd, last, claim, pv, size, m == FVP_DIR_ADOPTED);
 		if (r == 0)
 			break;
 		if (r != -EEXIST)

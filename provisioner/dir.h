@@ -23,6 +23,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #define FVP_OWNER_PREFIX ".flexvol-owner-"
@@ -41,6 +42,7 @@ struct fvp_owner {
 	char pv[96];	/* the PV made for it */
 	char name[256]; /* the directory's name (the last component) */
 	bool adopted;	/* the directory existed before and was adopted */
+	uint64_t size;	/* the capacity asked for it (CSI's CreateVolume), 0: none */
 };
 
 enum fvp_dir_made {
@@ -53,7 +55,8 @@ enum fvp_dir_made {
 int fvp_root_open(const char *root);
 
 /*
- * fvp_dir_make() - make @rel for claim @claim (PV @pv): its owner record,
+ * fvp_dir_make() - make @rel for claim @claim (PV @pv; @size, when not 0,
+ * recorded as the capacity asked): its owner record,
  * parents (0755, no records), and the directory with @mode (chmod'ed past
  * the umask) and owner @uid / @gid when not -1.  A retry for the same claim
  * finishes the job (mode and owner set again).  Refused, nothing changed:
@@ -65,8 +68,8 @@ int fvp_root_open(const char *root);
  * directory keeps its mode and owner.
  */
 int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid, const char *claim,
-		 const char *pv, bool adopt, enum fvp_dir_made *made, struct fvp_owner *other,
-		 char *inside, size_t insidelen);
+		 const char *pv, uint64_t size, bool adopt, enum fvp_dir_made *made,
+		 struct fvp_owner *other, char *inside, size_t insidelen);
 
 /*
  * fvp_dir_record() - write the record of an existing directory @rel made

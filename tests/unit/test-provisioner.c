@@ -353,7 +353,7 @@ static int mkvol(int root, const char *rel, mode_t mode, const char *claim, enum
 	struct fvp_owner o;
 	char inside[256];
 
-	return fvp_dir_make(root, rel, mode, (uid_t)-1, (gid_t)-1, claim, "pvc-x", false, m, &o, inside,
+	return fvp_dir_make(root, rel, mode, (uid_t)-1, (gid_t)-1, claim, "pvc-x", 0, false, m, &o, inside,
 			    sizeof(inside));
 }
 
@@ -386,7 +386,7 @@ TEST(dir_make_idempotent_and_confined)
 	REQUIRE_INT(mk("a/b/theirs"), 0);
 	CHECK_INT(mkvol(root, "a/b/theirs", 0770, U1, &m), -FVP_E_UNOWNED);
 	CHECK_INT(fvp_dir_owner(root, "a/b/theirs", &o), -ENOENT);
-	CHECK_INT(fvp_dir_make(root, "a/b/theirs", 0777, (uid_t)-1, (gid_t)-1, U1, "pvc-x", true, &m,
+	CHECK_INT(fvp_dir_make(root, "a/b/theirs", 0777, (uid_t)-1, (gid_t)-1, U1, "pvc-x", 0, true, &m,
 			       &o, NULL, 0), 0);
 	CHECK_INT(m, FVP_DIR_ADOPTED);
 	snprintf(p, sizeof(p), "%s/a/b/theirs", scratch);
@@ -394,13 +394,13 @@ TEST(dir_make_idempotent_and_confined)
 	/* inside another volume: refused; adopting a directory that holds volumes: refused */
 	CHECK_INT(mkvol(root, "a/b/c/d", 0770, U2, &m), -FVP_E_NESTED);
 	CHECK(!exists("a/b/c/d"));
-	CHECK_INT(fvp_dir_make(root, "a/b", 0777, (uid_t)-1, (gid_t)-1, U2, "pvc-y", true, &m, &o,
+	CHECK_INT(fvp_dir_make(root, "a/b", 0777, (uid_t)-1, (gid_t)-1, U2, "pvc-y", 0, true, &m, &o,
 			       NULL, 0), -FVP_E_HOLDS);
 	CHECK_INT(fvp_dir_owner(root, "a/b", &o), -ENOENT);
 	/* a symlink in the way, as the last or an inner component: refused, nothing made outside */
 	snprintf(p, sizeof(p), "%s/link", scratch);
 	REQUIRE(symlink("/tmp", p) == 0);
-	CHECK_INT(fvp_dir_make(root, "link", 0777, (uid_t)-1, (gid_t)-1, U1, "pvc-x", true, &m, &o,
+	CHECK_INT(fvp_dir_make(root, "link", 0777, (uid_t)-1, (gid_t)-1, U1, "pvc-x", 0, true, &m, &o,
 			       NULL, 0), -ENOTDIR);
 	CHECK_INT(mkvol(root, "link/escaped", 0777, U1, NULL), -ENOTDIR);
 	CHECK(access("/tmp/escaped", F_OK) != 0);

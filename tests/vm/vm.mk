@@ -13,7 +13,9 @@ VM_CASES   ?=
 
 .PHONY: check-vm check-vm-selftest
 
-check-vm: all
+# t-csi-nfs runs flexvol-csi and csi-sanity (built here: the guest has no network)
+check-vm: all csi
+	$(Q)tests/csi/build >/dev/null
 	$(Q)tests/vm/run --timeout $(VM_TIMEOUT) -e FV_BUILD=$(O) $(CURDIR) -- tests/vm/suite $(VM_CASES)
 
 check-vm-selftest:

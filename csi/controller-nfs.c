@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The CSI Controller service for nfs (csi/controller.h): one directory per
+ * volume directly below --root, the share mounted into the controller's
+ * pod, made and removed by the code of flexvol-provisioner's nfs backend
+ * (provisioner/dir.c: confined walks, owner records).  A CSI volume's
+ * directory is owned by its volume ID, as a FlexVolume PV's is by its
+ * claim; nodes mount --share with subPath = the ID (csi/node.c, the nfs
+ * driver's mount).
+ *
+ *   CreateVolume     directory <id>, mode 0777 (the provisioner's default
+ *                    mode), after its owner record; a directory already there
+ *                    without our record, or with another's, is refused
+ *   DeleteVolume     the directory and everything below it removed (not
+ *                    leaving the share), then its record: only when <id> owns it
+ *   ValidateVolumeCapabilities, GetCapacity (the share's free bytes)
+ *
+ * A directory has no size: the capacity asked is kept in the owner record
+ * (a retry must ask a range it fits, as CSI says) and answered, but the
+ * share enforces none, and nothing is grown.  Served when both --root and
+ * --share are given.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "csi.h"
+#include "controller.h"
+#include "../src/internal.h"
+#include "../provisioner/dir.h"
+#include "fv/lock.h"
+#include "fv/log.h"
+#include "fv/util.h"
+
+static bool nfs_serves(void)
+{
+	return csi_ep.root && csi_ep.share;
+}
+
+/* A volume ID an owner record can hold whole. */
+static bool nfs_id_ok(const char *id)
+{
+	return csi_volume_id_ok(id) && strlen(id) < sizeof(((struct fvp_owner *)0)->claim);
+}
+
+/* The share's mount (O_PATH): fd, or <0 (answered). */
+static int open_root(struct grpc_call *call)
+{
+	int fd = fvp_root_open(csi_ep.root);
+
+	if (fd < 0)
+		return -grpc_fail(call, GRPC_FAILED_PRECONDITION, "cannot open the share's mount "
+				  "'%s': %s", csi_ep.root, strerror(-fd));
+	return fd;
+}
+
+static int dir_fail(struct grpc_call *call, int r, const char *what, const char *id,
+		    const struct fvp_owner *other)
+{
+	switch (r) {
+	case -FVP_E_UNOWNED:
+		return -grpc_fail(call, GRPC_FAILED_PRECONDITION, "%s: directory '%s' of the share "
+				  "has no owner record: not a volume this endpoint made, not touched",
+				  what, id);
+	case -FVP_E_OWNED:
+		return -grpc_fail(call, GRPC_FAILED_PRECONDITION, "%s: directory '%s' of the share "
+				  "is owned by %s, not touched", what, id, other->claim);
+	case -EBADMSG:
+		return -grpc_fail(call, GRPC_FAILED_PRECONDITION, "%s: directory '%s' has an owner "
+				  "record that is not one of ours, not touched", what, id);
+	case -ENOTDIR:
+	case -ELOOP:
+		return -grpc_fail(call, GRPC_FAILED_PRECONDITION, "%s: '%s' in the share is not a "
+				  "directory (symlinks are never followed)", what, id);
+	case -ENOSPC:
+	case -EDQUOT:
+		return -grpc_fail(call, GRPC_RESOURCE_EXHAUSTED, "%s: '%s': %s", what, id,
+				  strerror(-r));
+	default:
+		return -grpc_fail(call, GRPC_INTERNAL, "%s: '%s': %s", what, id, strerror(-r));
+	}
+}
+
+/* --share "SERVER:/PATH" ("[v6]:/PATH" too) split at the colon before the path. */
+static void share_parts(char *server, size_t slen, const char **path)
+{
+	const char *c = strstr(csi_ep.share, ":/");
+
+	snprintf(server, slen, "%.*s", (int)(c - csi_ep.share), csi_ep.share);
+	*path = c + 1;
+}
+
+static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
+{
+	const Csi__V1__CreateVolumeRequest *q = (const void *)m;
+	Csi__V1__CreateVolumeResponse resp = CSI__V1__CREATE_VOLUME_RESPONSE__INIT;
+	Csi__V1__Volume vol = CSI__V1__VOLUME__INIT;
+	Csi__V1__Volume__VolumeContextEntry ctx[3], *ctxs[3];
+	const char *keys[3] = { "server", "share", "subPath" }, *vals[3];
+	_cleanup_close_ int rootfd = -1;
+	char id[96], server[256], lock[PATH_MAX], inside[PATH_MAX];
+	const Csi__V1__CapacityRange *cr = q->capacity_range;
+	enum fvp_dir_made made;
+	struct fvp_owner other, own;
+	uint64_t size = 0;
+	struct fv_ctx cx;
+	int fd, r;
+
+	if (csi_create_checks(call, q) < 0)
+		return;
+	for (size_t i = 0; i < q->n_parameters; i++)
+		if (!csi_sidecar_param(q->parameters[i]->key))
+			return (void)grpc_fail(call, GRPC_INVALID_ARGUMENT, "parameter '%s'='%s' is not "
+					       "one of ours (nfs volumes take no parameters)",
+					       q->parameters[i]->key, q->parameters[i]->value);
+	if (cr && (cr->required_bytes < 0 || cr->limit_bytes < 0 ||
+		   (cr->limit_bytes && cr->limit_bytes < cr->required_bytes)))
+		return (void)grpc_fail(call, GRPC_INVALID_ARGUMENT, "a capacity range of negative "
+				       "bytes, or with a limit below the required bytes");
+	if (cr)
+		size = (uint64_t)(cr->required_bytes ? cr->required_bytes : cr->limit_bytes);
+	if (csi_ctx_load(call, &cx) < 0)
+		return;
+	csi_volume_id_of(q->name, nfs_id_ok, id, sizeof(id));
+	rootfd = open_root(call);
+	if (rootfd < 0)
+		return;
+	fd = csi_lock_as_dispatcher(call, &cx, "vol", id, lock, sizeof(lock));
+	if (fd < 0)
+		return;
+	r = fvp_dir_make(rootfd, id, 0777, (uid_t)-1, (gid_t)-1, id, id, size, false, &made, &other,
+			 inside, sizeof(inside));
+	if (r == 0 && made != FVP_DIR_NEW)
+		r = fvp_dir_owner(rootfd, id, &own);
+	fv_unlock_remove(&cx, lock, fd);
+	if (r < 0)
+		return (void)dir_fail(call, r, "not created", id, &other);
+	/* made before for this name: it must fit the range asked now (CSI: else ALREADY_EXISTS) */
+	if (made != FVP_DIR_NEW) {
+		size = own.size;
+		if (cr && (size < (uint64_t)cr->required_bytes ||
+			   (cr->limit_bytes && size > (uint64_t)cr->limit_bytes)))
+			return (void)grpc_fail(call, GRPC_ALREADY_EXISTS, "volume %s exists, made for "
+					       "%llu bytes, not for the range asked now", id,
+					       (unsigned long long)size);
+	}
+	if (made == FVP_DIR_NEW)
+		fv_log("CreateVolume %s: directory %s made in %s", q->name, id, csi_ep.root);
+	share_parts(server, sizeof(server), &vals[1]);
+	vals[0] = server;
+	vals[2] = id;
+	for (size_t i = 0; i < 3; i++) {
+		csi__v1__volume__volume_context_entry__init(&ctx[i]);
+		ctx[i].key = (char *)keys[i];
+		ctx[i].value = (char *)vals[i];
+		ctxs[i] = &ctx[i];
+	}
+	vol.volume_id = id;
+	vol.capacity_bytes = (int64_t)size; /* as asked (0: unknown): the share enforces none */
+	vol.n_volume_context = 3;
+	vol.volume_context = ctxs;
+	resp.volume = &vol;
+	grpc_reply(call, &resp.base);
+}
+
+static void delete_volume(struct grpc_call *call, const ProtobufCMessage *m)
+{
+	const Csi__V1__DeleteVolumeRequest *q = (const void *)m;
+	Csi__V1__DeleteVolumeResponse resp = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
+	_cleanup_close_ int rootfd = -1;
+	struct fvp_owner other;
+	char lock[PATH_MAX];
+	struct fv_ctx cx;
+	int fd, r;
+
+	if (!*q->volume_id)
+		return (void)grpc_fail(call, GRPC_INVALID_ARGUMENT, "volume_id is required");
+	/* no directory of ours can have this ID: nothing to delete */
+	if (!nfs_id_ok(q->volume_id))
+		return grpc_reply(call, &resp.base);
+	if (csi_ctx_load(call, &cx) < 0)
+		return;
+	rootfd = open_root(call);
+	if (rootfd < 0)
+		return;
+	fd = csi_lock_as_dispatcher(call, &cx, "vol", q->volume_id, lock, sizeof(lock));
+	if (fd < 0)
+		return;
+	r = fvp_dir_delete(rootfd, q->volume_id, q->volume_id, &other);
+	fv_unlock_remove(&cx, lock, fd);
+	if (r < 0)
+		return (void)dir_fail(call, r, "not deleted", q->volume_id, &other);
+	fv_log("DeleteVolume %s: its directory is gone from %s", q->volume_id, csi_ep.root);
+	grpc_reply(call, &resp.base);
+}
+
+static int nfs_exists(struct grpc_call *call, struct fv_ctx *cx, const char *id)
+{
+	_cleanup_close_ int rootfd = -1;
+	struct fvp_owner own;
+	struct stat st;
+
+	(void)cx;
+	if (nfs_id_ok(id)) {
+		rootfd = open_root(call);
+		if (rootfd < 0)
+			return rootfd;
+		if (fvp_dir_owner(rootfd, id, &own) == 0 && streq(own.claim, id) &&
+		    fstatat(rootfd, id, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+			return 0;
+	}
+	return -grpc_fail(call, GRPC_NOT_FOUND, "no nfs volume has the ID '%s' in %s", id,
+			  csi_ep.share);
+}
+
+static void get_capacity(struct grpc_call *call, const ProtobufCMessage *m)
+{
+	Csi__V1__GetCapacityResponse resp = CSI__V1__GET_CAPACITY_RESPONSE__INIT;
+	_cleanup_close_ int rootfd = -1;
+	struct statvfs sv;
+
+	(void)m;
+	rootfd = open_root(call);
+	if (rootfd < 0)
+		return;
+	if (fstatvfs(rootfd, &sv) < 0)
+		return (void)grpc_fail(call, GRPC_INTERNAL, "statvfs of '%s': %s", csi_ep.root,
+				       strerror(errno));
+	resp.available_capacity = (int64_t)(sv.f_bavail * sv.f_frsize);
+	grpc_reply(call, &resp.base);
+}
+
+const struct csi_controller csi_controller_nfs = {
+	.driver = "nfs",
+	.serves = nfs_serves,
+	.create = create_volume,
+	.remove = delete_volume,
+	.exists = nfs_exists,
+	.capacity = get_capacity,
+};
