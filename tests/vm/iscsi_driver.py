@@ -627,6 +627,80 @@ def stale_db_lock(c):
             os.unlink(DB_LOCK_TAKEN)
 
 
+def csi_lifecycle(c):
+    """iSCSI through flexvol-csi --driver iscsi on the real target (the CSI Node service on the op
+    layer): NodeStageVolume logs in, formats and mounts; NodePublishVolume binds it into the pod's
+    target; NodeUnpublishVolume and NodeUnstageVolume undo that and log out. Every call twice (a
+    retry changes nothing); the data kept across a second stage; no session, mount or record left."""
+    sanity = run(os.path.join(WS, "tests", "csi", "build"), "--print").stdout.strip().splitlines()[-1]
+    call = os.path.join(os.path.dirname(sanity), "csi-call")
+    check(os.access(call, os.X_OK), "no csi-call at %s: run tests/csi/build on the host" % call)
+    sock = os.path.join(c.dir, "csi.sock")
+    staging = os.path.join(c.dir, "staging")
+    pods = os.path.join(c.dir, "pods")
+    os.makedirs(staging)
+    os.makedirs(pods)
+    eplog = open(os.path.join(c.dir, "endpoint.log"), "w")
+    ep = subprocess.Popen([os.path.join(c.build, "flexvol-csi"), "--endpoint", "unix://" + sock,
+                           "--driver", "iscsi"], env=dict(c.env, FLEXVOL_NODE_NAME=c.node),
+                          stdout=eplog, stderr=eplog)
+    try:
+        end = time.monotonic() + 20
+        while not os.path.exists(sock):
+            check(ep.poll() is None and time.monotonic() < end, "flexvol-csi did not start")
+            time.sleep(0.05)
+
+        def csi(method, req):
+            svc = "Node" if method.startswith("Node") else "Identity"
+            p = subprocess.run([call, "-endpoint", "unix://" + sock, "/csi.v1.%s/%s" % (svc, method),
+                                json.dumps(req)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, timeout=300)
+            check(p.returncode == 0, "%s: %s" % (method, p.stderr.strip()))
+            return json.loads(p.stdout)
+
+        vid = "pv-csi"
+        cap = {"mount": {"fsType": "ext4"}, "accessMode": {"mode": "SINGLE_NODE_WRITER"}}
+        ctx = {"targetPortal": c.portal, "iqn": c.iqn1, "lun": "1"}
+        stage = {"volumeId": vid, "stagingTargetPath": staging, "volumeCapability": cap,
+                 "volumeContext": ctx}
+        target = os.path.join(pods, "p1")
+        pub = {"volumeId": vid, "stagingTargetPath": staging, "targetPath": target,
+               "volumeCapability": cap, "volumeContext": ctx}
+        for rnd in range(2):
+            for _ in range(2):
+                csi("NodeStageVolume", stage)
+            check(len(sessions(c.iqn1)) == 1, "sessions after stage: %r" % sessions(c.iqn1))
+            dev = lun_disks(c.iqn1, 1)
+            m = mounted_at(os.path.join(staging, vid))
+            check(len(dev) == 1 and m and m[0][1] == dev[0], "staged mount %r, LUN 1 %r" % (m, dev))
+            for _ in range(2):
+                csi("NodePublishVolume", pub)
+            data = os.path.join(target, "data")
+            if rnd == 0:
+                with open(data, "w") as f:
+                    f.write("through CSI")
+            else:
+                with open(data) as f:
+                    check(f.read() == "through CSI", "the data is not there after a second stage")
+            stats = csi("NodeGetVolumeStats", {"volumeId": vid, "volumePath": target,
+                                               "stagingTargetPath": staging})
+            check(int(stats["usage"][0]["total"]) > 32 << 20, "stats %r" % stats)
+            for _ in range(2):
+                csi("NodeUnpublishVolume", {"volumeId": vid, "targetPath": target})
+            check(not os.path.exists(target), "the target was left")
+            for _ in range(2):
+                csi("NodeUnstageVolume", {"volumeId": vid, "stagingTargetPath": staging})
+            check(not sessions(c.iqn1), "session left after unstage: %r" % sessions(c.iqn1))
+            check(not mounts_under(c.dir), "mounts left: %r" % mounts_under(c.dir))
+            check(not node_records(), "node records left: %r" % node_records())
+            log("round %d: stage, publish, unpublish, unstage, each twice: ok" % (rnd + 1))
+    finally:
+        ep.terminate()
+        ep.wait(timeout=30)
+        eplog.close()
+    check(not os.path.exists(sock), "flexvol-csi left its socket")
+
+
 def state_wiped(c):
     """Teardown with the state dir wiped: the kernel's view (mount -> sysfs -> session) finds the
     target and keeps the session while LUN 2 is mounted; the last teardown leaves the session,
@@ -1296,7 +1370,7 @@ def own_lun_held_elsewhere(c):
 
 
 CASES = {f.__name__: f for f in (lifecycle, two_luns, chap, chap_failure, records, wrong_portal, expand,
-                                  sigkill_login, stale_db_lock, state_wiped, relogin, measure, cycle_ab,
+                                  sigkill_login, stale_db_lock, csi_lifecycle, state_wiped, relogin, measure, cycle_ab,
                                   detach_unmounted,
                                   node_lifecycle,
                                   node_two_luns, node_chap_secret, gc, node_inline_names,
