@@ -12,7 +12,8 @@
 
 /* The drivers with a Controller service. */
 static const struct csi_controller *const controllers[] = { &csi_controller_loop,
-							     &csi_controller_nfs };
+							     &csi_controller_nfs,
+							     &csi_controller_iscsi };
 
 /* The table of the endpoint's driver when it serves the Controller service, or NULL. */
 static const struct csi_controller *served(void)
@@ -108,18 +109,21 @@ static void controller_get_capabilities(struct grpc_call *call, const ProtobufCM
 {
 	Csi__V1__ControllerGetCapabilitiesResponse r =
 		CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
-	Csi__V1__ControllerServiceCapability cap[3], *caps[3];
-	Csi__V1__ControllerServiceCapability__RPC rpc[3];
-	Csi__V1__ControllerServiceCapability__RPC__Type types[3];
+	Csi__V1__ControllerServiceCapability cap[4], *caps[4];
+	Csi__V1__ControllerServiceCapability__RPC rpc[4];
+	Csi__V1__ControllerServiceCapability__RPC__Type types[4];
+	const struct csi_controller *c = served();
 	size_t n = 0;
 
 	(void)m;
-	if (csi_controller_serves()) {
+	if (c && c->create) {
 		types[n++] = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME;
 		types[n++] = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_CAPACITY;
 	}
 	if (csi_expands())
 		types[n++] = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME;
+	if (c && c->publish)
+		types[n++] = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__PUBLISH_UNPUBLISH_VOLUME;
 	for (size_t i = 0; i < n; i++) {
 		csi__v1__controller_service_capability__rpc__init(&rpc[i]);
 		csi__v1__controller_service_capability__init(&cap[i]);
@@ -133,27 +137,31 @@ static void controller_get_capabilities(struct grpc_call *call, const ProtobufCM
 	grpc_reply(call, &r.base);
 }
 
-/* A call of the driver's table; a driver without the service: UNIMPLEMENTED, as an unknown method. */
-enum call_kind { CREATE, REMOVE, VALIDATE, CAPACITY, EXPAND, NODE_EXPAND };
+/* A call of the driver's table; a driver without the service or the call: UNIMPLEMENTED. */
+enum call_kind { CREATE, REMOVE, VALIDATE, CAPACITY, EXPAND, NODE_EXPAND, PUBLISH, UNPUBLISH };
 
 static void dispatch(enum call_kind k, struct grpc_call *call, const ProtobufCMessage *m)
 {
 	const struct csi_controller *c = served();
+	csi_handler *h = NULL;
 
 	if (!c)
 		return (void)grpc_fail(call, GRPC_UNIMPLEMENTED, "%s volumes have no Controller "
 				       "service here", csi_ep.drv->name);
-	if ((k == EXPAND || k == NODE_EXPAND) && !csi_expands())
-		return (void)grpc_fail(call, GRPC_UNIMPLEMENTED, "%s volumes are not grown by this "
-				       "endpoint", csi_ep.drv->name);
 	switch (k) {
-	case CREATE: return c->create(call, m);
-	case REMOVE: return c->remove(call, m);
+	case CREATE: h = c->create; break;
+	case REMOVE: h = c->remove; break;
 	case VALIDATE: return validate_capabilities(c, call, m);
-	case CAPACITY: return c->capacity(call, m);
-	case EXPAND: return c->expand(call, m);
-	case NODE_EXPAND: return c->node_expand(call, m);
+	case CAPACITY: h = c->capacity; break;
+	case EXPAND: h = csi_expands() ? c->expand : NULL; break;
+	case NODE_EXPAND: h = csi_expands() ? c->node_expand : NULL; break;
+	case PUBLISH: h = c->publish; break;
+	case UNPUBLISH: h = c->unpublish; break;
 	}
+	if (!h)
+		return (void)grpc_fail(call, GRPC_UNIMPLEMENTED, "not served for %s volumes",
+				       csi_ep.drv->name);
+	h(call, m);
 }
 
 #define CALL(fn, kind)                                                                             \
@@ -167,6 +175,8 @@ CALL(validate_volume_capabilities, VALIDATE)
 CALL(get_capacity, CAPACITY)
 CALL(controller_expand, EXPAND)
 CALL(node_expand, NODE_EXPAND)
+CALL(controller_publish, PUBLISH)
+CALL(controller_unpublish, UNPUBLISH)
 
 const struct grpc_method csi_controller_methods[] = {
 	{ "/csi.v1.Controller/CreateVolume", &csi__v1__create_volume_request__descriptor,
@@ -180,6 +190,10 @@ const struct grpc_method csi_controller_methods[] = {
 	  get_capacity, true },
 	{ "/csi.v1.Controller/ControllerExpandVolume",
 	  &csi__v1__controller_expand_volume_request__descriptor, controller_expand, false },
+	{ "/csi.v1.Controller/ControllerPublishVolume",
+	  &csi__v1__controller_publish_volume_request__descriptor, controller_publish, false },
+	{ "/csi.v1.Controller/ControllerUnpublishVolume",
+	  &csi__v1__controller_unpublish_volume_request__descriptor, controller_unpublish, false },
 	{ "/csi.v1.Controller/ControllerGetCapabilities",
 	  &csi__v1__controller_get_capabilities_request__descriptor, controller_get_capabilities,
 	  true },

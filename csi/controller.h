@@ -3,13 +3,16 @@
  * The CSI Controller service, per driver (docs/design.md, "CSI").
  *
  * controller.c serves the Controller calls and NodeExpandVolume for the
- * driver the endpoint runs, through that driver's table below; a driver
- * without a table (iscsi: its LUNs are made by the storage administrator)
- * has no Controller service, and its calls are UNIMPLEMENTED.  Every
- * handler answers its call itself; controller.c has checked that the
- * service is served (and, for the two expand calls, that the table grows
- * volumes) and, for ValidateVolumeCapabilities, does the rest around
- * @exists.
+ * driver the endpoint runs, through that driver's table below
+ * (controller-loop.c, controller-nfs.c, controller-attach.c for iscsi); a
+ * driver without a table, or not set up to serve it, has no Controller
+ * service, and its calls are UNIMPLEMENTED.  Every handler answers its call
+ * itself; controller.c has checked that the service is served and that the
+ * table has the handler (else UNIMPLEMENTED), and, for
+ * ValidateVolumeCapabilities, does the rest around @exists.  create, remove
+ * and capacity come together (the CREATE_DELETE_VOLUME and GET_CAPACITY
+ * capabilities), as do expand and node_expand (EXPAND_VOLUME), and publish
+ * and unpublish (PUBLISH_UNPUBLISH_VOLUME).
  */
 #ifndef FV_CSI_CONTROLLER_H
 #define FV_CSI_CONTROLLER_H
@@ -32,9 +35,11 @@ struct csi_controller {
 	csi_handler *capacity;	  /* GetCapacity */
 	csi_handler *expand;	  /* ControllerExpandVolume, or NULL: volumes have no size */
 	csi_handler *node_expand; /* NodeExpandVolume, with @expand */
+	csi_handler *publish;	  /* ControllerPublishVolume, or NULL: nothing to attach */
+	csi_handler *unpublish;	  /* ControllerUnpublishVolume, with @publish */
 };
 
-extern const struct csi_controller csi_controller_loop, csi_controller_nfs;
+extern const struct csi_controller csi_controller_loop, csi_controller_nfs, csi_controller_iscsi;
 
 /*
  * The ID of the volume CreateVolume names @name: the name itself when @ok

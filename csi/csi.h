@@ -11,6 +11,7 @@
 
 struct fv_driver;
 struct fv_ctx;
+struct fv_opts;
 
 /* The endpoint's settings, fixed at start (main.c). */
 struct csi_endpoint {
@@ -22,6 +23,13 @@ struct csi_endpoint {
 };
 
 extern struct csi_endpoint csi_ep;
+
+/* The map entries of every request type have this layout (protobuf-c map fields). */
+struct csi_map_entry {
+	ProtobufCMessage base;
+	char *key;
+	char *value;
+};
 
 /* Does the endpoint serve stage/unstage for this driver (a block driver's device mount)? */
 bool csi_node_stages(void);
@@ -42,6 +50,10 @@ bool csi_expands(void);
 int csi_ctx_load(struct grpc_call *call, struct fv_ctx *cx);
 /* Answer the op layer's error @r (message in @cx) with its gRPC status. */
 void csi_fail_op(struct grpc_call *call, struct fv_ctx *cx, int r, const char *what);
+/* The FlexVolume options of a call into @o: the volume context @ctx (@n entries), the
+ * capability's @fstype and @ro, @name as the volume's name.  0 or <0 (answered). */
+int csi_parse_opts(struct grpc_call *call, struct fv_ctx *cx, const char *name, const char *fstype,
+		   bool ro, size_t n, struct csi_map_entry **ctx, struct fv_opts *o);
 /* Is @s a volume ID of ours (one path component of PV-name characters)? */
 bool csi_volume_id_ok(const char *s);
 /* A capability we serve (filesystem, no mount flags, one node): 0 or <0; *ro, *fstype. */

@@ -43,12 +43,6 @@
 
 typedef Csi__V1__VolumeCapability__AccessMode__Mode access_mode;
 
-/* The map entries of every request type have this layout (protobuf-c map fields). */
-struct csi_map_entry {
-	ProtobufCMessage base;
-	char *key;
-	char *value;
-};
 
 bool csi_node_stages(void)
 {
@@ -183,10 +177,8 @@ bool csi_mode_served(int mode, bool *ro)
 	}
 }
 
-/* The FlexVolume options of a stage call: the volume context and the capability's. */
-static int parse_opts(struct grpc_call *call, struct fv_ctx *cx, const char *name,
-		      const char *fstype, bool ro, size_t n, struct csi_map_entry **ctx,
-		      struct fv_opts *o)
+int csi_parse_opts(struct grpc_call *call, struct fv_ctx *cx, const char *name, const char *fstype,
+		   bool ro, size_t n, struct csi_map_entry **ctx, struct fv_opts *o)
 {
 	json_object *obj = json_object_new_object();
 	int r;
@@ -298,7 +290,7 @@ static void node_publish_mount(struct grpc_call *call, const Csi__V1__NodePublis
 		return (void)grpc_fail(call, GRPC_NOT_FOUND, "no %s volume has the ID '%s'",
 				       csi_ep.drv->name, q->volume_id);
 	if (csi_ctx_load(call, &cx) < 0 ||
-	    parse_opts(call, &cx, q->volume_id, fstype, ro || q->readonly, q->n_volume_context,
+	    csi_parse_opts(call, &cx, q->volume_id, fstype, ro || q->readonly, q->n_volume_context,
 		       (struct csi_map_entry **)q->volume_context, &o) < 0)
 		return;
 	/* CSI: the plugin creates the target itself (the CO made its parent) */
@@ -338,7 +330,7 @@ static void node_stage(struct grpc_call *call, const ProtobufCMessage *m)
 	    volume_dir(call, q->staging_target_path, q->volume_id, dir, sizeof(dir)) < 0 ||
 	    csi_ctx_load(call, &cx) < 0)
 		return;
-	if (parse_opts(call, &cx, q->volume_id, fstype, ro, q->n_volume_context,
+	if (csi_parse_opts(call, &cx, q->volume_id, fstype, ro, q->n_volume_context,
 		       (struct csi_map_entry **)q->volume_context, &o) < 0)
 		return;
 	fd = csi_lock_as_dispatcher(call, &cx, "vol", q->volume_id, lock, sizeof(lock));

@@ -628,8 +628,9 @@ def stale_db_lock(c):
 
 
 def csi_lifecycle(c):
-    """iSCSI through flexvol-csi --driver iscsi on the real target (the CSI Node service on the op
-    layer): NodeStageVolume logs in, formats and mounts; NodePublishVolume binds it into the pod's
+    """iSCSI through flexvol-csi --driver iscsi on the real target (the CSI Controller and Node
+    services on the op layer): ControllerPublishVolume answers the handle of the LUN's disk,
+    touching nothing; NodeStageVolume logs in, formats and mounts; NodePublishVolume binds it into the pod's
     target; NodeUnpublishVolume and NodeUnstageVolume undo that and log out. Every call twice (a
     retry changes nothing); the data kept across a second stage; no session, mount or record left."""
     sanity = run(os.path.join(WS, "tests", "csi", "build"), "--print").stdout.strip().splitlines()[-1]
@@ -651,7 +652,7 @@ def csi_lifecycle(c):
             time.sleep(0.05)
 
         def csi(method, req):
-            svc = "Node" if method.startswith("Node") else "Identity"
+            svc = next((x for x in ("Node", "Controller") if method.startswith(x)), "Identity")
             p = subprocess.run([call, "-endpoint", "unix://" + sock, "/csi.v1.%s/%s" % (svc, method),
                                 json.dumps(req)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, timeout=300)
@@ -667,8 +668,13 @@ def csi_lifecycle(c):
         pub = {"volumeId": vid, "stagingTargetPath": staging, "targetPath": target,
                "volumeCapability": cap, "volumeContext": ctx}
         for rnd in range(2):
+            # the attach as external-attacher asks it (the options checked, the handle answered)
+            cpub = {"volumeId": vid, "nodeId": c.node, "volumeCapability": cap, "volumeContext": ctx}
+            handle = csi("ControllerPublishVolume", cpub)["publishContext"]["device"]
             for _ in range(2):
                 csi("NodeStageVolume", stage)
+            check(os.path.realpath(handle) == lun_disks(c.iqn1, 1)[0],
+                  "the published handle %s is not LUN 1's disk %r" % (handle, lun_disks(c.iqn1, 1)))
             check(len(sessions(c.iqn1)) == 1, "sessions after stage: %r" % sessions(c.iqn1))
             dev = lun_disks(c.iqn1, 1)
             m = mounted_at(os.path.join(staging, vid))
@@ -693,7 +699,9 @@ def csi_lifecycle(c):
             check(not sessions(c.iqn1), "session left after unstage: %r" % sessions(c.iqn1))
             check(not mounts_under(c.dir), "mounts left: %r" % mounts_under(c.dir))
             check(not node_records(), "node records left: %r" % node_records())
-            log("round %d: stage, publish, unpublish, unstage, each twice: ok" % (rnd + 1))
+            csi("ControllerUnpublishVolume", {"volumeId": vid, "nodeId": c.node})
+            log("round %d: controller publish, stage, publish, unpublish, unstage (each twice), "
+                "controller unpublish: ok" % (rnd + 1))
     finally:
         ep.terminate()
         ep.wait(timeout=30)

@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The CSI Controller service of iscsi (csi/controller.h): ControllerPublishVolume and
+ * ControllerUnpublishVolume, on the op layer's attach and detach as the
+ * controller-manager runs them for a FlexVolume PV in controller attach mode
+ * (docs/design.md, "Two attach modes").
+ *
+ *   ControllerPublishVolume    the driver's attach for the node: it validates the
+ *                              options (the volume context) and answers the
+ *                              device's handle, touching nothing; publish context
+ *                              {"device": <handle>}
+ *   ControllerUnpublishVolume  the driver's detach of the volume for the node: of
+ *                              another node's (a controller is never the node), nothing
+ *
+ * What this buys is the attach/detach controller's bookkeeping: with the
+ * CSIDriver's attachRequired: true, a VolumeAttachment per node, and a
+ * ReadWriteOnce volume refused on a second node (Multi-Attach) before any
+ * node logs in; the login itself stays in NodeStageVolume, where the
+ * FlexVolume driver's waitforattach and mountdevice do it, and the write
+ * fence (SCSI persistent reservations) there too.  The LUNs are the storage
+ * administrator's: no CreateVolume, static PVs.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#include "csi.h"
+#include "controller.h"
+#include "../src/internal.h"
+#include "fv/lock.h"
+
+static bool always(void)
+{
+	return true;
+}
+
+/* A volume ID with its context: its options or NOT_FOUND (no context names no LUN). */
+static void publish(struct grpc_call *call, const ProtobufCMessage *m)
+{
+	const Csi__V1__ControllerPublishVolumeRequest *q = (const void *)m;
+	Csi__V1__ControllerPublishVolumeResponse resp = CSI__V1__CONTROLLER_PUBLISH_VOLUME_RESPONSE__INIT;
+	Csi__V1__ControllerPublishVolumeResponse__PublishContextEntry dev =
+		CSI__V1__CONTROLLER_PUBLISH_VOLUME_RESPONSE__PUBLISH_CONTEXT_ENTRY__INIT;
+	Csi__V1__ControllerPublishVolumeResponse__PublishContextEntry *devs[] = { &dev };
+	struct fv_opts o = { 0 };
+	const char *fstype = NULL;
+	char *handle = NULL;
+	bool ro = false;
+	struct fv_ctx cx;
+	int r;
+
+	if (!*q->volume_id || !*q->node_id || !q->volume_capability)
+		return (void)grpc_fail(call, GRPC_INVALID_ARGUMENT, "volume_id, node_id and "
+				       "volume_capability are required");
+	if (csi_check_capability(call, q->volume_capability, &fstype, &ro) < 0)
+		return;
+	if (!csi_volume_id_ok(q->volume_id) || !q->n_volume_context)
+		return (void)grpc_fail(call, GRPC_NOT_FOUND, "no %s volume '%s': its volume context "
+				       "names no LUN", csi_ep.drv->name, q->volume_id);
+	if (csi_ctx_load(call, &cx) < 0 ||
+	    csi_parse_opts(call, &cx, q->volume_id, fstype, ro || q->readonly, q->n_volume_context,
+			   (struct csi_map_entry **)q->volume_context, &o) < 0)
+		return;
+	r = cx.drv->attach(&cx, &o, q->node_id, &handle);
+	fv_opts_done(&o);
+	if (r < 0)
+		return csi_fail_op(call, &cx, r, "publish");
+	dev.key = (char *)"device";
+	dev.value = handle;
+	resp.n_publish_context = 1;
+	resp.publish_context = devs;
+	grpc_reply(call, &resp.base);
+	free(handle);
+}
+
+static void unpublish(struct grpc_call *call, const ProtobufCMessage *m)
+{
+	const Csi__V1__ControllerUnpublishVolumeRequest *q = (const void *)m;
+	Csi__V1__ControllerUnpublishVolumeResponse resp =
+		CSI__V1__CONTROLLER_UNPUBLISH_VOLUME_RESPONSE__INIT;
+	char lock[PATH_MAX];
+	struct fv_ctx cx;
+	int fd, r;
+
+	if (!*q->volume_id)
+		return (void)grpc_fail(call, GRPC_INVALID_ARGUMENT, "volume_id is required");
+	/* no volume of ours can have this ID: nothing published */
+	if (!csi_volume_id_ok(q->volume_id))
+		return grpc_reply(call, &resp.base);
+	if (csi_ctx_load(call, &cx) < 0)
+		return;
+	fd = csi_lock_as_dispatcher(call, &cx, "vol", q->volume_id, lock, sizeof(lock));
+	if (fd < 0)
+		return;
+	r = cx.drv->detach(&cx, q->volume_id, q->node_id);
+	fv_unlock_remove(&cx, lock, fd);
+	if (r < 0)
+		return csi_fail_op(call, &cx, r, "unpublish");
+	grpc_reply(call, &resp.base);
+}
+
+/* ValidateVolumeCapabilities: an ID alone names no LUN of an administrator's. */
+static int no_volume(struct grpc_call *call, struct fv_ctx *cx, const char *id)
+{
+	(void)cx;
+	return -grpc_fail(call, GRPC_NOT_FOUND, "no %s volume '%s' is known to this endpoint: its "
+			  "LUNs are named by static PVs", csi_ep.drv->name, id);
+}
+
+const struct csi_controller csi_controller_iscsi = {
+	.driver = "iscsi",
+	.serves = always,
+	.exists = no_volume,
+	.publish = publish,
+	.unpublish = unpublish,
+};
