@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* flexvol-csi: what main.c, identity.c and node.c share (docs/design.md, "CSI"). */
+/*
+ * flexvol-csi: what main.c, identity.c, node.c and the controller files share
+ * (docs/design.md, "CSI").
+ */
 #ifndef FV_CSI_H
 #define FV_CSI_H
 

@@ -43,7 +43,6 @@
 
 typedef Csi__V1__VolumeCapability__AccessMode__Mode access_mode;
 
-
 bool csi_node_stages(void)
 {
 	const struct fv_driver *d = csi_ep.drv;
