@@ -135,22 +135,21 @@ static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 		return;
 	r = fvp_dir_make(rootfd, id, 0777, (uid_t)-1, (gid_t)-1, id, id, size, false, &made, &other,
 			 inside, sizeof(inside));
-	if (r == 0 && made != FVP_DIR_NEW)
+	/* the record says the size: this call's, or that of the call that wrote it (a retry) */
+	if (r == 0)
 		r = fvp_dir_owner(rootfd, id, &own);
 	fv_unlock_remove(&cx, lock, fd);
 	if (r < 0)
 		return (void)dir_fail(call, r, "not created", id, &other);
-	/* made before for this name: it must fit the range asked now (CSI: else ALREADY_EXISTS) */
-	if (made != FVP_DIR_NEW) {
-		size = own.size;
-		if (cr && (size < (uint64_t)cr->required_bytes ||
-			   (cr->limit_bytes && size > (uint64_t)cr->limit_bytes)))
-			return (void)grpc_fail(call, GRPC_ALREADY_EXISTS, "volume %s exists, made for "
-					       "%llu bytes, not for the range asked now", id,
-					       (unsigned long long)size);
-	}
 	if (made == FVP_DIR_NEW)
 		fv_log("CreateVolume %s: directory %s made in %s", q->name, id, csi_ep.root);
+	/* made for an earlier call: it must fit the range asked now (CSI: else ALREADY_EXISTS) */
+	size = own.size;
+	if (cr && (size < (uint64_t)cr->required_bytes ||
+		   (cr->limit_bytes && size > (uint64_t)cr->limit_bytes)))
+		return (void)grpc_fail(call, GRPC_ALREADY_EXISTS, "volume %s exists, made for %llu "
+				       "bytes, not for the range asked now", id,
+				       (unsigned long long)size);
 	share_parts(server, sizeof(server), &vals[1]);
 	vals[0] = server;
 	vals[2] = id;

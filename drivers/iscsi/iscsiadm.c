@@ -196,8 +196,12 @@ static void db_lock_unstale(void)
 			;
 		age = lock_age_ms(&st);
 	}
-	/* released, or taken again (by a waiter after its holder let go): not stale */
-	if (lstat(DB_LOCK_TAKEN, &again) < 0 || !same_lock(&st, &again) || iscsiadm_older_than(age))
+	/*
+	 * Released, or taken again (by a waiter after its holder let go): not
+	 * stale.  The same lock needs no second scan: an iscsiadm older than it
+	 * was running at the first, and one started since is younger.
+	 */
+	if (lstat(DB_LOCK_TAKEN, &again) < 0 || !same_lock(&st, &again))
 		return;
 	if (unlink(DB_LOCK_TAKEN) == 0)
 		fv_log("removed open-iscsi's database lock %s: taken %llu ms ago by a process that is "
