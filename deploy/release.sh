@@ -10,7 +10,7 @@
 #                                             one OCI image index, as an OCI archive
 #                                             (skopeo copy --all oci-archive:FILE docker://IMAGE:VERSION,
 #                                             or buildah/podman pull oci-archive:FILE)
-#   OUTDIR/manifests/<overlay>[+loop][+provisioner][+csi[+csi-controller]][+csi-nfs].yaml
+#   OUTDIR/manifests/<overlay>[+loop][+provisioner][+csi[+csi-controller]][+csi-nfs][+csi-iscsi].yaml
 #                                             every overlay with every combination of the
 #                                             components, rendered, every flexvol container on
 #                                             IMAGE@<digest> (the CSI sidecars on kubernetes-csi's
@@ -62,11 +62,12 @@ site=$T/site; mkdir -p "$site"
 rel=$(realpath --relative-to="$site" "$ROOT/deploy")
 for o in "$ROOT"/deploy/overlays/*/kustomization.yaml; do
 	o=$(basename "$(dirname "$o")")
-	# csi/controller only with csi (its sidecars use the node plugin's socket); csi/nfs alone
-	# and with the loop CSI driver
+	# csi/controller only with csi (its sidecars use the node plugin's socket); csi/nfs and
+	# csi/iscsi alone, and all three CSI drivers together
 	for comps in "" loop provisioner "loop provisioner" csi "loop csi" "provisioner csi" "loop provisioner csi" \
 		"csi csi/controller" "loop csi csi/controller" "provisioner csi csi/controller" \
-		"loop provisioner csi csi/controller" csi/nfs "loop csi csi/controller csi/nfs"; do
+		"loop provisioner csi csi/controller" csi/nfs csi/iscsi \
+		"loop csi csi/controller csi/nfs csi/iscsi"; do
 		name=$o
 		{
 			printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n'

@@ -137,7 +137,7 @@ check-deploy: all
 # it, for any ARCH, needs no network and no emulator.
 #   make image-context && podman build -t flexvol-installer:dev build/image
 #   make image-context ARCH=arm64 && podman build --platform linux/arm64 ... build/image-arm64
-IMAGE_APPLETS := sh cp mv rm rmdir mkdir chmod cmp stat sync sleep cat ls dirname basename tr printf sed kill nsenter
+IMAGE_APPLETS := sh cp mv rm rmdir mkdir chmod cmp stat sync sleep cat ls dirname basename tr printf sed kill nsenter pidof
 image-context: static static-csi
 	$(Q)rm -rf $(IMAGE_O) && mkdir -p $(IMAGE_O)/bin
 	$(Q)sed 's/^ARG FLEXVOL_VERSION=.*/ARG FLEXVOL_VERSION=$(FV_VERSION)/' deploy/Containerfile >$(IMAGE_O)/Containerfile

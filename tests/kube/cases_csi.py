@@ -34,9 +34,10 @@ TIMES = {}
 def _install(t, overlay):
     """Install tests/kube/overlays/@overlay (csi, or csi-controller on top of it) with the
     environment of this run. This machine's PID 1 is a sandbox init whose namespace files its root
-    cannot open (nsenter -t 1: Permission denied): flexvol-csi enters the host's mount namespace
-    through kubelet's PID instead (HOST_NS_PID, deploy/csi/daemonset-node.yaml), given by a
-    kustomization of this run's over the overlay, so that one apply rolls the DaemonSet out once."""
+    cannot open (nsenter -t 1: Permission denied): flexvol-csi enters kubelet's mount namespace
+    instead (HOST_NS_PID=kubelet, deploy/csi/daemonset-node.yaml: a process of that name on
+    each node), given by a kustomization of this run's over the overlay, so that one apply rolls
+    the DaemonSet out once."""
     d = C.p("csi-install", overlay)
     os.makedirs(d, exist_ok=True)
     C.write(os.path.join(d, "kustomization.yaml"), json.dumps({
@@ -45,7 +46,7 @@ def _install(t, overlay):
             "apiVersion": "apps/v1", "kind": "DaemonSet",
             "metadata": {"name": "flexvol-installer", "namespace": "kube-system"},
             "spec": {"template": {"spec": {"containers": [{"name": "csi-loop", "env": [
-                {"name": "HOST_NS_PID", "value": str(t.cl.procs["kubelet"].pid)}]}]}}}})}]}))
+                {"name": "HOST_NS_PID", "value": "kubelet"}]}]}}}})}]}))
     t.k("apply", "-k", d, timeout=120)
     t.rollout()
     t.installed = overlay
@@ -164,11 +165,12 @@ def claim_events(t, claim):
 
 def case_csi_register(t):
     """deploy/csi installed: kubelet registered loop.csi.flexvol (CSINode lists it, with the node's
-    ID and the topology key), the CSIDriver says attachRequired: false."""
+    name as its ID and the topology key), the CSIDriver says attachRequired: false."""
     _setup(t)
     n = t.kj("get", "csinode", C.NODE)
     (d,) = [d for d in n["spec"]["drivers"] if d["name"] == DRIVER]
-    check(d.get("nodeID"), f"no node ID: {d}")
+    # the node's name, not the pod's hostname (which would change at each rollout)
+    check(d.get("nodeID") == C.NODE, f"node ID {d.get('nodeID')!r}, not the node's name {C.NODE}")
     check(f"topology.{DRIVER}/node" in (d.get("topologyKeys") or []), f"topology keys: {d}")
     node = t.kj("get", "node", C.NODE)
     check(node["metadata"]["labels"].get(f"topology.{DRIVER}/node") == d["nodeID"],
