@@ -34,12 +34,40 @@ rke: {pluginDir: /var/lib/kubelet/volumeplugins, attachMode: controller}
 {{- end -}}
 
 {{/*
-The objects of a manifest of deploy/ (files/: links to deploy/), namespaced ones
+The text of a manifest of deploy/ (files/: links to deploy/) with the chart's image where
+it names flexvol's (every `image:` of ours, as kustomize's images: entry moves them) and
+csi.nfs's share where deploy/csi/nfs has its example.  Args: (dict "root" $ "file" "files/x.yaml")
+*/}}
+{{- define "flexvol.file" -}}
+{{- $t := regexReplaceAll "registry\\.example\\.com/flexvol/installer:[0-9A-Za-z._-]+" (.root.Files.Get .file) (include "flexvol.image" .root) -}}
+{{- if hasPrefix "files/csi-nfs-" .file -}}
+{{- $n := .root.Values.csi.nfs -}}
+{{- $t = $t | replace "nfs.example.com:/exports/k8s" (printf "%s:%s" $n.server $n.path) | replace "server: nfs.example.com" (printf "server: %s" $n.server) | replace "path: /exports/k8s" (printf "path: %s" $n.path) -}}
+{{- end -}}
+{{- $t -}}
+{{- end -}}
+
+{{/*
+The items of a CSI component's DaemonSet patch (files/csi-*daemonset*.yaml) under "key"
+(containers or volumes) but those named in "skip", as a YAML list for the DaemonSet.
+kustomize's strategic merge puts a patch's items before those already there, a later
+component's first, and an item two patches name once, where the later one puts it:
+templates/installer.yaml lists them in that order.  Args: (dict "root" $ "file" "..." "key" "..." "skip" (list ...))
+*/}}
+{{- define "flexvol.patchItems" -}}
+{{- $spec := (include "flexvol.file" . | fromYaml).spec.template.spec -}}
+{{- $items := list -}}
+{{- range (get $spec .key) }}{{ if not (has .name $.skip) }}{{ $items = append $items . }}{{ end }}{{ end -}}
+{{- if $items }}{{ toYaml $items }}{{ end -}}
+{{- end -}}
+
+{{/*
+The objects of a manifest of deploy/ (flexvol.file), namespaced ones
 moved to "ns" as kustomize's namespace transformer would, and the subjects naming the
 installer's ServiceAccount (deploy/loop's replacements) in "subjectNs" when given.  Args: (dict "root" $ "file" "files/x.yaml" "ns" "..." "subjectNs" "...")
 */}}
 {{- define "flexvol.manifest" -}}
-{{- range $doc := splitList "\n---\n" (.root.Files.Get .file) }}
+{{- range $doc := splitList "\n---\n" (include "flexvol.file" .) }}
 {{- $o := fromYaml $doc }}
 {{- if $o.kind }}
 {{- if and $.ns $o.metadata.namespace }}{{ $_ := set $o.metadata "namespace" $.ns }}{{ end }}
