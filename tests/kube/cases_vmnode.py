@@ -115,7 +115,8 @@ registerWithTaints:
         env = dict(self.cl.driver_env, FLEXVOL_LOG_FILE=GUEST_DRIVER_LOG)
         C.write(self.path("node.json"), json.dumps({
             "name": self.name, "base": C.BASE, "run": C.RUN, "bin": self.cl.bin,
-            "images": [os.path.join(images_dir, x) for x in ("pause.tar", "busybox.tar", "installer.tar")],
+            "images": [os.path.join(images_dir, x) for x in ("pause.tar", "busybox.tar", "installer.tar") +
+                       (CSI_IMAGES if os.environ.get("FLEXVOL_KUBE_VMNODE_CSI") == "1" else ())],
             "dirs": ["log", "flexvol/loop", "flexvol/state", "etc", "plugins"],
             "driver_env": env, "healthz_port": 10248,
             "fixtures_env": {"FLEXVOL_VM_INITIATOR": self.initiator},
@@ -1063,24 +1064,224 @@ def case_vmnode_nfs_e2e(t):
     mind). The summary and every failed spec are printed, the JUnit report kept in
     build/kube-e2e-nfs/."""
     g = guest()
+    provisioner_on_guest(t, g, E2E_SHARE)
+    guest_class(t, E2E_CLASS, E2E_SHARE, onDelete="delete")
+    try:
+        _e2e_on_guest(t, g, "test-driver-nfs.yaml", E2E_FOCUS, "kube-e2e-nfs", E2E_SHARE)
+    finally:
+        t.k("delete", "storageclass", E2E_CLASS, "--ignore-not-found", check=False)
+        provisioner_gone(t)
+
+
+def _e2e_on_guest(t, g, driver_file, focus, report, share):
+    """e2e.test with @driver_file and @focus, its pods on the guest: the suites' images imported
+    there, the guest's taint lifted and the host node tainted instead for the run; the share's
+    leftovers printed."""
     sock = os.path.join(C.RUN, "containerd", "containerd.sock")
     E2E.import_images(lambda *a: g.sh(os.path.join(t.cl.bin, "ctr"), "--address", sock, "-n", "k8s.io",
                                       *a, timeout=600), os.environ["FLEXVOL_E2E_DIR"])
-    provisioner_on_guest(t, g, E2E_SHARE)
-    guest_class(t, E2E_CLASS, E2E_SHARE, onDelete="delete")
     t.k("taint", "node", C.NODE, f"{E2E_HOST_TAINT}=true:NoSchedule", "--overwrite")
     t.k("taint", "node", g.name, f"{TAINT}-")
     try:
-        rc, secs, log_ = E2E.run("test-driver-nfs.yaml", E2E_FOCUS, E2E_SKIP, "kube-e2e-nfs", [
+        rc, secs, log_ = E2E.run(driver_file, focus, E2E_SKIP, report, [
             f"-non-blocking-taints={E2E_HOST_TAINT},node-role.kubernetes.io/control-plane"])
     finally:
         t.k("taint", "node", g.name, f"{TAINT}=true:NoSchedule", "--overwrite", check=False)
         t.k("taint", "node", C.NODE, f"{E2E_HOST_TAINT}-", check=False)
-        t.k("delete", "storageclass", E2E_CLASS, "--ignore-not-found", check=False)
-        provisioner_gone(t)
-    log(f"e2e suites against flexvol/nfs: {secs:.0f} s; share left: "
-        f"{g.sh('ls', '-A', E2E_SHARE, check_rc=False)['stdout'].split()}")
+    log(f"e2e suites ({driver_file}): {secs:.0f} s; share left: "
+        f"{g.sh('ls', '-A', share, check_rc=False)['stdout'].split()}")
     check(rc == 0, f"e2e.test exit {rc}; log {log_}")
+
+
+# --- the nfs and iscsi drivers over CSI on the guest (make check-kube-vm-csi) -----------------------
+
+CSI_SHARE = f"{NFS_EXPORT}/csi"
+CSI_IMAGES = ("csi-node-driver-registrar.tar", "csi-provisioner.tar", "csi-attacher.tar")   # the guest runs them
+CSI_DRIVERS = ("nfs.csi.flexvol", "iscsi.csi.flexvol")
+
+
+def csi_mounts(g, pv, driver):
+    """the guest's mounts of a CSI volume: (kubelet's staging dirs of @driver, the pods' dirs of @pv)"""
+    ms = [m[0] for m in g.mounts()]
+    return ([m for m in ms if f"/plugins/kubernetes.io/csi/{driver}/" in m],
+            [m for m in ms if m.endswith(f"/volumes/kubernetes.io~csi/{pv}/mount")])
+
+
+def case_vmnode_csi_install(t):
+    """deploy/csi/nfs and deploy/csi/iscsi as shipped (tests/kube/overlays/csi-vm: the lane's
+    images and paths), both controllers on the guest, the nfs one with the guest's export as its
+    share (an nfs volume of the Deployment, as shipped): the DaemonSet's csi-nfs and csi-iscsi run on both nodes (HOST_NS_PID=kubelet), kubelet
+    on the guest registers both drivers with the node's name as node ID, both controllers run."""
+    g = guest()
+    g.sh("mkdir", "-p", CSI_SHARE)
+    d = C.p("csi-install", "csi-vm")
+    os.makedirs(d, exist_ok=True)
+    # both controllers on the guest, on its network: the lane has no service network, and the
+    # guest's pods reach the API server through QEMU's gateway
+    place = {"hostNetwork": True, "nodeSelector": {"kubernetes.io/hostname": g.name},
+             "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}]}
+    api = [{"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.2.2"},
+           {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}]
+
+    def patch(name, spec):
+        return {"patch": json.dumps({"apiVersion": "apps/v1", "kind": "Deployment",
+                                     "metadata": {"name": name, "namespace": "kube-system"},
+                                     "spec": {"template": {"spec": dict(place, **spec)}}})}
+    C.write(os.path.join(d, "kustomization.yaml"), json.dumps({
+        "resources": [os.path.relpath(os.path.join(C.ROOT, "tests", "kube", "overlays", "csi-vm"), d)],
+        "patches": [
+            patch("flexvol-csi-nfs-controller", {"containers": [
+                {"name": "csi-nfs", "args": ["--endpoint", "unix:///csi/csi.sock", "--driver", "nfs",
+                                             "--root", "/share", "--share", f"{NFS_SERVER}:{CSI_SHARE}"]},
+                {"name": "csi-provisioner", "env": api}],
+                "volumes": [{"name": "share", "nfs": {"server": NFS_SERVER, "path": CSI_SHARE}}]}),
+            patch("flexvol-csi-iscsi-controller", {"containers": [{"name": "csi-attacher", "env": api}]})]}))
+    t.k("apply", "-k", d, timeout=120)
+    t.installed = "csi-vm"
+    t.rollout(timeout=600)
+    for dep in ("flexvol-csi-nfs-controller", "flexvol-csi-iscsi-controller"):
+        r = t.k("-n", "kube-system", "rollout", "status", f"deploy/{dep}", "--timeout=300s", check=False, timeout=330)
+        check(r.returncode == 0, f"{dep}: {r.stderr.strip()} "
+              f"{t.k('-n', 'kube-system', 'get', 'pods', '-o', 'wide', check=False).stdout}")
+
+    def registered():
+        n = t.kj("get", "csinode", g.name)
+        return {x["name"]: x.get("nodeID") for x in n.get("spec", {}).get("drivers") or []}
+    C.wait_for(f"{', '.join(CSI_DRIVERS)} in CSINode {g.name}",
+               lambda: all(x in registered() for x in CSI_DRIVERS), 180, 1)
+    ids = registered()
+    check(all(ids[x] == g.name for x in CSI_DRIVERS), f"node IDs on {g.name}: {ids}")
+
+
+def case_vmnode_csi_nfs(t):
+    """A claim of the class flexvol-csi-nfs (deploy/csi/nfs): CreateVolume makes its directory on
+    the guest's export; two pods on the guest mount it at once (ReadWriteMany; NodePublishVolume
+    mounts the share's directory through the nfs driver in the host's namespaces), one writes,
+    the other reads, the export holds the file; the pods gone: no NFS mount of it left; the claim
+    deleted: the PV and the directory go."""
+    g = guest()
+    claim = "vm-csi-nfs"
+
+    def dirs():
+        return sorted(g.sh("ls", "-A", CSI_SHARE)["stdout"].split())
+    t.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim, "namespace": NS},
+             "spec": {"storageClassName": "flexvol-csi-nfs", "accessModes": ["ReadWriteMany"],
+                      "resources": {"requests": {"storage": "1Gi"}}}})
+    try:
+        P.wait_bound(t, [claim], timeout=180)
+        pv = t.kj("get", "pvc", claim, "-n", NS)["spec"]["volumeName"]
+        check(pv in dirs(), f"no directory {pv} on the export: {dirs()}")
+        run_pod(t, g, "vm-csi-nfs-w", "echo csi-nfs > /data/f && sync && echo WROTE && sleep 3600", claim, "WROTE")
+        run_pod(t, g, "vm-csi-nfs-r", "cat /data/f && sleep 3600", claim, "csi-nfs")
+        check(g.read(f"{CSI_SHARE}/{pv}/f")[0] == "csi-nfs\n", "the export's directory lacks the pod's file")
+        _, pods = csi_mounts(g, pv, "nfs.csi.flexvol")
+        check(len(pods) == 2 and all(_nfs_mount_of(g, m) is not None for m in pods),
+              f"the two pods' NFS mounts in the guest: {pods}")
+        delete_pods(t, "vm-csi-nfs-w", "vm-csi-nfs-r")
+        C.wait_for("no pod mount of the volume left", lambda: not csi_mounts(g, pv, "nfs.csi.flexvol")[1], 120, 1)
+        t.delete("pvc", claim)
+        C.wait_for(f"PV {pv} deleted", lambda: t.k("get", "pv", pv, check=False).returncode != 0, 120, 1)
+        C.wait_for(f"directory {pv} removed", lambda: pv not in dirs(), 60, 1)
+    finally:
+        delete_pods(t, "vm-csi-nfs-w", "vm-csi-nfs-r")
+        t.delete("pvc", claim)
+
+
+def csi_iscsi_pv(t, name, attrs, access="ReadWriteOnce", secret=None):
+    csi = {"driver": "iscsi.csi.flexvol", "volumeHandle": name, "fsType": "ext4", "volumeAttributes": attrs}
+    if secret:
+        csi["nodeStageSecretRef"] = {"name": secret, "namespace": NS}
+    t.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+             "spec": {"capacity": {"storage": "64Mi"}, "accessModes": [access], "storageClassName": "",
+                      "persistentVolumeReclaimPolicy": "Retain", "csi": csi}})
+    t.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": NS},
+             "spec": {"accessModes": [access], "storageClassName": "", "volumeName": name,
+                      "resources": {"requests": {"storage": "64Mi"}}}})
+    C.wait_for(f"claim {name} Bound", lambda: t.kj("get", "pvc", name, "-n", NS)["status"].get("phase") == "Bound", 60)
+
+
+def volume_attachments(t, pv):
+    return [(a["spec"]["nodeName"], a.get("status", {}).get("attached"))
+            for a in t.kj("get", "volumeattachments")["items"]
+            if a["spec"]["source"].get("persistentVolumeName") == pv]
+
+
+def case_vmnode_csi_iscsi(t):
+    """A static PV of iscsi.csi.flexvol (LUN 1 of the target without CHAP): a pod on the guest;
+    the attach/detach controller makes a VolumeAttachment for the guest and external-attacher
+    marks it attached (ControllerPublishVolume); NodeStageVolume logs in, takes the reservation
+    and mounts the LUN's disk at kubelet's staging dir, NodePublishVolume binds it into the pod,
+    which writes; the pod deleted: no mount, session, node record or disk left in the guest, and
+    the VolumeAttachment goes (ControllerUnpublishVolume)."""
+    g = guest()
+    pv = "vm-csi-iscsi"
+    csi_iscsi_pv(t, pv, {"targetPortal": PORTAL, "iqn": IQN1, "lun": "1"})
+    try:
+        run_pod(t, g, pv, "echo csi-iscsi > /data/f && sync && echo WROTE && sleep 3600", pv, "WROTE")
+        check(volume_attachments(t, pv) == [(g.name, True)], f"VolumeAttachments: {volume_attachments(t, pv)}")
+        check(len([x for x in g.sessions() if IQN1 in x]) == 1, f"sessions: {g.sessions()}")
+        dev = g.lun_disk(IQN1, 1)
+        check(dev is not None, "no disk for LUN 1 (by-path link)")
+        staged, pods = csi_mounts(g, pv, "iscsi.csi.flexvol")
+        mps = g.disk_mounts(dev)
+        check(len(staged) == 1 and len(pods) == 1 and sorted(staged + pods) == mps,
+              f"mounts of {dev}: {mps}; staging {staged}, pod {pods}")
+        keys, res = g.pr_state(dev)
+        key = pr_key(g.initiator)
+        check(res is not None and res[0] == key and keys == [key],
+              f"reservation of {dev}: keys {[hex(k) for k in keys]}, holder {res}; the guest's key {key:#x}")
+        delete_pods(t, pv)
+        C.wait_for("the VolumeAttachment deleted", lambda: not volume_attachments(t, pv), 180, 1)
+        _iscsi_gone(g, IQN1, within=60)
+        check(csi_mounts(g, pv, "iscsi.csi.flexvol") == ([], []), f"mounts left: {csi_mounts(g, pv, 'iscsi.csi.flexvol')}")
+    finally:
+        delete_pods(t, pv)
+        t.drop_pv(pv)
+
+
+def case_vmnode_csi_e2e(t):
+    """Kubernetes' external storage e2e suites through CSI (tests/kube/e2e/test-driver-csi-nfs.yaml)
+    against the class flexvol-csi-nfs of deploy/csi/nfs, on the guest's export; the JUnit report in
+    build/kube-e2e-csi-nfs/."""
+    g = guest()
+    focus = r"External.Storage.*nfs\.csi\.flexvol"
+    _e2e_on_guest(t, g, "test-driver-csi-nfs.yaml", focus, "kube-e2e-csi-nfs", CSI_SHARE)
+
+
+def case_vmnode_csi_migrate(t):
+    """flexvol-provisioner migrate on the guest's volumes (docs/migration.md): an NFS FlexVolume PV
+    and an iSCSI one, each written through FlexVolume, moved to CSI (the same claim, the same
+    share directory or LUN), read and written through CSI, then rolled back and read through
+    FlexVolume again."""
+    import cases_csi as CSI
+    g = guest()
+    g.sh("mkdir", "-p", f"{CSI_SHARE}/mig")
+    vols = {"vm-mig-nfs": ("nfs", dict(_nfs_opts("4.2"), share=f"{CSI_SHARE}/mig"), "ReadWriteMany", None),
+            "vm-mig-iscsi": ("iscsi", {"targetPortal": PORTAL, "iqn": IQN1, "lun": "1"}, "ReadWriteOnce", "ext4")}
+    try:
+        for pv, (drv, opts, access, fs) in vols.items():
+            flex_pv(t, pv, drv, opts, access, fs=fs)
+            run_pod(t, g, pv, f"echo {pv}-flex > /data/f && sync && echo WROTE && sleep 3600", pv, "WROTE")
+            delete_pods(t, pv)
+            CSI.migrate_when_idle(t, pv)
+            src = t.kj("get", "pv", pv)["spec"]
+            check(src.get("csi", {}).get("driver") == f"{drv}.csi.flexvol" and "flexVolume" not in src,
+                  f"{pv} after migrate: {src}")
+            run_pod(t, g, pv, f"cat /data/f && echo {pv}-csi >> /data/f && sync && echo WROTE2 && sleep 3600",
+                    pv, "WROTE2")
+            t.wait_log(pv, f"{pv}-flex")
+            delete_pods(t, pv)
+            CSI.migrate_when_idle(t, pv, rollback=True)
+            check("flexVolume" in t.kj("get", "pv", pv)["spec"], f"{pv} after --rollback is no FlexVolume PV")
+            run_pod(t, g, pv, "cat /data/f && echo READ && sleep 3600", pv, "READ")
+            t.wait_log(pv, f"{pv}-csi")
+            delete_pods(t, pv)
+        _iscsi_gone(g, IQN1, within=60)
+    finally:
+        for pv in vols:
+            delete_pods(t, pv)
+            t.drop_pv(pv)
+        g.sh("rm", "-rf", f"{CSI_SHARE}/mig", check_rc=False)
 
 
 def case_vmnode_down(t):
@@ -1117,3 +1318,7 @@ if os.environ.get("FLEXVOL_KUBE_VMNODE") == "1":
     if os.environ.get("FLEXVOL_E2E_DIR"):
         CASES.append(case_vmnode_nfs_e2e)
     CASES.append(case_vmnode_down)
+if os.environ.get("FLEXVOL_KUBE_VMNODE_CSI") == "1":     # make check-kube-vm-csi: the join, these, the teardown
+    CASES = [case_vmnode_join, case_vmnode_csi_install, case_vmnode_csi_nfs, case_vmnode_csi_iscsi,
+             case_vmnode_csi_migrate] + ([case_vmnode_csi_e2e] if os.environ.get("FLEXVOL_E2E_DIR") else []) + \
+        [case_vmnode_down]

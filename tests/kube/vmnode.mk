@@ -41,3 +41,20 @@ check-kube-vm-e2e: kube-components kube-images
 	FLEXVOL_KUBE_VMNODE=1 FLEXVOL_E2E_DIR="$$d" FLEXVOL_KUBE_IMAGES=$(abspath $(KUBE_IMAGES)) \
 		FLEXVOL_KUBE_BIN="$$(tests/kube/build | tail -1)" \
 		python3 tests/kube/run.py --images $(KUBE_IMAGES) -k vmnode_join -k vmnode_nfs_e2e -k vmnode_down $(KUBE_ARGS)
+
+# make check-kube-vm-csi: the join, then flexvol's nfs and iscsi drivers over CSI on the guest
+# (deploy/csi/nfs and deploy/csi/iscsi through tests/kube/overlays/csi-vm: cases vmnode_csi_*,
+# the migration of both drivers' FlexVolume PVs to CSI and back, Kubernetes' external storage e2e
+# suites through CSI against nfs.csi.flexvol), the teardown. Builds the sidecars as make
+# check-kube-csi does (KUBE_CSI_SIDECARS: the provisioner and attacher are needed here) and e2e.test
+# as make check-kube-e2e does (KUBE_VM_CSI_E2E= leaves the suites out).
+.PHONY: check-kube-vm-csi
+KUBE_VM_CSI_E2E ?= 1
+check-kube-vm-csi: kube-components image-context $(O)/flexvol-provisioner
+	$(Q)FLEXVOL_CSI_SIDECARS="$$(tests/kube/csi/build $(KUBE_CSI_SIDECARS) | tail -1)" \
+		FLEXVOL_IMAGE_CONTEXT=$(CURDIR)/$(IMAGE_O) tests/kube/build-images $(KUBE_IMAGES)
+	$(Q)$(if $(KUBE_VM_CSI_E2E),FLEXVOL_E2E_DIR="$$(tests/kube/e2e/build-e2e | tail -1)") \
+		FLEXVOL_KUBE_VMNODE=1 FLEXVOL_KUBE_VMNODE_CSI=1 FLEXVOL_KUBE_IMAGES=$(abspath $(KUBE_IMAGES)) \
+		FLEXVOL_PROVISIONER_BIN=$(CURDIR)/$(O)/flexvol-provisioner \
+		FLEXVOL_KUBE_BIN="$$(tests/kube/build | tail -1)" \
+		python3 tests/kube/run.py --images $(KUBE_IMAGES) -k vmnode $(KUBE_ARGS)
