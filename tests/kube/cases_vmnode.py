@@ -1187,10 +1187,9 @@ def case_vmnode_csi_nfs(t):
         t.delete("pvc", claim)
 
 
-def csi_iscsi_pv(t, name, attrs, access="ReadWriteOnce", secret=None):
+def csi_iscsi_pv(t, name, attrs, access="ReadWriteOnce"):
+    """a static PV of iscsi.csi.flexvol (the FlexVolume driver's options as its attributes) and its claim"""
     csi = {"driver": "iscsi.csi.flexvol", "volumeHandle": name, "fsType": "ext4", "volumeAttributes": attrs}
-    if secret:
-        csi["nodeStageSecretRef"] = {"name": secret, "namespace": NS}
     t.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
              "spec": {"capacity": {"storage": "64Mi"}, "accessModes": [access], "storageClassName": "",
                       "persistentVolumeReclaimPolicy": "Retain", "csi": csi}})
@@ -1284,6 +1283,17 @@ def case_vmnode_csi_migrate(t):
         g.sh("rm", "-rf", f"{CSI_SHARE}/mig", check_rc=False)
 
 
+def case_vmnode_csi_remove(t):
+    """The CSI controllers deleted (their pods with them, foreground): the guest's kubelet
+    unmounts the nfs controller's share volume, so that the guest leaves with nothing mounted."""
+    g = guest()
+    for dep in ("flexvol-csi-nfs-controller", "flexvol-csi-iscsi-controller"):
+        t.k("-n", "kube-system", "delete", "deploy", dep, "--ignore-not-found", "--cascade=foreground",
+            "--wait=true", "--timeout=120s", check=False, timeout=150)
+    C.wait_for("the nfs controller's share unmounted in the guest", lambda: not [
+        m for m in g.mounts() if m[2] == f"{NFS_SERVER}:{CSI_SHARE}"], 120, 1)
+
+
 def case_vmnode_down(t):
     """The guest leaves: pods on it deleted, its kubelet and containerd stopped; in the guest no
     pod mount, iSCSI session or node record, loop device, node mount or process is left; the
@@ -1321,4 +1331,4 @@ if os.environ.get("FLEXVOL_KUBE_VMNODE") == "1":
 if os.environ.get("FLEXVOL_KUBE_VMNODE_CSI") == "1":     # make check-kube-vm-csi: the join, these, the teardown
     CASES = [case_vmnode_join, case_vmnode_csi_install, case_vmnode_csi_nfs, case_vmnode_csi_iscsi,
              case_vmnode_csi_migrate] + ([case_vmnode_csi_e2e] if os.environ.get("FLEXVOL_E2E_DIR") else []) + \
-        [case_vmnode_down]
+        [case_vmnode_csi_remove, case_vmnode_down]
