@@ -779,7 +779,8 @@ def _iscsi_gone(g, iqn, within=0):
 
 def _iscsi_in_use(t, g, pv, pod, iqn, mode, lun=1):
     """the pod runs on @g: one session to the target, the LUN's disk in /sys/block, mounted (the
-    pod dir; in controller mode also the global mount, in node mode the driver's device mount),
+    pod dir; in controller mode also the global mount, in node mode the driver's device mount;
+    mode "csi": kubelet's staging dir and the pod's dir of iscsi.csi.flexvol, one each),
     @g's key alone registered and holding a WRITE EXCLUSIVE - REGISTRANTS ONLY reservation"""
     s = [x for x in g.sessions() if iqn in x]
     check(len(s) == 1, f"{g.name}: sessions to {iqn}: {g.sessions()}")
@@ -788,10 +789,15 @@ def _iscsi_in_use(t, g, pv, pod, iqn, mode, lun=1):
     check(g.sh("test", "-d", f"/sys/block/{os.path.basename(dev)}", check_rc=False)["rc"] == 0,
           f"{dev} not in /sys/block")
     mps = g.disk_mounts(dev)
-    want = [pod_volume_dir(t, pod, "iscsi", pv)]
+    if mode == "csi":
+        staged, pods = csi_mounts(g, pv, "iscsi.csi.flexvol")
+        check(len(staged) == 1 and len(pods) == 1, f"{g.name}: CSI mounts: staging {staged}, pod {pods}")
+        want = staged + pods
+    else:
+        want = [pod_volume_dir(t, pod, "iscsi", pv)]
     if mode == "controller":
         want.append(C.p("kubelet", "plugins", "kubernetes.io", "flexvolume", "flexvol", "iscsi", "mounts", pv))
-    else:
+    elif mode == "node":
         # node mode: the driver's own device mount, <run_dir>/iscsi/mounts/<name>/<ident>
         # (docs/design.md, "Node mode keys"; the lane's run_dir: cluster.py's FLEXVOL_RUN_DIR)
         own = os.path.join(C.RUN, "flexvol", "iscsi", "mounts", pv) + "/"
@@ -1218,17 +1224,7 @@ def case_vmnode_csi_iscsi(t):
     try:
         run_pod(t, g, pv, "echo csi-iscsi > /data/f && sync && echo WROTE && sleep 3600", pv, "WROTE")
         check(volume_attachments(t, pv) == [(g.name, True)], f"VolumeAttachments: {volume_attachments(t, pv)}")
-        check(len([x for x in g.sessions() if IQN1 in x]) == 1, f"sessions: {g.sessions()}")
-        dev = g.lun_disk(IQN1, 1)
-        check(dev is not None, "no disk for LUN 1 (by-path link)")
-        staged, pods = csi_mounts(g, pv, "iscsi.csi.flexvol")
-        mps = g.disk_mounts(dev)
-        check(len(staged) == 1 and len(pods) == 1 and sorted(staged + pods) == mps,
-              f"mounts of {dev}: {mps}; staging {staged}, pod {pods}")
-        keys, res = g.pr_state(dev)
-        key = pr_key(g.initiator)
-        check(res is not None and res[0] == key and keys == [key],
-              f"reservation of {dev}: keys {[hex(k) for k in keys]}, holder {res}; the guest's key {key:#x}")
+        _iscsi_in_use(t, g, pv, pv, IQN1, "csi")
         delete_pods(t, pv)
         C.wait_for("the VolumeAttachment deleted", lambda: not volume_attachments(t, pv), 180, 1)
         _iscsi_gone(g, IQN1, within=60)
