@@ -22,6 +22,10 @@ DRIVERS   := $(sort $(patsubst drivers/%/,%,$(dir $(wildcard drivers/*/*.c))))
 CORE_SRCS := $(sort $(wildcard src/*.c))
 DRV_SRCS  := $(sort $(foreach d,$(DRIVERS),$(wildcard drivers/$(d)/*.c)))
 FV_SRCS   := $(CORE_SRCS) $(DRV_SRCS) drivers/registry.c
+# lib/: what the programs share above the op layer and the drivers (docs/design.md, "Layout"):
+# flexvol-provisioner and flexvol-csi link it, the FlexVolume program does not need it
+LIB_SRCS  := $(sort $(wildcard lib/*.c))
+LIB_OBJS  := $(patsubst %.c,$(O)/obj/%.o,$(LIB_SRCS))
 FV_DRIVER_LIST := $(foreach d,$(DRIVERS),X($(d)))
 
 # The version (docs/design.md, "Versions and logs"): in a git checkout `git describe`
@@ -102,7 +106,7 @@ $(O)/flexvol: $(OBJS)
 $(addprefix $(O)/,$(DRIVERS)): $(O)/flexvol
 	$(Q)cp -f $< $@.tmp && mv -f $@.tmp $@
 
--include $(OBJS:.o=.d)
+-include $(OBJS:.o=.d) $(LIB_OBJS:.o=.d)
 
 # --- tests -----------------------------------------------------------------
 UNIT_SRCS  := $(sort $(wildcard tests/unit/test-*.c))

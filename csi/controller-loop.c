@@ -35,8 +35,7 @@
 #include "csi.h"
 #include "controller.h"
 #include "../src/internal.h"
-#include "../provisioner/image.h"
-#include "../provisioner/loop.h"
+#include "fv/image.h"
 #include "fv/blkvol.h"
 #include "fv/lock.h"
 #include "fv/log.h"
@@ -55,13 +54,13 @@ static bool loop_serves(void)
 /* The image of volume @id ("<id>.img"), when @id is a name the loop root may hold. */
 static bool image_of(const char *id, char *img, size_t len)
 {
-	return (size_t)snprintf(img, len, "%s.img", id) < len && fvp_loop_image_name(img);
+	return (size_t)snprintf(img, len, "%s.img", id) < len && fv_image_name_ok(img);
 }
 
 /* Is @id a volume ID whose image the loop root may hold? */
 static bool loop_id_ok(const char *id)
 {
-	char img[FVP_LOOP_IMAGE_MAX + 8];
+	char img[FV_IMAGE_NAME_MAX + 8];
 
 	return image_of(id, img, sizeof(img));
 }
@@ -133,7 +132,7 @@ static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	Csi__V1__Volume__VolumeContextEntry *ctxs[] = { &file };
 	const Csi__V1__TopologyRequirement *tr = q->accessibility_requirements;
 	_cleanup_close_ int rootfd = -1;
-	char id[FVP_LOOP_IMAGE_MAX + 8], img[FVP_LOOP_IMAGE_MAX + 8], lock[PATH_MAX], msg[512];
+	char id[FV_IMAGE_NAME_MAX + 8], img[FV_IMAGE_NAME_MAX + 8], lock[PATH_MAX], msg[512];
 	bool prealloc = false;
 	int64_t size;
 	uint64_t have = 0;
@@ -166,7 +165,7 @@ static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	fd = csi_lock_as_dispatcher(call, &cx, "vol", id, lock, sizeof(lock));
 	if (fd < 0)
 		return;
-	r = fvp_image_ensure(rootfd, img, id, (uint64_t)size, prealloc, &have, msg, sizeof(msg));
+	r = fv_image_ensure(rootfd, img, id, (uint64_t)size, prealloc, &have, msg, sizeof(msg));
 	fv_unlock_remove(&cx, lock, fd);
 	if (r == -EEXIST)
 		return (void)grpc_fail(call, GRPC_ALREADY_EXISTS, "%s", msg);
@@ -207,7 +206,7 @@ static void delete_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	const Csi__V1__DeleteVolumeRequest *q = (const void *)m;
 	Csi__V1__DeleteVolumeResponse resp = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
 	_cleanup_close_ int rootfd = -1;
-	char img[FVP_LOOP_IMAGE_MAX + 8], lock[PATH_MAX], msg[512];
+	char img[FV_IMAGE_NAME_MAX + 8], lock[PATH_MAX], msg[512];
 	struct fv_ctx cx;
 	int fd, r;
 
@@ -224,7 +223,7 @@ static void delete_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	fd = csi_lock_as_dispatcher(call, &cx, "vol", q->volume_id, lock, sizeof(lock));
 	if (fd < 0)
 		return;
-	r = fvp_image_remove(rootfd, img, q->volume_id, msg, sizeof(msg));
+	r = fv_image_remove(rootfd, img, q->volume_id, msg, sizeof(msg));
 	fv_unlock_remove(&cx, lock, fd);
 	if (r == -EBUSY || r == -EPERM || r == -EAGAIN)
 		return (void)grpc_fail(call, GRPC_FAILED_PRECONDITION, "not deleted: %s", msg);
@@ -238,7 +237,7 @@ static void delete_volume(struct grpc_call *call, const ProtobufCMessage *m)
 /* The size of volume @id's image: 0, or <0 (answered NOT_FOUND when there is none). */
 static int image_size(struct grpc_call *call, struct fv_ctx *cx, const char *id, int64_t *ret)
 {
-	char img[FVP_LOOP_IMAGE_MAX + 8];
+	char img[FV_IMAGE_NAME_MAX + 8];
 	_cleanup_close_ int rootfd = -1, fd = -1;
 	struct stat st;
 
@@ -302,7 +301,7 @@ static void controller_expand(struct grpc_call *call, const ProtobufCMessage *m)
 	const Csi__V1__ControllerExpandVolumeRequest *q = (const void *)m;
 	Csi__V1__ControllerExpandVolumeResponse resp = CSI__V1__CONTROLLER_EXPAND_VOLUME_RESPONSE__INIT;
 	_cleanup_close_ int rootfd = -1;
-	char img[FVP_LOOP_IMAGE_MAX + 8], lock[PATH_MAX], msg[512];
+	char img[FV_IMAGE_NAME_MAX + 8], lock[PATH_MAX], msg[512];
 	int64_t have, want;
 	struct fv_ctx cx;
 	int fd, r;
@@ -336,7 +335,7 @@ static void controller_expand(struct grpc_call *call, const ProtobufCMessage *m)
 	if (fd < 0)
 		return;
 	/* a bound image is grown by NodeExpandVolume (the file and the device's capacity at once) */
-	r = fvp_image_grow(rootfd, img, q->volume_id, (uint64_t)want, msg, sizeof(msg));
+	r = fv_image_grow(rootfd, img, q->volume_id, (uint64_t)want, msg, sizeof(msg));
 	fv_unlock_remove(&cx, lock, fd);
 	if (r == -EPERM || r == -ENOENT)
 		return (void)grpc_fail(call, GRPC_FAILED_PRECONDITION, "not grown: %s", msg);

@@ -32,7 +32,7 @@
 #include "csi.h"
 #include "controller.h"
 #include "../src/internal.h"
-#include "../provisioner/dir.h"
+#include "fv/ownerdir.h"
 #include "fv/lock.h"
 #include "fv/log.h"
 #include "fv/util.h"
@@ -45,13 +45,13 @@ static bool nfs_serves(void)
 /* A volume ID an owner record can hold whole. */
 static bool nfs_id_ok(const char *id)
 {
-	return csi_volume_id_ok(id) && strlen(id) < sizeof(((struct fvp_owner *)0)->claim);
+	return csi_volume_id_ok(id) && strlen(id) < sizeof(((struct fv_owner *)0)->claim);
 }
 
 /* The share's mount (O_PATH): fd, or <0 (answered). */
 static int open_root(struct grpc_call *call)
 {
-	int fd = fvp_root_open(csi_ep.root);
+	int fd = fv_ownerdir_root_open(csi_ep.root);
 
 	if (fd < 0)
 		return -grpc_fail(call, GRPC_FAILED_PRECONDITION, "cannot open the share's mount "
@@ -60,14 +60,14 @@ static int open_root(struct grpc_call *call)
 }
 
 static int dir_fail(struct grpc_call *call, int r, const char *what, const char *id,
-		    const struct fvp_owner *other)
+		    const struct fv_owner *other)
 {
 	switch (r) {
-	case -FVP_E_UNOWNED:
+	case -FV_OWNERDIR_E_UNOWNED:
 		return -grpc_fail(call, GRPC_FAILED_PRECONDITION, "%s: directory '%s' of the share "
 				  "has no owner record: not a volume this endpoint made, not touched",
 				  what, id);
-	case -FVP_E_OWNED:
+	case -FV_OWNERDIR_E_OWNED:
 		return -grpc_fail(call, GRPC_FAILED_PRECONDITION, "%s: directory '%s' of the share "
 				  "is owned by %s, not touched", what, id, other->claim);
 	case -EBADMSG:
@@ -105,8 +105,8 @@ static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	_cleanup_close_ int rootfd = -1;
 	char id[96], server[256], lock[PATH_MAX], inside[PATH_MAX];
 	const Csi__V1__CapacityRange *cr = q->capacity_range;
-	enum fvp_dir_made made;
-	struct fvp_owner other, own;
+	enum fv_ownerdir_made made;
+	struct fv_owner other, own;
 	uint64_t size = 0;
 	struct fv_ctx cx;
 	int fd, r;
@@ -133,15 +133,15 @@ static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	fd = csi_lock_as_dispatcher(call, &cx, "vol", id, lock, sizeof(lock));
 	if (fd < 0)
 		return;
-	r = fvp_dir_make(rootfd, id, 0777, (uid_t)-1, (gid_t)-1, id, id, size, false, &made, &other,
+	r = fv_ownerdir_make(rootfd, id, 0777, (uid_t)-1, (gid_t)-1, id, id, size, false, &made, &other,
 			 inside, sizeof(inside));
 	/* the record says the size: this call's, or that of the call that wrote it (a retry) */
 	if (r == 0)
-		r = fvp_dir_owner(rootfd, id, &own);
+		r = fv_ownerdir_owner(rootfd, id, &own);
 	fv_unlock_remove(&cx, lock, fd);
 	if (r < 0)
 		return (void)dir_fail(call, r, "not created", id, &other);
-	if (made == FVP_DIR_NEW)
+	if (made == FV_OWNERDIR_NEW)
 		fv_log("CreateVolume %s: directory %s made in %s", q->name, id, csi_ep.root);
 	/* made for an earlier call: it must fit the range asked now (CSI: else ALREADY_EXISTS) */
 	size = own.size;
@@ -172,7 +172,7 @@ static void delete_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	const Csi__V1__DeleteVolumeRequest *q = (const void *)m;
 	Csi__V1__DeleteVolumeResponse resp = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
 	_cleanup_close_ int rootfd = -1;
-	struct fvp_owner other;
+	struct fv_owner other;
 	char lock[PATH_MAX];
 	struct fv_ctx cx;
 	int fd, r;
@@ -190,7 +190,7 @@ static void delete_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	fd = csi_lock_as_dispatcher(call, &cx, "vol", q->volume_id, lock, sizeof(lock));
 	if (fd < 0)
 		return;
-	r = fvp_dir_delete(rootfd, q->volume_id, q->volume_id, &other);
+	r = fv_ownerdir_delete(rootfd, q->volume_id, q->volume_id, &other);
 	fv_unlock_remove(&cx, lock, fd);
 	if (r < 0)
 		return (void)dir_fail(call, r, "not deleted", q->volume_id, &other);
@@ -201,7 +201,7 @@ static void delete_volume(struct grpc_call *call, const ProtobufCMessage *m)
 static int nfs_exists(struct grpc_call *call, struct fv_ctx *cx, const char *id)
 {
 	_cleanup_close_ int rootfd = -1;
-	struct fvp_owner own;
+	struct fv_owner own;
 	struct stat st;
 
 	(void)cx;
@@ -209,7 +209,7 @@ static int nfs_exists(struct grpc_call *call, struct fv_ctx *cx, const char *id)
 		rootfd = open_root(call);
 		if (rootfd < 0)
 			return rootfd;
-		if (fvp_dir_owner(rootfd, id, &own) == 0 && streq(own.claim, id) &&
+		if (fv_ownerdir_owner(rootfd, id, &own) == 0 && streq(own.claim, id) &&
 		    fstatat(rootfd, id, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
 			return 0;
 	}

@@ -30,9 +30,8 @@ CSI_OBJS      := $(patsubst %.c,$(O)/obj/%.o,$(CSI_SRCS))
 # the op layer and every driver, as build/flexvol links them, and the same driver list
 # (drivers/registry.c built again without the FlexVolume program's main())
 CSI_FV_OBJS   := $(CORE_OBJS) $(patsubst %.c,$(O)/obj/%.o,$(DRV_SRCS)) $(O)/obj/csi/registry.o
-# the loop images' code of flexvol-provisioner's node agent and its nfs directories' code
-# (no API server in either)
-CSI_FV_OBJS   += $(O)/obj/provisioner/image.o $(O)/obj/provisioner/dir.o
+# lib/: the loop images and the owner-recorded directories, shared with flexvol-provisioner
+CSI_FV_OBJS   += $(LIB_OBJS)
 CSI_CFLAGS    := $(shell $(PKG_CONFIG) --cflags $(CSI_PKGS) 2>/dev/null)
 CSI_LIBS      ?= $(shell $(PKG_CONFIG) --libs $(CSI_PKGS) 2>/dev/null)
 CSI_SANITY_DRIVERS ?= loop nfs iscsi

@@ -3,7 +3,7 @@
  * The flexvol/loop node agent: see agent.h.
  *
  * Confinement: the agent only ever touches names directly in the loop root
- * that fvp_loop_image_name() accepts ("pvc-<uid>.img": no '/', no dot
+ * that fv_image_name_ok() accepts ("pvc-<uid>.img": no '/', no dot
  * files), through the root's descriptor; it creates with O_EXCL|O_NOFOLLOW
  * and opens existing files with fv_open_regular_beneath() (never a FIFO,
  * device node or symlink).  It removes an image only when the image's owner
@@ -31,7 +31,7 @@
 #include "fv/util.h"
 #include "agent.h"
 #include "flag.h"
-#include "image.h"
+#include "fv/image.h"
 #include "api.h"
 #include "controller.h"
 #include "jsonutil.h"
@@ -44,7 +44,7 @@
 static int ensure_image(int rootfd, const char *img, const char *pv, uint64_t size, bool prealloc)
 {
 	char msg[512];
-	int r = fvp_image_ensure(rootfd, img, pv, size, prealloc, NULL, msg, sizeof(msg));
+	int r = fv_image_ensure(rootfd, img, pv, size, prealloc, NULL, msg, sizeof(msg));
 
 	if (r < 0)
 		fvp_log_warning("%s (PV %s)", msg, pv);
@@ -124,7 +124,7 @@ static int reclaim(struct fvp_agent *a, struct fvp_kube *k, int rootfd, json_obj
 	char msg[512];
 	int r;
 
-	r = fvp_image_remove(rootfd, img, name, msg, sizeof(msg));
+	r = fv_image_remove(rootfd, img, name, msg, sizeof(msg));
 	if (r == -EBUSY || r == -EAGAIN) {
 		fvp_log_info("PV %s released: %s; next pass", name, msg);
 		return r;
@@ -181,7 +181,7 @@ static int pvs_pass(struct fvp_agent *a, struct fvp_kube *k, int rootfd)
 
 		if (!by || !streq(by, FVP_LOOP_PROVISIONER) || !fvp_jstr(fx, "driver") ||
 		    !streq(fvp_jstr(fx, "driver"), FVP_LOOP_DRIVER) || !fvp_safe_name(name) ||
-		    !fvp_loop_image_name(img))
+		    !fv_image_name_ok(img))
 			continue;
 		if (pv_reclaimable(pv)) {
 			r = reclaim(a, k, rootfd, pv, img);
@@ -233,7 +233,7 @@ static json_object *report(struct fvp_agent *a, int rootfd)
 	while ((e = readdir(d))) {
 		struct stat st;
 
-		if (!fvp_loop_image_name(e->d_name) ||
+		if (!fv_image_name_ok(e->d_name) ||
 		    fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
 			continue;
 		snprintf(num, sizeof(num), "%lld %llu", (long long)st.st_size,

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "dir.h"
+#include "fv/ownerdir.h"
 #include "events.h"
 #include "jsonutil.h"
 #include "params.h"
@@ -87,12 +87,12 @@ static int nfs_prepare(const struct fvp_site *s, json_object *sc, json_object *p
 	return 0;
 }
 
-/* The message for a failure of fvp_dir_* on @sub; @making: fvp_dir_make's. */
+/* The message for a failure of fvp_dir_* on @sub; @making: fv_ownerdir_make's. */
 static int dir_fail(char *err, size_t errlen, int r, const char *what, const char *sub,
-		    bool making, const struct fvp_owner *other, const char *inside)
+		    bool making, const struct fv_owner *other, const char *inside)
 {
 	switch (r) {
-	case -FVP_E_UNOWNED:
+	case -FV_OWNERDIR_E_UNOWNED:
 		if (making)
 			return fvp_fail(err, errlen, r,
 					 "%s '%s': it exists already and has no owner record, so it "
@@ -103,14 +103,14 @@ static int dir_fail(char *err, size_t errlen, int r, const char *what, const cha
 				 "%s '%s': it has no owner record, so this provisioner did not make "
 				 "it for this volume; not touched (PVs made before owner records: "
 				 "--record-owners)", what, sub);
-	case -FVP_E_OWNED:
+	case -FV_OWNERDIR_E_OWNED:
 		return fvp_fail(err, errlen, r, "%s '%s': it is owned by claim %s (PV %s), not this one",
 				 what, sub, other->claim, other->pv[0] ? other->pv : "?");
-	case -FVP_E_NESTED:
+	case -FV_OWNERDIR_E_NESTED:
 		return fvp_fail(err, errlen, r,
 				 "%s '%s': it would be inside the directory of another volume, '%s'",
 				 what, sub, inside && *inside ? inside : "?");
-	case -FVP_E_HOLDS:
+	case -FV_OWNERDIR_E_HOLDS:
 		return fvp_fail(err, errlen, r, "%s '%s': it holds the directories of other "
 				 "volumes; not adopted", what, sub);
 	case -EBADMSG:
@@ -132,9 +132,9 @@ static int nfs_create(const struct fvp_site *s, json_object *sc, json_object *pv
 {
 	const char *ns = fvp_jstr2(pvc, "metadata", "namespace"), *name = fvp_jstr2(pvc, "metadata", "name"),
 		   *uid = fvp_jstr2(pvc, "metadata", "uid");
-	struct fvp_owner other;
+	struct fv_owner other;
 	struct fvp_class c;
-	enum fvp_dir_made m = FVP_DIR_NEW;
+	enum fv_ownerdir_made m = FV_OWNERDIR_NEW;
 	char pv[96], inside[FVP_PATH_MAX + 1] = "";
 	int r;
 
@@ -142,19 +142,19 @@ static int nfs_create(const struct fvp_site *s, json_object *sc, json_object *pv
 	if (r < 0)
 		return r;
 	snprintf(pv, sizeof(pv), "pvc-%s", uid ? uid : "");
-	r = fvp_dir_make(s->rootfd, vol->asset, c.mode, c.has_uid ? c.uid : (uid_t)-1,
+	r = fv_ownerdir_make(s->rootfd, vol->asset, c.mode, c.has_uid ? c.uid : (uid_t)-1,
 			 c.has_gid ? c.gid : (gid_t)-1, uid ? uid : "", pv, 0, c.adopt_existing, &m,
 			 &other, inside, sizeof(inside));
 	if (r < 0)
 		return dir_fail(err, errlen, r, "cannot create directory", vol->asset, true, &other,
 				inside);
 	fvp_log_info("claim %s/%s: directory %s %s (mode %04o%s)", ns, name, vol->asset,
-		 m == FVP_DIR_NEW ? "created" : m == FVP_DIR_OURS ? "made before for this claim, kept" :
-		 "adopted", (unsigned int)(m == FVP_DIR_ADOPTED ? 0 : c.mode),
-		 m == FVP_DIR_ADOPTED ? ", as it was" : c.has_uid || c.has_gid ? ", owner set" : "");
-	*made = m == FVP_DIR_NEW ? FVP_MADE_NEW : m == FVP_DIR_OURS ? FVP_MADE_BEFORE :
+		 m == FV_OWNERDIR_NEW ? "created" : m == FV_OWNERDIR_OURS ? "made before for this claim, kept" :
+		 "adopted", (unsigned int)(m == FV_OWNERDIR_ADOPTED ? 0 : c.mode),
+		 m == FV_OWNERDIR_ADOPTED ? ", as it was" : c.has_uid || c.has_gid ? ", owner set" : "");
+	*made = m == FV_OWNERDIR_NEW ? FVP_MADE_NEW : m == FV_OWNERDIR_OURS ? FVP_MADE_BEFORE :
 		FVP_MADE_ADOPTED;
-	if (m == FVP_DIR_ADOPTED)
+	if (m == FV_OWNERDIR_ADOPTED)
 		fvp_fail(err, errlen, 0, "directory '%s' existed without an owner record and was "
 			  "adopted (class parameter adoptExisting); its mode and owner are as they were",
 			  vol->asset);
@@ -166,7 +166,7 @@ static int nfs_cleanup(const struct fvp_site *s, json_object *sc, json_object *p
 {
 	const char *uid = fvp_jstr2(pvc, "metadata", "uid");
 	char sub[FVP_PATH_MAX + 1];
-	struct fvp_owner other;
+	struct fv_owner other;
 	struct fvp_class c;
 	int r;
 
@@ -176,10 +176,10 @@ static int nfs_cleanup(const struct fvp_site *s, json_object *sc, json_object *p
 		return fvp_fail(err, errlen, 1, "class %s is not on this instance's share", c.name);
 	if (fvp_path_expand(c.path_pattern, pvc, pv_name, sub, sizeof(sub), err, errlen) < 0)
 		return 1;
-	r = fvp_dir_remove_empty(s->rootfd, sub, uid ? uid : "", &other);
+	r = fv_ownerdir_remove_empty(s->rootfd, sub, uid ? uid : "", &other);
 	if (r == -ENOTEMPTY)
 		return fvp_fail(err, errlen, 1, "directory %s is not empty: kept", sub);
-	if (r == -FVP_E_UNOWNED || r == -FVP_E_OWNED || r == -EBADMSG) {
+	if (r == -FV_OWNERDIR_E_UNOWNED || r == -FV_OWNERDIR_E_OWNED || r == -EBADMSG) {
 		dir_fail(err, errlen, r, "directory", sub, false, &other, NULL);
 		return 1;
 	}
@@ -196,7 +196,7 @@ static int nfs_reclaim(const struct fvp_site *s, json_object *pv, const char *on
 	const char *sub = fvp_jstr(opts, "subPath"), *claim = fvp_jstr2(spec, "claimRef", "uid");
 	char archived[FVP_PATH_MAX + 64] = "";
 	enum fvp_on_delete action = FVP_ARCHIVE;
-	struct fvp_owner other;
+	struct fv_owner other;
 	int r;
 
 	if (!fvp_jstr(fx, "driver") || !streq(fvp_jstr(fx, "driver"), FVP_PROVISIONER))
@@ -216,10 +216,10 @@ static int nfs_reclaim(const struct fvp_site *s, json_object *pv, const char *on
 				 on_delete);
 	switch (action) {
 	case FVP_DELETE:
-		r = fvp_dir_delete(s->rootfd, sub, claim, &other);
+		r = fv_ownerdir_delete(s->rootfd, sub, claim, &other);
 		break;
 	case FVP_ARCHIVE:
-		r = fvp_dir_archive(s->rootfd, sub, claim, &other, archived, sizeof(archived));
+		r = fv_ownerdir_archive(s->rootfd, sub, claim, &other, archived, sizeof(archived));
 		break;
 	case FVP_RETAIN:
 	default:
@@ -241,14 +241,14 @@ static int nfs_record_owner(const struct fvp_site *s, json_object *pv, char *err
 		    *opts = fvp_jget(fx, "options");
 	const char *sub = fvp_jstr(opts, "subPath"), *claim = fvp_jstr2(spec, "claimRef", "uid"),
 		   *name = fvp_jstr2(pv, "metadata", "name");
-	struct fvp_owner other;
+	struct fv_owner other;
 	int r;
 
 	if (!fvp_jstr(fx, "driver") || !streq(fvp_jstr(fx, "driver"), FVP_PROVISIONER) ||
 	    !our_share(s, fvp_jstr(opts, "server"), fvp_jstr(opts, "share")) || !fvp_check_subpath(sub) ||
 	    !claim || !*claim || !name)
 		return 0;
-	r = fvp_dir_record(s->rootfd, sub, claim, name, &other);
+	r = fv_ownerdir_record(s->rootfd, sub, claim, name, &other);
 	if (r == 1)
 		return fvp_fail(err, errlen, 1, "owner record written for directory %s (claim %s)",
 				 sub, claim);

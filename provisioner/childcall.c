@@ -12,7 +12,7 @@
 #include "fv/ctx.h"
 #include "fv/exec.h"
 #include "childcall.h"
-#include "dir.h"
+#include "fv/ownerdir.h"
 #include "jsonutil.h"
 #include "metrics.h"
 
@@ -155,7 +155,7 @@ int fvp_childcall_main(const char *fdstr)
 		j.vol = &vol;
 	}
 	if (s.root) {
-		s.rootfd = fvp_root_open(s.root);
+		s.rootfd = fv_ownerdir_root_open(s.root);
 		if (s.rootfd < 0) {
 			o.r = s.rootfd;
 			snprintf(o.err, sizeof(o.err), "cannot open the root '%s': %s", s.root,

@@ -27,13 +27,9 @@
 #define FVP_LOOP_DRIVER "flexvol/loop"
 #define FVP_LOOP_LABEL_NODE "flexvol/node"
 #define FVP_LOOP_CAPACITY_NS "flexvol-loop"
-#define FVP_LOOP_IMAGE_MAX 96
 #define FVP_LOOP_REPORT_MAX_AGE 300 /* seconds: an older capacity report is not believed */
 
 /* The value of FVP_LOOP_LABEL_NODE for node @node (label values are at most 63 bytes). */
 void fvp_node_label(const char *node, char *buf, size_t len);
-
-/* Is @name an image name this provisioner makes ("pvc-" [a-z0-9-]+ ".img")? */
-bool fvp_loop_image_name(const char *name);
 
 #endif

@@ -21,7 +21,7 @@
 #include "childcall.h"
 #include "fv/util.h"
 #include "controller.h"
-#include "dir.h"
+#include "fv/ownerdir.h"
 #include "httpd.h"
 #include "jsonutil.h"
 #include "kube.h"
@@ -380,7 +380,7 @@ static int run_controller(struct options *o)
 		if (fvp_backend_enabled(fvp_backends[i]) && !fvp_backends[i]->node_local)
 			need_root = true;
 	p.site.root = need_root ? o->root : NULL;
-	p.site.rootfd = need_root ? fvp_root_open(o->root) : -1;
+	p.site.rootfd = need_root ? fv_ownerdir_root_open(o->root) : -1;
 	if (need_root && p.site.rootfd < 0) {
 		fprintf(stderr, "flexvol-provisioner: cannot open --root '%s': %s\n", o->root,
 			strerror(-p.site.rootfd));

@@ -30,7 +30,7 @@ PROV_OBJS  := $(patsubst %.c,$(O)/obj/%.o,$(PROV_SRCS))
 PROV_NFS_SRCS := $(or $(wildcard drivers/nfs/*.c),$(wildcard drivers/nfs.c))
 PROV_NFS_OBJS := $(patsubst %.c,$(O)/obj/%.o,$(PROV_NFS_SRCS))
 # params.o and what it needs: shared with the unit test
-PROV_LIB_OBJS := $(O)/obj/provisioner/api.o $(O)/obj/provisioner/params.o $(O)/obj/provisioner/dir.o \
+PROV_LIB_OBJS := $(O)/obj/provisioner/api.o $(O)/obj/provisioner/params.o $(LIB_OBJS) \
 	$(O)/obj/provisioner/jsonutil.o $(O)/obj/provisioner/decode.o \
 	$(O)/obj/provisioner/queue.o $(O)/obj/provisioner/metrics.o $(PROV_NFS_OBJS) \
 	$(CORE_OBJS)
@@ -44,9 +44,9 @@ all: $(O)/flexvol-provisioner
 # only kube.c includes curl (its -I may name the host's multiarch include dir)
 $(O)/obj/provisioner/kube.o: FV_CFLAGS += $(PROV_CFLAGS)
 
-$(O)/flexvol-provisioner: $(PROV_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS)
+$(O)/flexvol-provisioner: $(PROV_OBJS) $(LIB_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS)
 	@[ -n "$(Q)" ] && echo "  LD      $@" || true
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(PROV_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS) \
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(PROV_OBJS) $(LIB_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS) \
 		$(PROV_LIBS) $(FV_LIBS)
 
 $(O)/tests/test-provisioner: tests/unit/test-provisioner.c $(PROV_LIB_OBJS) tests/unit/unit.h

@@ -41,11 +41,11 @@ $(O)/fuzz/fuzz-watch: tests/fuzz/fuzz-watch.c $(O)/obj/provisioner/kube.o $(O)/o
 		$(PROV_LIBS) $(FV_LIBS)
 
 $(addprefix $(O)/fuzz/fuzz-,$(filter-out watch,$(FUZZ_TARGETS))): $(O)/fuzz/fuzz-%: \
-		tests/fuzz/fuzz-handlers.c $(FUZZ_PROV_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS)
+		tests/fuzz/fuzz-handlers.c $(FUZZ_PROV_OBJS) $(LIB_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS)
 	@mkdir -p $(dir $@)
 	@[ -n "$(Q)" ] && echo "  FUZZ-LD $@" || true
 	$(Q)$(CC) $(FV_CFLAGS) $(CFLAGS) -Iprovisioner -DFUZZ_KIND='"$*"' $(LDFLAGS) \
-		-fsanitize=fuzzer -o $@ $< $(FUZZ_PROV_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS) $(FV_LIBS) \
+		-fsanitize=fuzzer -o $@ $< $(FUZZ_PROV_OBJS) $(LIB_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS) $(FV_LIBS) \
 		-lpthread
 
 fuzz-provisioner: $(addprefix $(O)/fuzz/fuzz-,$(FUZZ_TARGETS))

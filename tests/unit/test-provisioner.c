@@ -11,7 +11,7 @@
 
 #include "unit.h"
 #include "api.h"
-#include "dir.h"
+#include "fv/ownerdir.h"
 #include "jsonutil.h"
 #include "kube.h"
 #include "params.h"
@@ -324,7 +324,7 @@ static int scratch_root(void)
 	}
 	if (!mkdtemp(scratch))
 		return -1;
-	return fvp_root_open(scratch);
+	return fv_ownerdir_root_open(scratch);
 }
 
 static bool exists(const char *rel)
@@ -347,13 +347,13 @@ static int mk(const char *rel)
 #define U1 "uid-1"
 #define U2 "uid-2"
 
-/* fvp_dir_make for claim @claim, no owner change, no adoption */
-static int mkvol(int root, const char *rel, mode_t mode, const char *claim, enum fvp_dir_made *m)
+/* fv_ownerdir_make for claim @claim, no owner change, no adoption */
+static int mkvol(int root, const char *rel, mode_t mode, const char *claim, enum fv_ownerdir_made *m)
 {
-	struct fvp_owner o;
+	struct fv_owner o;
 	char inside[256];
 
-	return fvp_dir_make(root, rel, mode, (uid_t)-1, (gid_t)-1, claim, "pvc-x", 0, false, m, &o, inside,
+	return fv_ownerdir_make(root, rel, mode, (uid_t)-1, (gid_t)-1, claim, "pvc-x", 0, false, m, &o, inside,
 			    sizeof(inside));
 }
 
@@ -362,67 +362,67 @@ TEST(dir_make_idempotent_and_confined)
 	int root = scratch_root();
 	char p[512], out[512];
 	struct stat st;
-	enum fvp_dir_made m = FVP_DIR_OURS;
-	struct fvp_owner o;
+	enum fv_ownerdir_made m = FV_OWNERDIR_OURS;
+	struct fv_owner o;
 
 	REQUIRE(root >= 0);
 	umask(022);
 	if (mkvol(root, "probe", 0700, U1, NULL) == -ENOSYS)
 		SKIP("openat2() is not available here (qemu-user)");
 	CHECK_INT(mkvol(root, "a/b/c", 0770, U1, &m), 0);
-	CHECK_INT(m, FVP_DIR_NEW);
+	CHECK_INT(m, FV_OWNERDIR_NEW);
 	snprintf(p, sizeof(p), "%s/a/b/c", scratch);
 	CHECK(stat(p, &st) == 0 && (st.st_mode & 07777) == 0770);
-	REQUIRE_INT(fvp_dir_owner(root, "a/b/c", &o), 0);
+	REQUIRE_INT(fv_ownerdir_owner(root, "a/b/c", &o), 0);
 	CHECK_STR(o.claim, U1);
 	CHECK_STR(o.name, "c");
 	/* a second call for the same claim (a restart) keeps it and sets the mode again */
 	chmod(p, 0700);
 	CHECK_INT(mkvol(root, "a/b/c", 0770, U1, &m), 0);
-	CHECK_INT(m, FVP_DIR_OURS);
+	CHECK_INT(m, FV_OWNERDIR_OURS);
 	CHECK(stat(p, &st) == 0 && (st.st_mode & 07777) == 0770);
 	/* another claim: refused; a directory without a record: refused unless adopted */
-	CHECK_INT(mkvol(root, "a/b/c", 0770, U2, &m), -FVP_E_OWNED);
+	CHECK_INT(mkvol(root, "a/b/c", 0770, U2, &m), -FV_OWNERDIR_E_OWNED);
 	REQUIRE_INT(mk("a/b/theirs"), 0);
-	CHECK_INT(mkvol(root, "a/b/theirs", 0770, U1, &m), -FVP_E_UNOWNED);
-	CHECK_INT(fvp_dir_owner(root, "a/b/theirs", &o), -ENOENT);
-	CHECK_INT(fvp_dir_make(root, "a/b/theirs", 0777, (uid_t)-1, (gid_t)-1, U1, "pvc-x", 0, true, &m,
+	CHECK_INT(mkvol(root, "a/b/theirs", 0770, U1, &m), -FV_OWNERDIR_E_UNOWNED);
+	CHECK_INT(fv_ownerdir_owner(root, "a/b/theirs", &o), -ENOENT);
+	CHECK_INT(fv_ownerdir_make(root, "a/b/theirs", 0777, (uid_t)-1, (gid_t)-1, U1, "pvc-x", 0, true, &m,
 			       &o, NULL, 0), 0);
-	CHECK_INT(m, FVP_DIR_ADOPTED);
+	CHECK_INT(m, FV_OWNERDIR_ADOPTED);
 	snprintf(p, sizeof(p), "%s/a/b/theirs", scratch);
 	CHECK(stat(p, &st) == 0 && (st.st_mode & 07777) == 0755); /* as it was */
 	/* inside another volume: refused; adopting a directory that holds volumes: refused */
-	CHECK_INT(mkvol(root, "a/b/c/d", 0770, U2, &m), -FVP_E_NESTED);
+	CHECK_INT(mkvol(root, "a/b/c/d", 0770, U2, &m), -FV_OWNERDIR_E_NESTED);
 	CHECK(!exists("a/b/c/d"));
-	CHECK_INT(fvp_dir_make(root, "a/b", 0777, (uid_t)-1, (gid_t)-1, U2, "pvc-y", 0, true, &m, &o,
-			       NULL, 0), -FVP_E_HOLDS);
-	CHECK_INT(fvp_dir_owner(root, "a/b", &o), -ENOENT);
+	CHECK_INT(fv_ownerdir_make(root, "a/b", 0777, (uid_t)-1, (gid_t)-1, U2, "pvc-y", 0, true, &m, &o,
+			       NULL, 0), -FV_OWNERDIR_E_HOLDS);
+	CHECK_INT(fv_ownerdir_owner(root, "a/b", &o), -ENOENT);
 	/* a symlink in the way, as the last or an inner component: refused, nothing made outside */
 	snprintf(p, sizeof(p), "%s/link", scratch);
 	REQUIRE(symlink("/tmp", p) == 0);
-	CHECK_INT(fvp_dir_make(root, "link", 0777, (uid_t)-1, (gid_t)-1, U1, "pvc-x", 0, true, &m, &o,
+	CHECK_INT(fv_ownerdir_make(root, "link", 0777, (uid_t)-1, (gid_t)-1, U1, "pvc-x", 0, true, &m, &o,
 			       NULL, 0), -ENOTDIR);
 	CHECK_INT(mkvol(root, "link/escaped", 0777, U1, NULL), -ENOTDIR);
 	CHECK(access("/tmp/escaped", F_OK) != 0);
 	/* archive: only by the owner; renamed next to itself, record gone; again: absent is fine */
-	CHECK_INT(fvp_dir_archive(root, "a/b/c", U2, &o, out, sizeof(out)), -FVP_E_OWNED);
+	CHECK_INT(fv_ownerdir_archive(root, "a/b/c", U2, &o, out, sizeof(out)), -FV_OWNERDIR_E_OWNED);
 	CHECK_STR(o.claim, U1);
-	CHECK_INT(fvp_dir_archive(root, "a/b/c", U1, NULL, out, sizeof(out)), 0);
+	CHECK_INT(fv_ownerdir_archive(root, "a/b/c", U1, NULL, out, sizeof(out)), 0);
 	CHECK_STR(out, "a/b/archived-c");
 	CHECK(exists("a/b/archived-c") && !exists("a/b/c"));
-	CHECK_INT(fvp_dir_owner(root, "a/b/c", &o), -ENOENT);
-	CHECK_INT(fvp_dir_archive(root, "a/b/c", U1, NULL, out, sizeof(out)), 0);
+	CHECK_INT(fv_ownerdir_owner(root, "a/b/c", &o), -ENOENT);
+	CHECK_INT(fv_ownerdir_archive(root, "a/b/c", U1, NULL, out, sizeof(out)), 0);
 	/* a taken archive name gets a stamp */
 	CHECK_INT(mkvol(root, "a/b/c", 0770, U1, &m), 0);
-	CHECK_INT(fvp_dir_archive(root, "a/b/c", U1, NULL, out, sizeof(out)), 0);
+	CHECK_INT(fv_ownerdir_archive(root, "a/b/c", U1, NULL, out, sizeof(out)), 0);
 	CHECK_CONTAINS(out, "a/b/archived-c-");
 	CHECK(!exists("a/b/c"));
 	/* a directory without a record is never archived */
 	REQUIRE_INT(mk("nobody"), 0);
-	CHECK_INT(fvp_dir_archive(root, "nobody", U1, NULL, out, sizeof(out)), -FVP_E_UNOWNED);
+	CHECK_INT(fv_ownerdir_archive(root, "nobody", U1, NULL, out, sizeof(out)), -FV_OWNERDIR_E_UNOWNED);
 	CHECK(exists("nobody"));
 	/* the archive never follows a symlink in the parents */
-	CHECK_INT(fvp_dir_archive(root, "link/x", U1, NULL, out, sizeof(out)), -ENOTDIR);
+	CHECK_INT(fv_ownerdir_archive(root, "link/x", U1, NULL, out, sizeof(out)), -ENOTDIR);
 	close(root);
 }
 
@@ -430,24 +430,24 @@ TEST(archive_name_bounded)
 {
 	char name[256], out[300], out2[300];
 
-	fvp_archive_name("data", NULL, out, sizeof(out));
+	fv_ownerdir_archive_name("data", NULL, out, sizeof(out));
 	CHECK_STR(out, "archived-data");
-	fvp_archive_name("data", "20260101T000000Z", out, sizeof(out));
+	fv_ownerdir_archive_name("data", "20260101T000000Z", out, sizeof(out));
 	CHECK_STR(out, "archived-data-20260101T000000Z");
 	memset(name, 'a', 255);
 	name[255] = '\0';
-	fvp_archive_name(name, NULL, out, sizeof(out));
+	fv_ownerdir_archive_name(name, NULL, out, sizeof(out));
 	CHECK_INT((int)strlen(out), 255);
 	name[254] = 'b';
-	fvp_archive_name(name, NULL, out2, sizeof(out2));
+	fv_ownerdir_archive_name(name, NULL, out2, sizeof(out2));
 	CHECK_INT((int)strlen(out2), 255);
 	CHECK(strcmp(out, out2) != 0);
-	fvp_archive_name(name, "20260101T000000Z", out, sizeof(out));
+	fv_ownerdir_archive_name(name, "20260101T000000Z", out, sizeof(out));
 	CHECK_INT((int)strlen(out), 255);
 	CHECK_CONTAINS(out, "-20260101T000000Z");
 	/* 246 bytes fit exactly */
 	name[246] = '\0';
-	fvp_archive_name(name, NULL, out, sizeof(out));
+	fv_ownerdir_archive_name(name, NULL, out, sizeof(out));
 	CHECK_INT((int)strlen(out), 255);
 	CHECK(!strncmp(out + 9, name, 246));
 }
@@ -476,26 +476,26 @@ TEST(dir_delete_never_follows)
 	fd = open(p, O_CREAT | O_WRONLY, 0644);
 	REQUIRE(fd >= 0);
 	close(fd);
-	CHECK_INT(fvp_dir_delete(root, "v", U2, NULL), -FVP_E_OWNED);
+	CHECK_INT(fv_ownerdir_delete(root, "v", U2, NULL), -FV_OWNERDIR_E_OWNED);
 	CHECK(exists("v/file"));
-	CHECK_INT(fvp_dir_delete(root, "v", U1, NULL), 0);
+	CHECK_INT(fv_ownerdir_delete(root, "v", U1, NULL), 0);
 	CHECK(!exists("v"));
 	snprintf(p, sizeof(p), "%s/keep", q);
 	CHECK(access(p, F_OK) == 0);
 	/* absent: fine; remove_empty leaves a non-empty directory alone, and one without a record */
-	CHECK_INT(fvp_dir_delete(root, "v", U1, NULL), 0);
+	CHECK_INT(fv_ownerdir_delete(root, "v", U1, NULL), 0);
 	REQUIRE_INT(mkvol(root, "w", 0755, U1, NULL), 0);
-	REQUIRE_INT(mkvol(root, "w/x", 0755, U1, NULL), -FVP_E_NESTED); /* inside w */
+	REQUIRE_INT(mkvol(root, "w/x", 0755, U1, NULL), -FV_OWNERDIR_E_NESTED); /* inside w */
 	REQUIRE_INT(mk("w/x"), 0);
-	CHECK_INT(fvp_dir_remove_empty(root, "w", U1, NULL), -ENOTEMPTY);
-	CHECK_INT(fvp_dir_remove_empty(root, "w/x", U1, NULL), -FVP_E_UNOWNED);
+	CHECK_INT(fv_ownerdir_remove_empty(root, "w", U1, NULL), -ENOTEMPTY);
+	CHECK_INT(fv_ownerdir_remove_empty(root, "w/x", U1, NULL), -FV_OWNERDIR_E_UNOWNED);
 	CHECK(exists("w/x"));
 	snprintf(p, sizeof(p), "%s/w/x", scratch);
 	REQUIRE(rmdir(p) == 0);
-	CHECK_INT(fvp_dir_remove_empty(root, "w", U1, NULL), 0);
+	CHECK_INT(fv_ownerdir_remove_empty(root, "w", U1, NULL), 0);
 	CHECK(!exists("w"));
-	CHECK_INT(fvp_dir_owner(root, "w", &(struct fvp_owner){ 0 }), -ENOENT);
-	CHECK_INT(fvp_dir_remove_empty(root, "w", U1, NULL), 0);
+	CHECK_INT(fv_ownerdir_owner(root, "w", &(struct fv_owner){ 0 }), -ENOENT);
+	CHECK_INT(fv_ownerdir_remove_empty(root, "w", U1, NULL), 0);
 	snprintf(p, sizeof(p), "rm -rf '%s' '%s'", q, scratch);
 	CHECK_INT(system(p), 0);
 	close(root);

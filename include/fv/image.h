@@ -1,30 +1,36 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Loop images in a node's loop root, made and removed by whoever provisions
- * them on the node: the loop node agent (agent.c) and flexvol-csi's
- * Controller service (csi/controller.c).  No API server here: the callers
- * decide which image to make or remove, and log what these report.
+ * Loop images in a node's loop root (lib/image.c), made and removed by
+ * whoever provisions them on the node: flexvol-provisioner's loop node
+ * agent and flexvol-csi's Controller service.  No API server here: the
+ * callers decide which image to make or remove, and log what these report.
  *
- * Confinement (loop.h): only names fvp_loop_image_name() accepts, directly
+ * Confinement: only names fv_image_name_ok() accepts, directly
  * in the root, through the root's descriptor; made with O_EXCL|O_NOFOLLOW,
  * opened with fv_open_regular_beneath() (never a FIFO, device or symlink).
  * An image is removed only when its owner record (FV_LOOP_OWNER_XATTR, in the
  * trusted namespace: only CAP_SYS_ADMIN writes it) names the caller's owner,
  * and only while no loop device is bound to it (a mounted image is bound).
  */
-#ifndef FVP_IMAGE_H
-#define FVP_IMAGE_H
+#ifndef FV_IMAGE_H
+#define FV_IMAGE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
+/* The longest image name, its NUL included. */
+#define FV_IMAGE_NAME_MAX 96
+
+/* Is @name an image name we make ("pvc-" [a-z0-9-]+ ".img": one component, no dot file)? */
+bool fv_image_name_ok(const char *name);
+
 /* The loop device bound to the file @st: its number, or -1 (none, or it cannot be told). */
-int fvp_image_bound_to(const struct stat *st);
+int fv_image_bound_to(const struct stat *st);
 
 /* The owner record of @fd into @buf: 0, -ENODATA (none), or -errno. */
-int fvp_image_owner(int fd, char *buf, size_t len);
+int fv_image_owner(int fd, char *buf, size_t len);
 
 /*
  * Make image @img of @size bytes owned by @owner when missing (allocated
@@ -35,7 +41,7 @@ int fvp_image_owner(int fd, char *buf, size_t len);
  * another owner's (named in @msg), or -errno (in @msg).  *@ret_size: the
  * image's size afterwards (may be NULL).
  */
-int fvp_image_ensure(int rootfd, const char *img, const char *owner, uint64_t size, bool prealloc,
+int fv_image_ensure(int rootfd, const char *img, const char *owner, uint64_t size, bool prealloc,
 		     uint64_t *ret_size, char *msg, size_t len);
 
 /*
@@ -44,10 +50,10 @@ int fvp_image_ensure(int rootfd, const char *img, const char *owner, uint64_t si
  * in @msg), -EPERM: not @owner's (why in @msg), -EAGAIN: the name changed
  * files meanwhile, or -errno (in @msg).
  */
-int fvp_image_remove(int rootfd, const char *img, const char *owner, char *msg, size_t len);
+int fv_image_remove(int rootfd, const char *img, const char *owner, char *msg, size_t len);
 
-/* Grow image @img (@owner's, not bound) to at least @size bytes: 0, or as fvp_image_remove. */
-int fvp_image_grow(int rootfd, const char *img, const char *owner, uint64_t size, char *msg,
+/* Grow image @img (@owner's, not bound) to at least @size bytes: 0, or as fv_image_remove. */
+int fv_image_grow(int rootfd, const char *img, const char *owner, uint64_t size, char *msg,
 		   size_t len);
 
 #endif

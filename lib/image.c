@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Loop images in a node's loop root: see image.h. */
+/* Loop images in a node's loop root: see fv/image.h. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/loop.h>
@@ -14,14 +14,13 @@
 #include "fv/loop.h"
 #include "fv/macro.h"
 #include "fv/util.h"
-#include "image.h"
-#include "loop.h"
+#include "fv/image.h"
 
-bool fvp_loop_image_name(const char *name)
+bool fv_image_name_ok(const char *name)
 {
 	size_t n = name ? strlen(name) : 0;
 
-	if (n < 9 || n >= FVP_LOOP_IMAGE_MAX || strncmp(name, "pvc-", 4) || strcmp(name + n - 4, ".img"))
+	if (n < 9 || n >= FV_IMAGE_NAME_MAX || strncmp(name, "pvc-", 4) || strcmp(name + n - 4, ".img"))
 		return false;
 	for (size_t i = 4; i < n - 4; i++)
 		if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
@@ -34,7 +33,7 @@ bool fvp_loop_image_name(const char *name)
  * The kernel is asked (LOOP_GET_STATUS64 on every loop device that has a
  * capacity: /proc/partitions lists exactly those), as the loop driver does.
  */
-int fvp_image_bound_to(const struct stat *st)
+int fv_image_bound_to(const struct stat *st)
 {
 	FILE *f = fopen("/proc/partitions", "re");
 	char line[256];
@@ -69,7 +68,7 @@ int fvp_image_bound_to(const struct stat *st)
 	return found;
 }
 
-int fvp_image_owner(int fd, char *buf, size_t len)
+int fv_image_owner(int fd, char *buf, size_t len)
 {
 	ssize_t n = fgetxattr(fd, FV_LOOP_OWNER_XATTR, buf, len - 1);
 
@@ -96,7 +95,7 @@ static int allocate(int fd, const struct stat *st)
 	return fallocate(fd, 0, 0, st->st_size) < 0 ? NEG_ERRNO() : 0;
 }
 
-int fvp_image_ensure(int rootfd, const char *img, const char *owner, uint64_t size, bool prealloc,
+int fv_image_ensure(int rootfd, const char *img, const char *owner, uint64_t size, bool prealloc,
 		     uint64_t *ret_size, char *msg, size_t len)
 {
 	_cleanup_close_ int fd = -1;
@@ -137,13 +136,13 @@ int fvp_image_ensure(int rootfd, const char *img, const char *owner, uint64_t si
 		return fd;
 	}
 	/* made by the driver before us (or by us, killed before the owner record) */
-	r = fvp_image_owner(fd, have, sizeof(have));
+	r = fv_image_owner(fd, have, sizeof(have));
 	if (r == -ENODATA) {
 		r = set_owner(fd, owner);
 		if (r == 0)
 			snprintf(msg, len, "image %s: owner record %s", img, owner);
 		else if (r == -EEXIST)
-			r = fvp_image_owner(fd, have, sizeof(have));
+			r = fv_image_owner(fd, have, sizeof(have));
 	}
 	if (r == 0 && !msg[0] && !streq(have, owner)) {
 		snprintf(msg, len, "image %s belongs to %s", img, have);
@@ -190,14 +189,14 @@ static int open_unbound(int rootfd, const char *img, const char *owner, int flag
 			 fd == -EMEDIUMTYPE ? "not a regular file" : strerror(-fd));
 		return fd;
 	}
-	r = fvp_image_owner(fd, have, sizeof(have));
+	r = fv_image_owner(fd, have, sizeof(have));
 	if (r < 0 || !streq(have, owner)) {
 		snprintf(msg, len, "image %s: its owner record (%s) %s%s%s", img, FV_LOOP_OWNER_XATTR,
 			 r == -ENODATA ? "is missing" : r < 0 ? "cannot be read: " : "names ",
 			 r == -ENODATA ? "" : r < 0 ? strerror(-r) : have, r < 0 ? "" : ", not it");
 		return -EPERM;
 	}
-	nr = fvp_image_bound_to(st);
+	nr = fv_image_bound_to(st);
 	if (nr >= 0) {
 		snprintf(msg, len, "image %s is still bound to /dev/loop%d", img, nr);
 		return -EBUSY;
@@ -205,7 +204,7 @@ static int open_unbound(int rootfd, const char *img, const char *owner, int flag
 	return TAKE_FD(fd);
 }
 
-int fvp_image_remove(int rootfd, const char *img, const char *owner, char *msg, size_t len)
+int fv_image_remove(int rootfd, const char *img, const char *owner, char *msg, size_t len)
 {
 	struct stat st, now;
 	int fd = open_unbound(rootfd, img, owner, O_RDONLY, &st, msg, len);
@@ -231,7 +230,7 @@ int fvp_image_remove(int rootfd, const char *img, const char *owner, char *msg, 
 	return 0;
 }
 
-int fvp_image_grow(int rootfd, const char *img, const char *owner, uint64_t size, char *msg,
+int fv_image_grow(int rootfd, const char *img, const char *owner, uint64_t size, char *msg,
 		   size_t len)
 {
 	struct stat st;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Confined directory work below the root: see dir.h. */
+/* Confined directory work below the root: see fv/ownerdir.h. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 
 #include "fv/macro.h"
 #include "fv/util.h"
-#include "dir.h"
+#include "fv/ownerdir.h"
 
 #define RESOLVE_CONFINED (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)
 #define DELETE_DEPTH_MAX 128
@@ -33,19 +33,19 @@ static int openat2_dir(int dirfd, const char *name, int flags)
 	return fd < 0 ? NEG_ERRNO() : (int)fd;
 }
 
-int fvp_root_open(const char *root)
+int fv_ownerdir_root_open(const char *root)
 {
 	int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 
 	return fd < 0 ? NEG_ERRNO() : fd;
 }
 
-static int owner_read_at(int pfd, const char *name, struct fvp_owner *ret);
+static int owner_read_at(int pfd, const char *name, struct fv_owner *ret);
 
 /*
  * Split @rel into its parent (opened, confined) and last component.  With
  * @create, missing parents are made (0755).  With @inside, a parent that is
- * itself a volume directory (has an owner record) is -FVP_E_NESTED, its path in
+ * itself a volume directory (has an owner record) is -FV_OWNERDIR_E_NESTED, its path in
  * @inside.  Returns the parent fd or -errno.
  */
 static int open_parent(int rootfd, const char *rel, bool create, char *last, size_t lastlen,
@@ -73,12 +73,12 @@ static int open_parent(int rootfd, const char *rel, bool create, char *last, siz
 		memcpy(comp, p, n);
 		comp[n] = '\0';
 		if (inside) {
-			struct fvp_owner o;
+			struct fv_owner o;
 
 			if (owner_read_at(fd, comp, &o) != -ENOENT) {
 				snprintf(inside, insidelen, "%.*s", (int)(p - rel + n), rel);
 				close(fd);
-				return -FVP_E_NESTED;
+				return -FV_OWNERDIR_E_NESTED;
 			}
 		}
 		if (create && mkdirat(fd, comp, 0755) < 0 && errno != EEXIST) {
@@ -103,11 +103,11 @@ static int open_parent(int rootfd, const char *rel, bool create, char *last, siz
 
 static void owner_name(const char *name, char *out, size_t len)
 {
-	snprintf(out, len, FVP_OWNER_PREFIX "%016llx", (unsigned long long)fv_hash64(name));
+	snprintf(out, len, FV_OWNERDIR_PREFIX "%016llx", (unsigned long long)fv_hash64(name));
 }
 
 /* Read the record of @name in the open directory @pfd: 0, -ENOENT, -EBADMSG, -errno. */
-static int owner_read_at(int pfd, const char *name, struct fvp_owner *ret)
+static int owner_read_at(int pfd, const char *name, struct fv_owner *ret)
 {
 	char rec[64], buf[OWNER_MAX + 1];
 	_cleanup_close_ int fd = -1;
@@ -212,7 +212,7 @@ static int owner_remove_at(int pfd, const char *name)
 	return 0;
 }
 
-int fvp_dir_owner(int rootfd, const char *rel, struct fvp_owner *ret)
+int fv_ownerdir_owner(int rootfd, const char *rel, struct fv_owner *ret)
 {
 	_cleanup_close_ int pfd = -1;
 	char last[NAME_MAX + 1];
@@ -225,12 +225,12 @@ int fvp_dir_owner(int rootfd, const char *rel, struct fvp_owner *ret)
 
 /*
  * The record of @last in @pfd must name @claim: 0 when it does, 1 when there
- * is neither record nor directory (nothing to do), -FVP_E_UNOWNED for a directory
- * without a record, -FVP_E_OWNED for another claim's (*@other), -errno.
+ * is neither record nor directory (nothing to do), -FV_OWNERDIR_E_UNOWNED for a directory
+ * without a record, -FV_OWNERDIR_E_OWNED for another claim's (*@other), -errno.
  */
-static int owned_by(int pfd, const char *last, const char *claim, struct fvp_owner *other)
+static int owned_by(int pfd, const char *last, const char *claim, struct fv_owner *other)
 {
-	struct fvp_owner o;
+	struct fv_owner o;
 	struct stat st;
 	int r;
 
@@ -238,20 +238,20 @@ static int owned_by(int pfd, const char *last, const char *claim, struct fvp_own
 	if (r == -ENOENT) {
 		if (fstatat(pfd, last, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			return errno == ENOENT ? 1 : NEG_ERRNO();
-		return -FVP_E_UNOWNED;
+		return -FV_OWNERDIR_E_UNOWNED;
 	}
 	if (r < 0)
 		return r;
 	if (!streq(o.claim, claim)) {
 		if (other)
 			*other = o;
-		return -FVP_E_OWNED;
+		return -FV_OWNERDIR_E_OWNED;
 	}
 	return 0;
 }
 
-int fvp_dir_record(int rootfd, const char *rel, const char *claim, const char *pv,
-		   struct fvp_owner *other)
+int fv_ownerdir_record(int rootfd, const char *rel, const char *claim, const char *pv,
+		   struct fv_owner *other)
 {
 	_cleanup_close_ int pfd = -1, fd = -1;
 	char last[NAME_MAX + 1];
@@ -265,7 +265,7 @@ int fvp_dir_record(int rootfd, const char *rel, const char *claim, const char *p
 		return 0;
 	if (r > 0)
 		return -ENOENT;
-	if (r != -FVP_E_UNOWNED)
+	if (r != -FV_OWNERDIR_E_UNOWNED)
 		return r;
 	/* a directory, reached without a symlink or another mount */
 	fd = openat2_dir(pfd, last, O_RDONLY);
@@ -298,7 +298,7 @@ static int holds_volumes(int pfd, const char *name)
 		return r;
 	}
 	while ((errno = 0, de = readdir(d)))
-		if (!strncmp(de->d_name, FVP_OWNER_PREFIX, strlen(FVP_OWNER_PREFIX))) {
+		if (!strncmp(de->d_name, FV_OWNERDIR_PREFIX, strlen(FV_OWNERDIR_PREFIX))) {
 			r = 1;
 			break;
 		}
@@ -308,19 +308,19 @@ static int holds_volumes(int pfd, const char *name)
 	return r;
 }
 
-int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid, const char *claim,
-		 const char *pv, uint64_t size, bool adopt, enum fvp_dir_made *made,
-		 struct fvp_owner *other, char *inside, size_t insidelen)
+int fv_ownerdir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid, const char *claim,
+		 const char *pv, uint64_t size, bool adopt, enum fv_ownerdir_made *made,
+		 struct fv_owner *other, char *inside, size_t insidelen)
 {
 	_cleanup_close_ int pfd = -1, fd = -1;
-	struct fvp_owner o;
+	struct fv_owner o;
 	char last[NAME_MAX + 1], where[FVP_INSIDE_MAX] = "";
 	struct stat st;
-	enum fvp_dir_made m = FVP_DIR_NEW;
+	enum fv_ownerdir_made m = FV_OWNERDIR_NEW;
 	int r;
 
 	pfd = open_parent(rootfd, rel, true, last, sizeof(last), where, sizeof(where));
-	if (pfd == -FVP_E_NESTED && inside)
+	if (pfd == -FV_OWNERDIR_E_NESTED && inside)
 		snprintf(inside, insidelen, "%s", where);
 	if (pfd < 0)
 		return pfd;
@@ -330,9 +330,9 @@ int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
 			if (!streq(o.claim, claim)) {
 				if (other)
 					*other = o;
-				return -FVP_E_OWNED;
+				return -FV_OWNERDIR_E_OWNED;
 			}
-			m = o.adopted ? FVP_DIR_ADOPTED : FVP_DIR_OURS;
+			m = o.adopted ? FV_OWNERDIR_ADOPTED : FV_OWNERDIR_OURS;
 			break;
 		}
 		if (r != -ENOENT || tries > 0)
@@ -340,20 +340,20 @@ int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
 		/* no record: a directory there is someone else's unless adopted */
 		if (fstatat(pfd, last, &st, AT_SYMLINK_NOFOLLOW) == 0) {
 			if (!adopt)
-				return -FVP_E_UNOWNED;
+				return -FV_OWNERDIR_E_UNOWNED;
 			if (!S_ISDIR(st.st_mode))
 				return -ENOTDIR;
 			r = holds_volumes(pfd, last);
 			if (r != 0) {
 				if (r > 0 && inside)
 					snprintf(inside, insidelen, "%s", rel);
-				return r > 0 ? -FVP_E_HOLDS : r;
+				return r > 0 ? -FV_OWNERDIR_E_HOLDS : r;
 			}
-			m = FVP_DIR_ADOPTED;
+			m = FV_OWNERDIR_ADOPTED;
 		} else if (errno != ENOENT) {
 			return NEG_ERRNO();
 		}
-		r = owner_write_at(pfd, last, claim, pv, size, m == FVP_DIR_ADOPTED);
+		r = owner_write_at(pfd, last, claim, pv, size, m == FV_OWNERDIR_ADOPTED);
 		if (r == 0)
 			break;
 		if (r != -EEXIST)
@@ -361,16 +361,16 @@ int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
 		/* another writer was first: read what it wrote */
 	}
 	if (mkdirat(pfd, last, 0700) == 0)
-		m = FVP_DIR_NEW;
+		m = FV_OWNERDIR_NEW;
 	else if (errno != EEXIST)
 		return NEG_ERRNO();
-	else if (m == FVP_DIR_NEW)
-		m = FVP_DIR_OURS; /* a second replica made it for this claim meanwhile */
+	else if (m == FV_OWNERDIR_NEW)
+		m = FV_OWNERDIR_OURS; /* a second replica made it for this claim meanwhile */
 	/* not a symlink, not a file, not another mount: openat2 says so */
 	fd = openat2_dir(pfd, last, O_RDONLY);
 	if (fd < 0)
 		return fd;
-	if (m != FVP_DIR_ADOPTED) {
+	if (m != FV_OWNERDIR_ADOPTED) {
 		/* owner first: chown clears the set-id bits that the mode may carry */
 		if ((uid != (uid_t)-1 || gid != (gid_t)-1) && fchown(fd, uid, gid) < 0)
 			return NEG_ERRNO();
@@ -382,7 +382,7 @@ int fvp_dir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
 	return 0;
 }
 
-int fvp_dir_remove_empty(int rootfd, const char *rel, const char *claim, struct fvp_owner *other)
+int fv_ownerdir_remove_empty(int rootfd, const char *rel, const char *claim, struct fv_owner *other)
 {
 	_cleanup_close_ int pfd = -1;
 	char last[NAME_MAX + 1];
@@ -451,7 +451,7 @@ static int empty_dir(int fd, int depth)
 	return r;
 }
 
-int fvp_dir_delete(int rootfd, const char *rel, const char *claim, struct fvp_owner *other)
+int fv_ownerdir_delete(int rootfd, const char *rel, const char *claim, struct fv_owner *other)
 {
 	_cleanup_close_ int pfd = -1;
 	char last[NAME_MAX + 1];
@@ -509,7 +509,7 @@ static int rename_noreplace(int dfd, const char *from, const char *to, bool is_d
 	return 0;
 }
 
-void fvp_archive_name(const char *last, const char *stamp, char *out, size_t len)
+void fv_ownerdir_archive_name(const char *last, const char *stamp, char *out, size_t len)
 {
 	/* NAME_MAX is 255 on Linux filesystems and NFS alike */
 	size_t suffix = stamp ? strlen(stamp) + 1 : 0, room = 255 - strlen("archived-") - suffix;
@@ -521,7 +521,7 @@ void fvp_archive_name(const char *last, const char *stamp, char *out, size_t len
 			 (unsigned long long)fv_hash64(last), stamp ? "-" : "", stamp ? stamp : "");
 }
 
-int fvp_dir_archive(int rootfd, const char *rel, const char *claim, struct fvp_owner *other,
+int fv_ownerdir_archive(int rootfd, const char *rel, const char *claim, struct fv_owner *other,
 		    char *ret, size_t len)
 {
 	_cleanup_close_ int pfd = -1;
@@ -546,7 +546,7 @@ int fvp_dir_archive(int rootfd, const char *rel, const char *claim, struct fvp_o
 		/* archived before, the record left by a crash */
 		return owner_remove_at(pfd, last);
 	}
-	fvp_archive_name(last, NULL, to, sizeof(to));
+	fv_ownerdir_archive_name(last, NULL, to, sizeof(to));
 	r = rename_noreplace(pfd, last, to, S_ISDIR(st.st_mode));
 	if (r == -EEXIST) {
 		char stamp[32];
@@ -555,7 +555,7 @@ int fvp_dir_archive(int rootfd, const char *rel, const char *claim, struct fvp_o
 
 		gmtime_r(&now, &tm);
 		strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
-		fvp_archive_name(last, stamp, to, sizeof(to));
+		fv_ownerdir_archive_name(last, stamp, to, sizeof(to));
 		r = rename_noreplace(pfd, last, to, S_ISDIR(st.st_mode));
 	}
 	if (r == -ENOENT)
