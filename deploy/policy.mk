@@ -2,8 +2,11 @@
 #
 #   make check-policy    its CEL compiled and evaluated offline (tests/policy/: cel-go,
 #                        fetched from the Go module proxy at the version go.sum pins) on
-#                        every example of tests/kube/policy/ (allowed and refused) and on
-#                        updates; needs Go >= 1.22 (go in PATH or /usr/local/go/bin).
+#                        every example of tests/kube/policy/ (allowed and refused), on
+#                        updates, and on the PVs the real flexvol-provisioner, flexvol-csi
+#                        (CreateVolume; tests/csi/build's csi-call) and migrate make;
+#                        needs Go >= 1.22 (go in PATH or /usr/local/go/bin), root (loop
+#                        images' owner records are trusted.* attributes).
 #                        make check-deploy renders it in every overlay; the real API
 #                        server runs the same examples in the real-cluster lane (tests/kube/).
 
@@ -15,5 +18,5 @@
 policy-keys:
 	$(Q)deploy/policy/gen-keys
 
-check-policy:
+check-policy: $(O)/flexvol-provisioner $(O)/flexvol-csi
 	$(Q)python3 tests/policy/run --build $(O)
