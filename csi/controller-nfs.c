@@ -2,8 +2,8 @@
 /*
  * The CSI Controller service for nfs (csi/controller.h): one directory per
  * volume directly below --root, the share mounted into the controller's
- * pod, made and removed by the code of flexvol-provisioner's nfs backend
- * (provisioner/dir.c: confined walks, owner records).  A CSI volume's
+ * pod, made and removed by the code flexvol-provisioner's nfs backend uses
+ * too (lib/ownerdir.c: confined walks, owner records).  A CSI volume's
  * directory is owned by its volume ID, as a FlexVolume PV's is by its
  * claim; nodes mount --share with subPath = the ID (csi/node.c, the nfs
  * driver's mount).
@@ -31,79 +31,71 @@
 
 #include "csi.h"
 #include "controller.h"
-#include "../src/internal.h"
 #include "fv/ownerdir.h"
 #include "fv/lock.h"
 #include "fv/log.h"
 #include "fv/util.h"
 
-static bool nfs_serves(void)
+static bool nfs_serves(const struct csi_profile *p)
 {
-	return csi_ep.root && csi_ep.share;
+	return p->root && p->share;
 }
 
 /* A volume ID an owner record can hold whole. */
 static bool nfs_id_ok(const char *id)
 {
-	return csi_volume_id_ok(id) && strlen(id) < sizeof(((struct fv_owner *)0)->claim);
+	return strlen(id) < sizeof(((struct fv_owner *)0)->claim);
 }
 
 /* The share's mount (O_PATH): fd, or <0 (answered). */
 static int open_root(struct grpc_call *call)
 {
-	int fd = fv_ownerdir_root_open(csi_ep.root);
+	int fd = fv_ownerdir_root_open(csi_plugin.root);
 
 	if (fd < 0)
 		return -grpc_fail(call, GRPC_FAILED_PRECONDITION, "cannot open the share's mount "
-				  "'%s': %s", csi_ep.root, strerror(-fd));
+				  "'%s': %s", csi_plugin.root, strerror(-fd));
 	return fd;
 }
 
+/* lib/ownerdir.c's refusal @r of what it was asked to do with directory @id, answered. */
 static int dir_fail(struct grpc_call *call, int r, const char *what, const char *id,
 		    const struct fv_owner *other)
 {
 	switch (r) {
 	case -FV_OWNERDIR_E_UNOWNED:
-		return -grpc_fail(call, GRPC_FAILED_PRECONDITION, "%s: directory '%s' of the share "
-				  "has no owner record: not a volume this endpoint made, not touched",
-				  what, id);
+		return csi_fail_with(call, r, "%s: directory '%s' of the share has no owner record: "
+				     "not a volume this endpoint made, not touched", what, id);
 	case -FV_OWNERDIR_E_OWNED:
-		return -grpc_fail(call, GRPC_FAILED_PRECONDITION, "%s: directory '%s' of the share "
-				  "is owned by %s, not touched", what, id, other->claim);
+		return csi_fail_with(call, r, "%s: directory '%s' of the share is owned by %s, not "
+				     "touched", what, id, other->claim);
 	case -EBADMSG:
-		return -grpc_fail(call, GRPC_FAILED_PRECONDITION, "%s: directory '%s' has an owner "
-				  "record that is not one of ours, not touched", what, id);
+		return csi_fail_with(call, r, "%s: directory '%s' has an owner record that is not "
+				     "one of ours, not touched", what, id);
 	case -ENOTDIR:
-	case -ELOOP:
-		return -grpc_fail(call, GRPC_FAILED_PRECONDITION, "%s: '%s' in the share is not a "
-				  "directory (symlinks are never followed)", what, id);
-	case -ENOSPC:
-	case -EDQUOT:
-		return -grpc_fail(call, GRPC_RESOURCE_EXHAUSTED, "%s: '%s': %s", what, id,
-				  strerror(-r));
+	case -ELOOP: /* the share's state, not the request's: a precondition */
+		return csi_fail_with(call, -FV_ERR_CONFLICT, "%s: '%s' in the share is not a "
+				     "directory (symlinks are never followed)", what, id);
 	default:
-		return -grpc_fail(call, GRPC_INTERNAL, "%s: '%s': %s", what, id, strerror(-r));
+		return csi_fail_with(call, r, "%s: '%s': %s", what, id, strerror(-r));
 	}
 }
 
 /* --share "SERVER:/PATH" ("[v6]:/PATH" too) split at the colon before the path. */
 static void share_parts(char *server, size_t slen, const char **path)
 {
-	const char *c = strstr(csi_ep.share, ":/");
+	const char *c = strstr(csi_plugin.share, ":/");
 
-	snprintf(server, slen, "%.*s", (int)(c - csi_ep.share), csi_ep.share);
+	snprintf(server, slen, "%.*s", (int)(c - csi_plugin.share), csi_plugin.share);
 	*path = c + 1;
 }
 
 static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 {
 	const Csi__V1__CreateVolumeRequest *q = (const void *)m;
-	Csi__V1__CreateVolumeResponse resp = CSI__V1__CREATE_VOLUME_RESPONSE__INIT;
-	Csi__V1__Volume vol = CSI__V1__VOLUME__INIT;
-	Csi__V1__Volume__VolumeContextEntry ctx[3], *ctxs[3];
-	const char *keys[3] = { "server", "share", "subPath" }, *vals[3];
 	_cleanup_close_ int rootfd = -1;
 	char id[96], server[256], lock[PATH_MAX], inside[PATH_MAX];
+	const char *path;
 	const Csi__V1__CapacityRange *cr = q->capacity_range;
 	enum fv_ownerdir_made made;
 	struct fv_owner other, own;
@@ -124,13 +116,13 @@ static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 				       "bytes, or with a limit below the required bytes");
 	if (cr)
 		size = (uint64_t)(cr->required_bytes ? cr->required_bytes : cr->limit_bytes);
-	if (csi_ctx_load(call, &cx) < 0)
+	if (csi_open(call, &cx, NULL) < 0)
 		return;
-	csi_volume_id_of(q->name, nfs_id_ok, id, sizeof(id));
+	csi_volume_id_of(q->name, id, sizeof(id));
 	rootfd = open_root(call);
 	if (rootfd < 0)
 		return;
-	fd = csi_lock_as_dispatcher(call, &cx, "vol", id, lock, sizeof(lock));
+	fd = csi_lock_volume(call, &cx, id, lock, sizeof(lock));
 	if (fd < 0)
 		return;
 	r = fv_ownerdir_make(rootfd, id, 0777, (uid_t)-1, (gid_t)-1, id, id, size, false, &made, &other,
@@ -142,29 +134,13 @@ static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	if (r < 0)
 		return (void)dir_fail(call, r, "not created", id, &other);
 	if (made == FV_OWNERDIR_NEW)
-		fv_log("CreateVolume %s: directory %s made in %s", q->name, id, csi_ep.root);
-	/* made for an earlier call: it must fit the range asked now (CSI: else ALREADY_EXISTS) */
-	size = own.size;
-	if (cr && (size < (uint64_t)cr->required_bytes ||
-		   (cr->limit_bytes && size > (uint64_t)cr->limit_bytes)))
-		return (void)grpc_fail(call, GRPC_ALREADY_EXISTS, "volume %s exists, made for %llu "
-				       "bytes, not for the range asked now", id,
-				       (unsigned long long)size);
-	share_parts(server, sizeof(server), &vals[1]);
-	vals[0] = server;
-	vals[2] = id;
-	for (size_t i = 0; i < 3; i++) {
-		csi__v1__volume__volume_context_entry__init(&ctx[i]);
-		ctx[i].key = (char *)keys[i];
-		ctx[i].value = (char *)vals[i];
-		ctxs[i] = &ctx[i];
-	}
-	vol.volume_id = id;
-	vol.capacity_bytes = (int64_t)size; /* as asked (0: unknown): the share enforces none */
-	vol.n_volume_context = 3;
-	vol.volume_context = ctxs;
-	resp.volume = &vol;
-	grpc_reply(call, &resp.base);
+		fv_log("CreateVolume %s: directory %s made in %s", q->name, id, csi_plugin.root);
+	if (csi_check_made(call, id, own.size, cr) < 0)
+		return;
+	share_parts(server, sizeof(server), &path);
+	/* the capacity as asked (0: unknown): the share enforces none */
+	csi_reply_volume(call, id, own.size, 3, (const char *[]){ "server", "share", "subPath" },
+			 (const char *[]){ server, path, id }, NULL);
 }
 
 static void delete_volume(struct grpc_call *call, const ProtobufCMessage *m)
@@ -177,24 +153,24 @@ static void delete_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	struct fv_ctx cx;
 	int fd, r;
 
-	if (!*q->volume_id)
-		return (void)grpc_fail(call, GRPC_INVALID_ARGUMENT, "volume_id is required");
+	if (csi_need(call, *q->volume_id, "volume_id") < 0)
+		return;
 	/* no directory of ours can have this ID: nothing to delete */
-	if (!nfs_id_ok(q->volume_id))
+	if (!csi_id_ok(q->volume_id))
 		return grpc_reply(call, &resp.base);
-	if (csi_ctx_load(call, &cx) < 0)
+	if (csi_open(call, &cx, NULL) < 0)
 		return;
 	rootfd = open_root(call);
 	if (rootfd < 0)
 		return;
-	fd = csi_lock_as_dispatcher(call, &cx, "vol", q->volume_id, lock, sizeof(lock));
+	fd = csi_lock_volume(call, &cx, q->volume_id, lock, sizeof(lock));
 	if (fd < 0)
 		return;
 	r = fv_ownerdir_delete(rootfd, q->volume_id, q->volume_id, &other);
 	fv_unlock_remove(&cx, lock, fd);
 	if (r < 0)
 		return (void)dir_fail(call, r, "not deleted", q->volume_id, &other);
-	fv_log("DeleteVolume %s: its directory is gone from %s", q->volume_id, csi_ep.root);
+	fv_log("DeleteVolume %s: its directory is gone from %s", q->volume_id, csi_plugin.root);
 	grpc_reply(call, &resp.base);
 }
 
@@ -205,7 +181,7 @@ static int nfs_exists(struct grpc_call *call, struct fv_ctx *cx, const char *id)
 	struct stat st;
 
 	(void)cx;
-	if (nfs_id_ok(id)) {
+	if (csi_id_ok(id)) {
 		rootfd = open_root(call);
 		if (rootfd < 0)
 			return rootfd;
@@ -213,8 +189,7 @@ static int nfs_exists(struct grpc_call *call, struct fv_ctx *cx, const char *id)
 		    fstatat(rootfd, id, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
 			return 0;
 	}
-	return -grpc_fail(call, GRPC_NOT_FOUND, "no nfs volume has the ID '%s' in %s", id,
-			  csi_ep.share);
+	return csi_no_volume(call, id);
 }
 
 static void get_capacity(struct grpc_call *call, const ProtobufCMessage *m)
@@ -228,7 +203,7 @@ static void get_capacity(struct grpc_call *call, const ProtobufCMessage *m)
 	if (rootfd < 0)
 		return;
 	if (fstatvfs(rootfd, &sv) < 0)
-		return (void)grpc_fail(call, GRPC_INTERNAL, "statvfs of '%s': %s", csi_ep.root,
+		return (void)grpc_fail(call, GRPC_INTERNAL, "statvfs of '%s': %s", csi_plugin.root,
 				       strerror(errno));
 	resp.available_capacity = (int64_t)(sv.f_bavail * sv.f_frsize);
 	grpc_reply(call, &resp.base);
@@ -237,6 +212,7 @@ static void get_capacity(struct grpc_call *call, const ProtobufCMessage *m)
 const struct csi_controller csi_controller_nfs = {
 	.driver = "nfs",
 	.serves = nfs_serves,
+	.id_ok = nfs_id_ok,
 	.create = create_volume,
 	.remove = delete_volume,
 	.exists = nfs_exists,

@@ -1,44 +1,40 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The CSI Controller service (csi/controller.h): the calls of the driver's
- * table, ValidateVolumeCapabilities and ControllerGetCapabilities.
+ * The CSI Controller service (csi/controller.h): each call checked against
+ * the profile, then handed to the driver's table; ValidateVolumeCapabilities
+ * and ControllerGetCapabilities answered here.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "controller.h"
-#include "../src/internal.h"
+#include "fv/driver.h"
 #include "fv/util.h"
 
-/* The drivers with a Controller service. */
+/* The drivers with a Controller table. */
 static const struct csi_controller *const controllers[] = { &csi_controller_loop,
 							     &csi_controller_nfs,
 							     &csi_controller_iscsi };
 
-/* The table of the endpoint's driver when it serves the Controller service, or NULL. */
-static const struct csi_controller *served(void)
+const struct csi_controller *csi_controller_of(const struct csi_profile *p)
 {
 	for (size_t i = 0; i < ARRAY_SIZE(controllers); i++)
-		if (streq(controllers[i]->driver, csi_ep.drv->name))
-			return controllers[i]->serves() ? controllers[i] : NULL;
+		if (streq(controllers[i]->driver, p->drv->name))
+			return !controllers[i]->serves || controllers[i]->serves(p) ?
+				       controllers[i] : NULL;
 	return NULL;
 }
 
-bool csi_controller_serves(void)
+bool csi_id_ok(const char *id)
 {
-	return served() != NULL;
+	const struct csi_controller *c = csi_plugin.controller;
+
+	return csi_volume_id_ok(id) && (!c || !c->id_ok || c->id_ok(id));
 }
 
-bool csi_expands(void)
+void csi_volume_id_of(const char *name, char *id, size_t len)
 {
-	const struct csi_controller *c = served();
-
-	return c && c->expand && c->node_expand;
-}
-
-void csi_volume_id_of(const char *name, bool (*ok)(const char *id), char *id, size_t len)
-{
-	if (ok(name))
+	if (csi_id_ok(name))
 		snprintf(id, len, "%s", name);
 	else
 		snprintf(id, len, "pvc-%016llx", (unsigned long long)fv_hash64(name));
@@ -54,10 +50,9 @@ int csi_create_checks(struct grpc_call *call, const Csi__V1__CreateVolumeRequest
 	const char *fstype;
 	bool ro;
 
-	if (!*q->name)
-		return -grpc_fail(call, GRPC_INVALID_ARGUMENT, "name is required");
-	if (!q->n_volume_capabilities)
-		return -grpc_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities are required");
+	if (csi_need(call, *q->name, "name") < 0 ||
+	    csi_need(call, q->n_volume_capabilities, "volume_capabilities") < 0)
+		return -1;
 	for (size_t i = 0; i < q->n_volume_capabilities; i++)
 		if (csi_check_capability(call, q->volume_capabilities[i], &fstype, &ro) < 0)
 			return -1;
@@ -67,8 +62,52 @@ int csi_create_checks(struct grpc_call *call, const Csi__V1__CreateVolumeRequest
 	return 0;
 }
 
-static void validate_capabilities(const struct csi_controller *c, struct grpc_call *call,
-				  const ProtobufCMessage *m)
+int csi_check_made(struct grpc_call *call, const char *id, uint64_t have,
+		   const Csi__V1__CapacityRange *cr)
+{
+	if (!cr || (have >= (uint64_t)cr->required_bytes &&
+		    (!cr->limit_bytes || have <= (uint64_t)cr->limit_bytes)))
+		return 0;
+	return -grpc_fail(call, GRPC_ALREADY_EXISTS, "volume %s exists with %llu bytes, outside "
+			  "the range asked now (%lld to %lld)", id, (unsigned long long)have,
+			  (long long)cr->required_bytes, (long long)cr->limit_bytes);
+}
+
+void csi_reply_volume(struct grpc_call *call, const char *id, uint64_t capacity, size_t n,
+		      const char *const *keys, const char *const *vals, const char *node)
+{
+	Csi__V1__CreateVolumeResponse resp = CSI__V1__CREATE_VOLUME_RESPONSE__INIT;
+	Csi__V1__Volume vol = CSI__V1__VOLUME__INIT;
+	Csi__V1__Topology topo = CSI__V1__TOPOLOGY__INIT, *topos[] = { &topo };
+	Csi__V1__Topology__SegmentsEntry seg = CSI__V1__TOPOLOGY__SEGMENTS_ENTRY__INIT;
+	Csi__V1__Topology__SegmentsEntry *segs[] = { &seg };
+	Csi__V1__Volume__VolumeContextEntry ctx[4], *ctxs[4];
+
+	if (n > ARRAY_SIZE(ctx))
+		return (void)grpc_fail(call, GRPC_INTERNAL, "a volume context of %zu entries", n);
+	for (size_t i = 0; i < n; i++) {
+		csi__v1__volume__volume_context_entry__init(&ctx[i]);
+		ctx[i].key = (char *)keys[i];
+		ctx[i].value = (char *)vals[i];
+		ctxs[i] = &ctx[i];
+	}
+	vol.volume_id = (char *)id;
+	vol.capacity_bytes = (int64_t)capacity;
+	vol.n_volume_context = n;
+	vol.volume_context = ctxs;
+	if (csi_plugin.node_local) {
+		seg.key = csi_plugin.topology_key;
+		seg.value = (char *)node;
+		topo.n_segments = 1;
+		topo.segments = segs;
+		vol.n_accessible_topology = 1;
+		vol.accessible_topology = topos;
+	}
+	resp.volume = &vol;
+	grpc_reply(call, &resp.base);
+}
+
+static void validate_capabilities(struct grpc_call *call, const ProtobufCMessage *m)
 {
 	const Csi__V1__ValidateVolumeCapabilitiesRequest *q = (const void *)m;
 	Csi__V1__ValidateVolumeCapabilitiesResponse resp =
@@ -76,20 +115,19 @@ static void validate_capabilities(const struct csi_controller *c, struct grpc_ca
 	Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed ok =
 		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__CONFIRMED__INIT;
 	struct fv_ctx cx;
-	bool ro;
 
-	if (!*q->volume_id || !q->n_volume_capabilities)
-		return (void)grpc_fail(call, GRPC_INVALID_ARGUMENT,
-				       "volume_id and volume_capabilities are required");
-	if (csi_ctx_load(call, &cx) < 0 || c->exists(call, &cx, q->volume_id) < 0)
+	if (csi_need(call, *q->volume_id && q->n_volume_capabilities,
+		     "volume_id and volume_capabilities") < 0 ||
+	    csi_open(call, &cx, NULL) < 0 ||
+	    csi_plugin.controller->exists(call, &cx, q->volume_id) < 0)
 		return;
 	for (size_t i = 0; i < q->n_volume_capabilities; i++) {
 		const Csi__V1__VolumeCapability *v = q->volume_capabilities[i];
+		unsigned int mode = v->access_mode ? (unsigned int)v->access_mode->mode : 0;
 
 		/* the checks of csi_check_capability(), answered as "not confirmed" */
 		if (v->access_type_case != CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT ||
-		    v->mount->n_mount_flags ||
-		    !csi_mode_served(v->access_mode ? v->access_mode->mode : 0, &ro)) {
+		    v->mount->n_mount_flags || mode >= 32 || !(csi_plugin.modes & CSI_MODE(mode))) {
 			resp.message = (char *)"not served: only filesystem volumes without mount "
 					       "flags, in the access modes the driver serves";
 			return grpc_reply(call, &resp.base);
@@ -109,74 +147,48 @@ static void controller_get_capabilities(struct grpc_call *call, const ProtobufCM
 {
 	Csi__V1__ControllerGetCapabilitiesResponse r =
 		CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
-	Csi__V1__ControllerServiceCapability cap[4], *caps[4];
-	Csi__V1__ControllerServiceCapability__RPC rpc[4];
-	Csi__V1__ControllerServiceCapability__RPC__Type types[4];
-	const struct csi_controller *c = served();
-	size_t n = 0;
 
-	(void)m;
-	if (c && c->create) {
-		types[n++] = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME;
-		types[n++] = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_CAPACITY;
-	}
-	if (csi_expands())
-		types[n++] = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME;
-	if (c && c->publish)
-		types[n++] = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__PUBLISH_UNPUBLISH_VOLUME;
-	for (size_t i = 0; i < n; i++) {
-		csi__v1__controller_service_capability__rpc__init(&rpc[i]);
-		csi__v1__controller_service_capability__init(&cap[i]);
-		rpc[i].type = types[i];
-		cap[i].type_case = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__TYPE_RPC;
-		cap[i].rpc = &rpc[i];
-		caps[i] = &cap[i];
-	}
-	r.n_capabilities = n;
-	r.capabilities = caps;
+	r.n_capabilities = csi_plugin.n_controller_caps;
+	r.capabilities = csi_plugin.controller_caps;
 	grpc_reply(call, &r.base);
 }
 
-/* A call of the driver's table; a driver without the service or the call: UNIMPLEMENTED. */
-enum call_kind { CREATE, REMOVE, VALIDATE, CAPACITY, EXPAND, NODE_EXPAND, PUBLISH, UNPUBLISH };
+/* The Controller calls, each the table's handler at this offset (validate: ours). */
+#define HANDLER(f) offsetof(struct csi_controller, f)
 
-static void dispatch(enum call_kind k, struct grpc_call *call, const ProtobufCMessage *m)
+static void dispatch(size_t slot, struct grpc_call *call, const ProtobufCMessage *m)
 {
-	const struct csi_controller *c = served();
-	csi_handler *h = NULL;
+	const struct csi_controller *c = csi_plugin.controller;
+	csi_handler *h;
 
 	if (!c)
 		return (void)grpc_fail(call, GRPC_UNIMPLEMENTED, "%s volumes have no Controller "
-				       "service here", csi_ep.drv->name);
-	switch (k) {
-	case CREATE: h = c->create; break;
-	case REMOVE: h = c->remove; break;
-	case VALIDATE: return validate_capabilities(c, call, m);
-	case CAPACITY: h = c->capacity; break;
-	case EXPAND: h = csi_expands() ? c->expand : NULL; break;
-	case NODE_EXPAND: h = csi_expands() ? c->node_expand : NULL; break;
-	case PUBLISH: h = c->publish; break;
-	case UNPUBLISH: h = c->unpublish; break;
-	}
+				       "service here", csi_plugin.drv->name);
+	if (slot == HANDLER(exists))
+		return validate_capabilities(call, m);
+	h = *(csi_handler *const *)(const void *)((const char *)c + slot);
+	/* the profile declares expansion only with the node's half */
+	if (slot == HANDLER(expand) && !csi_plugin.expands)
+		h = NULL;
 	if (!h)
 		return (void)grpc_fail(call, GRPC_UNIMPLEMENTED, "not served for %s volumes",
-				       csi_ep.drv->name);
+				       csi_plugin.drv->name);
 	h(call, m);
 }
 
-#define CALL(fn, kind)                                                                             \
+/* One gRPC method per Controller call, all through dispatch(). */
+#define CONTROLLER_METHOD(fn, slot)                                                                \
 	static void fn(struct grpc_call *call, const ProtobufCMessage *m)                         \
 	{                                                                                          \
-		dispatch(kind, call, m);                                                           \
+		dispatch(HANDLER(slot), call, m);                                                  \
 	}
-CALL(create_volume, CREATE)
-CALL(delete_volume, REMOVE)
-CALL(validate_volume_capabilities, VALIDATE)
-CALL(get_capacity, CAPACITY)
-CALL(controller_expand, EXPAND)
-CALL(node_expand, NODE_EXPAND)
-CALL(controller_publish, PUBLISH)
-CALL(controller_unpublish, UNPUBLISH)
+CONTROLLER_METHOD(create_volume, create)
+CONTROLLER_METHOD(delete_volume, remove)
+CONTROLLER_METHOD(validate_volume_capabilities, exists)
+CONTROLLER_METHOD(get_capacity, capacity)
+CONTROLLER_METHOD(controller_expand, expand)
+CONTROLLER_METHOD(controller_publish, publish)
+CONTROLLER_METHOD(controller_unpublish, unpublish)
 
 const struct grpc_method csi_controller_methods[] = {
 	{ "/csi.v1.Controller/CreateVolume", &csi__v1__create_volume_request__descriptor,
@@ -197,7 +209,5 @@ const struct grpc_method csi_controller_methods[] = {
 	{ "/csi.v1.Controller/ControllerGetCapabilities",
 	  &csi__v1__controller_get_capabilities_request__descriptor, controller_get_capabilities,
 	  true },
-	{ "/csi.v1.Node/NodeExpandVolume", &csi__v1__node_expand_volume_request__descriptor,
-	  node_expand, false },
 };
 const size_t csi_controller_n = ARRAY_SIZE(csi_controller_methods);

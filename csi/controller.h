@@ -2,57 +2,78 @@
 /*
  * The CSI Controller service, per driver (docs/design.md, "CSI").
  *
- * controller.c serves the Controller calls and NodeExpandVolume for the
- * driver the endpoint runs, through that driver's table below
- * (controller-loop.c, controller-nfs.c, controller-attach.c for iscsi); a
- * driver without a table, or not set up to serve it, has no Controller
- * service, and its calls are UNIMPLEMENTED.  Every handler answers its call
- * itself; controller.c has checked that the service is served and that the
- * table has the handler (else UNIMPLEMENTED), and, for
- * ValidateVolumeCapabilities, does the rest around @exists.  create, remove
- * and capacity come together (the CREATE_DELETE_VOLUME and GET_CAPACITY
- * capabilities), as do expand and node_expand (EXPAND_VOLUME), and publish
- * and unpublish (PUBLISH_UNPUBLISH_VOLUME).
+ * controller.c serves the Controller calls for the driver the endpoint runs,
+ * through that driver's table below (controller-loop.c, controller-nfs.c,
+ * controller-iscsi.c); a driver without a table, or not set up to serve it
+ * (serves()), has no Controller service, and its calls are UNIMPLEMENTED.
+ * The profile (csi.h) declares what the table has; controller.c checks each
+ * call against it, then the handler answers the call itself.  create,
+ * remove and capacity come together (CREATE_DELETE_VOLUME and
+ * GET_CAPACITY), and publish and unpublish (PUBLISH_UNPUBLISH_VOLUME);
+ * expand (EXPAND_VOLUME) goes with the op layer's expandfs on the node
+ * (NodeExpandVolume, node.c).
  */
 #ifndef FV_CSI_CONTROLLER_H
 #define FV_CSI_CONTROLLER_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "csi.h"
-
-struct fv_ctx;
 
 typedef void csi_handler(struct grpc_call *call, const ProtobufCMessage *req);
 
 struct csi_controller {
-	const char *driver;   /* the flexvol driver's name */
-	bool (*serves)(void); /* set up to serve here (its flags given) */
-	csi_handler *create;  /* CreateVolume */
-	csi_handler *remove;  /* DeleteVolume */
+	const char *driver; /* the flexvol driver's name */
+	/* Is it set up to serve here (nfs: --root and --share given)?  NULL: always. */
+	bool (*serves)(const struct csi_profile *p);
+	/* Can a volume of this driver have ID @id (stricter than csi_volume_id_ok())?  NULL: no more. */
+	bool (*id_ok)(const char *id);
+	csi_handler *create; /* CreateVolume */
+	csi_handler *remove; /* DeleteVolume */
 	/* Is there a volume @id: 0, or <0 (answered, NOT_FOUND when there is none). */
 	int (*exists)(struct grpc_call *call, struct fv_ctx *cx, const char *id);
-	csi_handler *capacity;	  /* GetCapacity */
-	csi_handler *expand;	  /* ControllerExpandVolume, or NULL: volumes have no size */
-	csi_handler *node_expand; /* NodeExpandVolume, with @expand */
-	csi_handler *publish;	  /* ControllerPublishVolume, or NULL: nothing to attach */
-	csi_handler *unpublish;	  /* ControllerUnpublishVolume, with @publish */
+	csi_handler *capacity;	/* GetCapacity */
+	csi_handler *expand;	/* ControllerExpandVolume, or NULL: volumes have no size */
+	csi_handler *publish;	/* ControllerPublishVolume, or NULL: nothing to attach */
+	csi_handler *unpublish; /* ControllerUnpublishVolume, with @publish */
 };
 
-extern const struct csi_controller csi_controller_loop, csi_controller_nfs, csi_controller_iscsi;
+/* The table of driver @drv that serves with profile @p, or NULL (controller.c). */
+const struct csi_controller *csi_controller_of(const struct csi_profile *p);
 
 /*
- * The ID of the volume CreateVolume names @name: the name itself when @ok
- * takes it (the external-provisioner's "pvc-<uid>"), else "pvc-" and a
- * hash of it, which @ok must take: the same name always gives the same ID
- * (a retried CreateVolume finds its volume).
+ * The ID of the volume CreateVolume names @name: the name itself when the
+ * driver's IDs may take it (the external-provisioner's "pvc-<uid>"), else
+ * "pvc-" and a hash of it, which they must take: the same name always gives
+ * the same ID (a retried CreateVolume finds its volume).
  */
-void csi_volume_id_of(const char *name, bool (*ok)(const char *id), char *id, size_t len);
+void csi_volume_id_of(const char *name, char *id, size_t len);
+
+/* Is @id a volume ID of this driver's (csi_volume_id_ok() and the table's id_ok)? */
+bool csi_id_ok(const char *id);
 
 /* Check CreateVolume's name and capabilities, and refuse a content source: 0 or <0 (answered). */
 int csi_create_checks(struct grpc_call *call, const Csi__V1__CreateVolumeRequest *q);
 
+/*
+ * A volume made before for the same name, of @have bytes: it must fit the
+ * range @cr asked now (CSI: else ALREADY_EXISTS).  0 or <0 (answered).
+ */
+int csi_check_made(struct grpc_call *call, const char *id, uint64_t have,
+		   const Csi__V1__CapacityRange *cr);
+
+/*
+ * Answer CreateVolume: volume @id of @capacity bytes (0: unknown), its
+ * volume context the @n pairs @keys and @vals; for a node-local driver,
+ * @node as its topology.
+ */
+void csi_reply_volume(struct grpc_call *call, const char *id, uint64_t capacity, size_t n,
+		      const char *const *keys, const char *const *vals, const char *node);
+
 /* Is @key one of the sidecars' own parameters ("csi.storage.k8s.io/...")? */
 bool csi_sidecar_param(const char *key);
+
+extern const struct csi_controller csi_controller_loop, csi_controller_nfs, csi_controller_iscsi;
 
 #endif

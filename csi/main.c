@@ -19,11 +19,14 @@
 #include <unistd.h>
 
 #include "csi.h"
-#include "../src/internal.h"
+#include "fv/config.h"
+#include "fv/driver.h"
+#include "fv/op.h"
 #include "fv/log.h"
+#include "fv/util.h"
 #include "fv/version.h"
 
-struct csi_endpoint csi_ep;
+struct csi_profile csi_plugin;
 
 static volatile sig_atomic_t stop;
 
@@ -55,16 +58,6 @@ static const char *endpoint_path(const char *url)
 	return url[0] == '/' ? url : NULL;
 }
 
-/* A CSI driver name: at most 63 characters of [a-zA-Z0-9.-], alphanumeric at both ends. */
-static bool driver_name_ok(const char *s)
-{
-	static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-	size_t n = strlen(s);
-
-	return n > 0 && n <= 63 && strchr(alnum, s[0]) && strchr(alnum, s[n - 1]) &&
-	       strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == n;
-}
-
 /* The drivers this endpoint can serve: the FlexVolume program's list (drivers/registry.c). */
 static const struct fv_driver *csi_driver_find(const char *name)
 {
@@ -77,7 +70,8 @@ static const struct fv_driver *csi_driver_find(const char *name)
 int main(int argc, char **argv)
 {
 	static struct grpc_method methods[32];
-	const char *endpoint = NULL, *driver = NULL, *name = NULL, *path;
+	const char *endpoint = NULL, *driver = NULL, *name = NULL, *root = NULL, *share = NULL, *path;
+	const struct fv_driver *drv;
 	struct sigaction sa = { .sa_handler = on_stop };
 	struct fv_config cfg;
 	char err[512];
@@ -100,9 +94,9 @@ int main(int argc, char **argv)
 		else if (streq(a, "--driver-name"))
 			slot = &name;
 		else if (streq(a, "--root"))
-			slot = &csi_ep.root;
+			slot = &root;
 		else if (streq(a, "--share"))
-			slot = &csi_ep.share;
+			slot = &share;
 		if (!slot || i + 1 >= argc)
 			return usage(stderr, 2);
 		*slot = argv[++i];
@@ -114,30 +108,26 @@ int main(int argc, char **argv)
 		fprintf(stderr, "flexvol-csi: --endpoint %s: not a unix socket path\n", endpoint);
 		return 2;
 	}
-	csi_ep.drv = csi_driver_find(driver);
-	if (!csi_ep.drv) {
+	drv = csi_driver_find(driver);
+	if (!drv) {
 		fprintf(stderr, "flexvol-csi: --driver %s: no such flexvol driver\n", driver);
 		return 2;
 	}
-	snprintf(csi_ep.name, sizeof(csi_ep.name), "%s.csi.flexvol", driver);
-	if (name && (strlen(name) >= sizeof(csi_ep.name) || !driver_name_ok(name))) {
-		fprintf(stderr, "flexvol-csi: --driver-name %s: not a CSI driver name (at most 63 "
-				"of [a-zA-Z0-9.-], alphanumeric at both ends)\n", name);
+	if (!root != !share || (root && !fv_op_served(drv, FV_OP_PUBLISH)) ||
+	    (root && drv->blk)) {
+		fprintf(stderr, "flexvol-csi: --root and --share go together, with a driver "
+				"that mounts shares (nfs)\n");
 		return 2;
 	}
-	if (name)
-		snprintf(csi_ep.name, sizeof(csi_ep.name), "%s", name);
-	if (!csi_ep.root != !csi_ep.share || (csi_ep.root && !streq(driver, "nfs"))) {
-		fprintf(stderr, "flexvol-csi: --root and --share go together, with --driver nfs\n");
-		return 2;
-	}
-	if (csi_ep.share && (!strstr(csi_ep.share, ":/") || csi_ep.share[0] == ':' ||
-			     csi_ep.root[0] != '/')) {
+	if (share && (!strstr(share, ":/") || share[0] == ':' || root[0] != '/')) {
 		fprintf(stderr, "flexvol-csi: --share %s --root %s: SERVER:/PATH and an absolute "
-				"directory\n", csi_ep.share, csi_ep.root);
+				"directory\n", share, root);
 		return 2;
 	}
-	snprintf(csi_ep.topology_key, sizeof(csi_ep.topology_key), "topology.%s/node", csi_ep.name);
+	if (csi_profile_init(&csi_plugin, drv, name, root, share, err, sizeof(err)) < 0) {
+		fprintf(stderr, "flexvol-csi: %s\n", err);
+		return 2;
+	}
 
 	/* fds 0-2 are open (a socket must never become fd 1 or 2): /dev/null where one is closed */
 	for (;;) {
@@ -154,11 +144,11 @@ int main(int argc, char **argv)
 	umask(022);
 
 	/* the op layer's log, as the FlexVolume driver's; every call reads the config afresh */
-	r = fv_config_load(&cfg, csi_ep.drv->name, err, sizeof(err));
+	r = fv_config_load(&cfg, csi_plugin.drv->name, err, sizeof(err));
 	if (r < 0)
 		fprintf(stderr, "flexvol-csi: node configuration: %s (node calls fail until it is "
 				"mended)\n", err);
-	fv_log_open(csi_ep.drv->name, r < 0 ? NULL : cfg.log_file);
+	fv_log_open(csi_plugin.drv->name, r < 0 ? NULL : cfg.log_file);
 
 	if (csi_identity_n + csi_node_n + csi_controller_n > ARRAY_SIZE(methods))
 		abort(); /* a method table outgrew this array: a build mistake */
@@ -174,8 +164,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "flexvol-csi: cannot listen on %s: %s\n", path, strerror(-lfd));
 		return 1;
 	}
-	fprintf(stderr, "flexvol-csi %s: %s (driver %s) on %s\n", fv_version, csi_ep.name,
-		csi_ep.drv->name, path);
+	fprintf(stderr, "flexvol-csi %s: %s (driver %s) on %s\n", fv_version, csi_plugin.name,
+		csi_plugin.drv->name, path);
 	r = grpc_serve(lfd, methods, n, &stop);
 	close(lfd);
 	unlink(path);

@@ -105,4 +105,24 @@ int fv_blkvol_node_teardown(struct fv_ctx *cx, const char *vkey, const char *pat
 int fv_blkvol_node_each(struct fv_ctx *cx, const char *name,
 			int (*fn)(struct fv_ctx *cx, const char *vkey, void *arg), void *arg);
 
+/* The pod bind and its undo (mount and unmount, publish and unpublish, node mode). */
+/*
+ * fv_blkvol_bind() - bind the device mount at @src (a whole-filesystem
+ * mount of a block device; a path we know, opened literally) into the pod
+ * dir @dir (taken literally, must exist: kubelet creates it), read-only
+ * when @ro.  Already bound from the same filesystem is success; anything
+ * else mounted there is -FV_ERR_CONFLICT.
+ */
+int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro);
+
+/*
+ * fv_blkvol_unmount() - unmount @dir (taken literally: a symlink or magic
+ * link in it is refused) completely and check it is left empty (kubelet
+ * removes it with rmdir).  A missing or unmounted dir is success.  @ret
+ * (may be NULL) gets the topmost mount that was there, or an empty source
+ * and devno 0 when nothing was mounted.
+ */
+int fv_blkvol_unmount(struct fv_ctx *cx, const char *dir, struct fv_mntinfo *ret);
+
+
 #endif

@@ -5,8 +5,10 @@
  * keys we do not know are ignored whatever their type; a key we read must
  * hold a string.  Nothing here logs values: secrets live in this object.
  */
+#include <errno.h>
 #include <json-c/json.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "internal.h"
 #include "fv/util.h"
@@ -125,23 +127,24 @@ static int refuse_nul(struct fv_ctx *cx, const char *json, json_object *obj)
 	return 0;
 }
 
-/* Borrow the string at @key: 0 found (may be ""), 1 absent, <0 not a string. */
-static int get_str(struct fv_ctx *cx, json_object *obj, const char *key, const char **ret)
+/* Borrow the value of @key: 0 found (may be ""), 1 absent, <0 not a string. */
+static int get_str(struct fv_ctx *cx, const struct fv_opts *o, const char *key, const char **ret)
 {
-	json_object *v;
-
-	if (!json_object_object_get_ex(obj, key, &v) || json_object_is_type(v, json_type_null))
-		return 1;
-	if (!json_object_is_type(v, json_type_string))
-		return fv_fail(cx, -FV_ERR_BADOPT, "option '%s' must be a string", key);
-	*ret = json_object_get_string(v);
-	return 0;
+	for (size_t i = o->n; i-- > 0;) {
+		if (!streq(o->pairs[i].key, key))
+			continue;
+		if (!o->pairs[i].value)
+			return fv_fail(cx, -FV_ERR_BADOPT, "option '%s' must be a string", key);
+		*ret = o->pairs[i].value;
+		return 0;
+	}
+	return 1;
 }
 
 int fv_opt(struct fv_ctx *cx, const struct fv_opts *o, const char *key, const char **ret)
 {
 	const char *v = NULL;
-	int r = get_str(cx, o->obj, key, &v);
+	int r = get_str(cx, o, key, &v);
 
 	if (r != 0)
 		return r;
@@ -160,11 +163,84 @@ int fv_opt_required(struct fv_ctx *cx, const struct fv_opts *o, const char *key,
 	return r;
 }
 
+/* The kubernetes.io keys the op layer knows, into @o's typed fields. */
+static int read_typed(struct fv_ctx *cx, struct fv_opts *o)
+{
+	const char *v;
+	int r;
+
+	r = fv_opt(cx, o, "kubernetes.io/fsType", &o->fstype);
+	if (r < 0)
+		return r;
+	r = fv_opt(cx, o, "kubernetes.io/pvOrVolumeName", &o->volume);
+	if (r < 0)
+		return r;
+	r = fv_opt(cx, o, "kubernetes.io/pod.uid", &o->pod_uid);
+	if (r < 0)
+		return r;
+	r = fv_opt(cx, o, "kubernetes.io/readwrite", &v);
+	if (r < 0)
+		return r;
+	if (r == 0) {
+		if (streq(v, "ro"))
+			o->readonly = true;
+		else if (!streq(v, "rw"))
+			return fv_fail(cx, -FV_ERR_BADOPT,
+				       "option 'kubernetes.io/readwrite' must be 'ro' or 'rw', not '%s'",
+				       v);
+	}
+	r = fv_opt(cx, o, "kubernetes.io/mounterArgs.FsGroup", &v);
+	if (r < 0)
+		return r;
+	if (r == 0) {
+		uint64_t g;
+
+		if (fv_parse_u64(v, &g) < 0 || g > UINT32_MAX - 1)
+			return fv_fail(cx, -FV_ERR_BADOPT, "option 'kubernetes.io/mounterArgs.FsGroup' "
+				       "is not a group id: '%s'", v);
+		o->has_fsgroup = true;
+		o->fsgroup = (uint32_t)g;
+	}
+	return 0;
+}
+
+int fv_opts_set(struct fv_ctx *cx, const struct fv_opt_pair *pairs, size_t n, struct fv_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->pairs = pairs;
+	o->n = n;
+	return read_typed(cx, o);
+}
+
+/* The pairs of the JSON object @obj (a null value is an absent key), into @o. */
+static int take_pairs(json_object *obj, struct fv_opts *o)
+{
+	size_t n = 0;
+
+	json_object_object_foreach(obj, k, v) {
+		(void)k;
+		n += !json_object_is_type(v, json_type_null);
+	}
+	o->owned = calloc(n ? n : 1, sizeof(*o->owned));
+	if (!o->owned)
+		return -ENOMEM;
+	n = 0;
+	json_object_object_foreach(obj, key, val) {
+		if (json_object_is_type(val, json_type_null))
+			continue;
+		o->owned[n].key = key;
+		o->owned[n++].value = json_object_is_type(val, json_type_string) ?
+					      json_object_get_string(val) : NULL;
+	}
+	o->pairs = o->owned;
+	o->n = n;
+	return 0;
+}
+
 int fv_opts_parse(struct fv_ctx *cx, const char *json, struct fv_opts *o)
 {
 	struct json_tokener *tok;
 	json_object *obj;
-	const char *v;
 	size_t len = strlen(json);
 	int r;
 
@@ -192,54 +268,36 @@ int fv_opts_parse(struct fv_ctx *cx, const char *json, struct fv_opts *o)
 		json_object_put(obj);
 		return fv_fail(cx, -FV_ERR_BADOPT, "options must be a JSON object");
 	}
-	o->obj = obj;
+	o->json = obj;
 	r = refuse_nul(cx, json, obj);
+	if (r == 0)
+		r = take_pairs(obj, o);
+	if (r == 0)
+		r = read_typed(cx, o);
 	if (r < 0)
-		goto fail;
+		fv_opts_done(o);
+	return r;
+}
 
-	r = fv_opt(cx, o, "kubernetes.io/fsType", &o->fstype);
-	if (r < 0)
-		goto fail;
-	r = fv_opt(cx, o, "kubernetes.io/pvOrVolumeName", &o->volume);
-	if (r < 0)
-		goto fail;
-	r = fv_opt(cx, o, "kubernetes.io/pod.uid", &o->pod_uid);
-	if (r < 0)
-		goto fail;
-	r = fv_opt(cx, o, "kubernetes.io/readwrite", &v);
-	if (r < 0)
-		goto fail;
-	if (r == 0) {
-		if (streq(v, "ro"))
-			o->readonly = true;
-		else if (!streq(v, "rw")) {
-			r = fv_fail(cx, -FV_ERR_BADOPT,
-				    "option 'kubernetes.io/readwrite' must be 'ro' or 'rw', not '%s'", v);
-			goto fail;
-		}
-	}
-	r = fv_opt(cx, o, "kubernetes.io/mounterArgs.FsGroup", &v);
-	if (r < 0)
-		goto fail;
-	if (r == 0) {
-		uint64_t g;
+int fv_opts_from_object(struct fv_ctx *cx, json_object *obj, struct fv_opts *o)
+{
+	int r;
 
-		if (fv_parse_u64(v, &g) < 0 || g > UINT32_MAX - 1) {
-			r = fv_fail(cx, -FV_ERR_BADOPT, "option 'kubernetes.io/mounterArgs.FsGroup' "
-				    "is not a group id: '%s'", v);
-			goto fail;
-		}
-		o->has_fsgroup = true;
-		o->fsgroup = (uint32_t)g;
-	}
-	return 0;
-fail:
-	fv_opts_done(o);
+	memset(o, 0, sizeof(*o));
+	if (!json_object_is_type(obj, json_type_object))
+		return fv_fail(cx, -FV_ERR_BADOPT, "options must be a JSON object");
+	o->json = json_object_get(obj);
+	r = take_pairs(obj, o);
+	if (r == 0)
+		r = read_typed(cx, o);
+	if (r < 0)
+		fv_opts_done(o);
 	return r;
 }
 
 void fv_opts_done(struct fv_opts *o)
 {
-	json_object_put(o->obj);
-	o->obj = NULL;
+	json_object_put(o->json);
+	free(o->owned);
+	memset(o, 0, sizeof(*o));
 }

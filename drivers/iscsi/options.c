@@ -12,7 +12,6 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#include <json-c/json.h>
 
 #include "fv/blkutil.h"
 #include "fv/config.h"
@@ -329,10 +328,8 @@ static int parse_secret(struct fv_ctx *cx, const struct fv_opts *o, struct iscsi
 	char buf[CHAP_MAX + 4];
 	int r;
 
-	if (!o->obj)
-		return 0;
-	json_object_object_foreach(o->obj, key, val)
-	{
+	for (size_t i = 0; i < o->n; i++) {
+		const char *key = o->pairs[i].key, *val = o->pairs[i].value;
 		const char *k = key + strlen(SECRET_PREFIX);
 		char *field;
 		ssize_t n;
@@ -344,9 +341,9 @@ static int parse_secret(struct fv_ctx *cx, const struct fv_opts *o, struct iscsi
 			return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%.64s' is not a CHAP setting "
 				       "(discovery.* or session.* username, password, username_in, "
 				       "password_in)", k);
-		if (!json_object_is_type(val, json_type_string))
+		if (!val)
 			return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%s' is not a string", k);
-		n = b64_decode(json_object_get_string(val), buf, sizeof(buf));
+		n = b64_decode(val, buf, sizeof(buf));
 		if (n < 0) {
 			explicit_bzero(buf, sizeof(buf));
 			return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%s' is not %s", k,

@@ -610,5 +610,6 @@ static const struct fv_blkvol_ops loop_ops = {
 
 const struct fv_driver fv_driver_loop = {
 	.name = "loop",
+	.node_local = true, /* an image file in this node's loop root */
 	FV_BLKVOL_OPS(&loop_ops),
 };

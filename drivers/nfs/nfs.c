@@ -552,6 +552,21 @@ static int nfs_mount(struct fv_ctx *cx, const char *arg, const struct fv_opts *o
 	return do_mount(cx, &v, dir);
 }
 
+/*
+ * CSI's publish and unpublish: no device mount to bind from; the share is
+ * mounted on the pod's target itself, as kubelet's mount <poddir> has it.
+ */
+static int nfs_publish(struct fv_ctx *cx, const char *dir, const char *staged,
+		       const struct fv_opts *o)
+{
+	return nfs_mount(cx, dir, o);
+}
+
+static int nfs_unpublish(struct fv_ctx *cx, const char *dir, const char *name)
+{
+	return nfs_unmount(cx, dir);
+}
+
 const struct fv_driver fv_driver_nfs = {
 	.name = "nfs",
 	.caps = {
@@ -574,6 +589,8 @@ const struct fv_driver fv_driver_nfs = {
 	},
 	.mount = nfs_mount,
 	.unmount = nfs_unmount,
+	.publish = nfs_publish,
+	.unpublish = nfs_unpublish,
 };
 
 /*

@@ -151,7 +151,11 @@ int fv_blkvol_op_unmountdevice(struct fv_ctx *cx, const char *dir);
 int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o);
 int fv_blkvol_op_unmount(struct fv_ctx *cx, const char *dir);
 int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char *device,
-			  const char *dir, uint64_t new_size, uint64_t old_size);
+			  const char *dir, const char *name, uint64_t new_size, uint64_t old_size);
+/* publish and unpublish (fv/driver.h): mount and unmount with the device mount named */
+int fv_blkvol_op_publish(struct fv_ctx *cx, const char *dir, const char *staged,
+			 const struct fv_opts *o);
+int fv_blkvol_op_unpublish(struct fv_ctx *cx, const char *dir, const char *name);
 int fv_blkvol_op_gc(struct fv_ctx *cx);
 
 /*
@@ -181,26 +185,9 @@ void fv_blkvol_init_caps(const struct fv_ctx *cx, struct fv_caps *caps);
 	.mountdevice = fv_blkvol_op_mountdevice,                  \
 	.unmountdevice = fv_blkvol_op_unmountdevice,              \
 	.mount = fv_blkvol_op_mount, .unmount = fv_blkvol_op_unmount, \
+	.publish = fv_blkvol_op_publish,                          \
+	.unpublish = fv_blkvol_op_unpublish,                      \
 	.expandfs = fv_blkvol_op_expandfs, .gc = fv_blkvol_op_gc,  \
 	.init_caps = fv_blkvol_init_caps, .after_node_op = fv_blkvol_gc_maybe
-
-/* The pod bind and its undo, also for the CSI endpoint's publish and unpublish. */
-/*
- * fv_blkvol_bind() - bind the device mount at @src (a whole-filesystem
- * mount of a block device; a path we know, opened literally) into the pod
- * dir @dir (taken literally, must exist: kubelet creates it), read-only
- * when @ro.  Already bound from the same filesystem is success; anything
- * else mounted there is -FV_ERR_CONFLICT.
- */
-int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro);
-
-/*
- * fv_blkvol_unmount() - unmount @dir (taken literally: a symlink or magic
- * link in it is refused) completely and check it is left empty (kubelet
- * removes it with rmdir).  A missing or unmounted dir is success.  @ret
- * (may be NULL) gets the topmost mount that was there, or an empty source
- * and devno 0 when nothing was mounted.
- */
-int fv_blkvol_unmount(struct fv_ctx *cx, const char *dir, struct fv_mntinfo *ret);
 
 #endif

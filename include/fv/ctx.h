@@ -27,6 +27,21 @@ struct fv_ctx {
 
 /* opts.c: parse the kubelet options JSON into @o.  Returns 0 or -FV_ERR_BADOPT (message set). */
 int fv_opts_parse(struct fv_ctx *cx, const char *json, struct fv_opts *o);
+/*
+ * fv_opts_set() - the options @pairs (@n of them, borrowed: they must live
+ * as long as @o) into @o, the kubernetes.io keys among them read into the
+ * typed fields as fv_opts_parse() reads them.  Returns 0 or -FV_ERR_BADOPT.
+ */
+int fv_opts_set(struct fv_ctx *cx, const struct fv_opt_pair *pairs, size_t n, struct fv_opts *o);
+/*
+ * fv_opts_from_object() - the options of the JSON object @obj (a state
+ * record's, say) into @o, which takes a reference to it.  0 or <0.
+ */
+int fv_opts_from_object(struct fv_ctx *cx, struct json_object *obj, struct fv_opts *o);
 void fv_opts_done(struct fv_opts *o);
+static inline void fv_opts_donep(struct fv_opts *o)
+{
+	fv_opts_done(o);
+}
 
 #endif

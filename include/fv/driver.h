@@ -59,19 +59,31 @@ struct json_object;
 struct fv_ctx;
 struct fv_blkvol_ops;
 
+/* One option: a key and its value. */
+struct fv_opt_pair {
+	const char *key;
+	const char *value; /* NULL: the key is there, its value is no string (kubelet's JSON) */
+};
+
 /*
- * The kubelet options, parsed once (opts.c).  All strings are borrowed from
- * the parsed JSON and live until the op returns.  Keys we know get typed
- * fields; driver keys are read with fv_opt().
+ * A volume's options, parsed once (opts.c) from kubelet's JSON or taken as
+ * key/value pairs (CSI's volume context): the same map either way.  All
+ * strings are borrowed and live until the op returns.  Keys we know get
+ * typed fields; driver keys are read with fv_opt(), or walked in @pairs.
  */
 struct fv_opts {
-	struct json_object *obj; /* the whole object, owned by the dispatcher */
+	const struct fv_opt_pair *pairs; /* in the order given; of a key given twice, the last counts */
+	size_t n;
 	const char *fstype;	 /* kubernetes.io/fsType; NULL when absent or "" */
 	bool readonly;		 /* kubernetes.io/readwrite == "ro" */
 	const char *volume;	 /* kubernetes.io/pvOrVolumeName, or NULL */
 	const char *pod_uid;	 /* kubernetes.io/pod.uid (mount only), or NULL */
 	bool has_fsgroup;	 /* kubernetes.io/mounterArgs.FsGroup present */
 	uint32_t fsgroup;	 /* its value */
+
+	/* what the parser owns (fv_opts_done() frees it) */
+	struct json_object *json;
+	struct fv_opt_pair *owned;
 };
 
 /*
@@ -96,6 +108,12 @@ struct fv_caps {
 struct fv_driver {
 	const char *name; /* the installed executable's name, e.g. "loop" */
 	struct fv_caps caps;
+	/*
+	 * Its volumes live on one node (loop: an image in this node's loop
+	 * root): only that node can use them.  CSI reports the node as their
+	 * topology.
+	 */
+	bool node_local;
 
 	/*
 	 * Block drivers: the backend steps of the block-volume class (fv/blkvol.h),
@@ -119,8 +137,25 @@ struct fv_driver {
 	int (*unmountdevice)(struct fv_ctx *cx, const char *dir);
 	int (*mount)(struct fv_ctx *cx, const char *dir, const struct fv_opts *o);
 	int (*unmount)(struct fv_ctx *cx, const char *dir);
+	/*
+	 * Grow volume @name, mounted at @dir, to @new_size bytes (0: to what its
+	 * backend holds now).  @o NULL: the options it was staged with (CSI's
+	 * NodeExpandVolume has none).
+	 */
 	int (*expandfs)(struct fv_ctx *cx, const struct fv_opts *o, const char *device,
-			const char *dir, uint64_t new_size, uint64_t old_size);
+			const char *dir, const char *name, uint64_t new_size, uint64_t old_size);
+
+	/*
+	 * A pod's use of a volume where the caller names the volume's device
+	 * mount itself (CSI's NodePublishVolume and NodeUnpublishVolume, which
+	 * have no kubelet pod dir layout to derive it from): publish on @dir
+	 * from @staged, the device mount (NULL for a driver without one: it
+	 * mounts the volume on @dir itself, as its mount does); unpublish of
+	 * volume @name from @dir.
+	 */
+	int (*publish)(struct fv_ctx *cx, const char *dir, const char *staged,
+		       const struct fv_opts *o);
+	int (*unpublish)(struct fv_ctx *cx, const char *dir, const char *name);
 
 	/*
 	 * Our own op, never called by kubelet: release what this node holds for

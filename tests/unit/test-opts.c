@@ -27,7 +27,7 @@ static bool refused(const char *json, const char *msg, int line)
 			  msg ? msg : "(anything)");
 		ok = false;
 	}
-	if (o.obj) {
+	if (o.json) {
 		unit_fail(__FILE__, line, "'%s': object kept after a failure", json);
 		ok = false;
 	}
@@ -62,7 +62,7 @@ TEST(go_style_compact)
 	if (CHECK_INT(fv_opt(&cx, &o, "size", &v), 0))
 		CHECK_STR(v, "64Mi");
 	fv_opts_done(&o);
-	CHECK(o.obj == NULL);
+	CHECK(o.json == NULL);
 }
 
 TEST(unicode_values)
@@ -259,7 +259,7 @@ TEST(large_document_refused)
 	unit_ctx_reset(&cx);
 	CHECK_INT(fv_opts_parse(&cx, big, &o), -FV_ERR_BADOPT);
 	CHECK_CONTAINS(cx.message, "larger than");
-	CHECK(o.obj == NULL);
+	CHECK(o.json == NULL);
 	free(big);
 }
 
@@ -302,7 +302,7 @@ TEST(done_is_idempotent)
 	REQUIRE_INT(parse("{}", &o), 0);
 	fv_opts_done(&o);
 	fv_opts_done(&o); /* second call on a cleared struct: no double put */
-	CHECK(o.obj == NULL);
+	CHECK(o.json == NULL);
 }
 
 /* A NUL (\u0000) anywhere is refused, naming the key (issue 9 item 5). */

@@ -26,13 +26,8 @@
 
 #include "csi.h"
 #include "controller.h"
-#include "../src/internal.h"
 #include "fv/lock.h"
-
-static bool always(void)
-{
-	return true;
-}
+#include "fv/op.h"
 
 /* A volume ID with its context: its options or NOT_FOUND (no context names no LUN). */
 static void publish(struct grpc_call *call, const ProtobufCMessage *m)
@@ -42,35 +37,35 @@ static void publish(struct grpc_call *call, const ProtobufCMessage *m)
 	Csi__V1__ControllerPublishVolumeResponse__PublishContextEntry dev =
 		CSI__V1__CONTROLLER_PUBLISH_VOLUME_RESPONSE__PUBLISH_CONTEXT_ENTRY__INIT;
 	Csi__V1__ControllerPublishVolumeResponse__PublishContextEntry *devs[] = { &dev };
-	struct fv_opts o = { 0 };
+	_cleanup_(fv_opts_donep) struct fv_opts o = { 0 };
+	struct fv_op_call c = { .op = FV_OP_ATTACH };
 	const char *fstype = NULL;
-	char *handle = NULL;
 	bool ro = false;
 	struct fv_ctx cx;
 	int r;
 
-	if (!*q->volume_id || !*q->node_id || !q->volume_capability)
-		return (void)grpc_fail(call, GRPC_INVALID_ARGUMENT, "volume_id, node_id and "
-				       "volume_capability are required");
-	if (csi_check_capability(call, q->volume_capability, &fstype, &ro) < 0)
+	if (csi_need(call, *q->volume_id && *q->node_id && q->volume_capability,
+		     "volume_id, node_id and volume_capability") < 0 ||
+	    csi_check_capability(call, q->volume_capability, &fstype, &ro) < 0)
 		return;
 	if (!csi_volume_id_ok(q->volume_id) || !q->n_volume_context)
 		return (void)grpc_fail(call, GRPC_NOT_FOUND, "no %s volume '%s': its volume context "
-				       "names no LUN", csi_ep.drv->name, q->volume_id);
-	if (csi_ctx_load(call, &cx) < 0 ||
-	    csi_parse_opts(call, &cx, q->volume_id, fstype, ro || q->readonly, q->n_volume_context,
-			   (struct csi_map_entry **)q->volume_context, &o) < 0)
+				       "names no LUN", csi_plugin.drv->name, q->volume_id);
+	if (csi_open(call, &cx, q->volume_id) < 0 ||
+	    csi_opts(call, &cx, q->volume_id, fstype, ro || q->readonly, q->n_volume_context,
+		     (struct csi_map_entry **)q->volume_context, &o) < 0)
 		return;
-	r = cx.drv->attach(&cx, &o, q->node_id, &handle);
-	fv_opts_done(&o);
+	c.opts = &o;
+	c.node = q->node_id;
+	r = fv_op_run(&cx, &c);
 	if (r < 0)
-		return csi_fail_op(call, &cx, r, "publish");
+		return (void)csi_fail(call, &cx, r, "publish");
 	dev.key = (char *)"device";
-	dev.value = handle;
+	dev.value = c.ret_device;
 	resp.n_publish_context = 1;
 	resp.publish_context = devs;
 	grpc_reply(call, &resp.base);
-	free(handle);
+	free(c.ret_device);
 }
 
 static void unpublish(struct grpc_call *call, const ProtobufCMessage *m)
@@ -78,24 +73,22 @@ static void unpublish(struct grpc_call *call, const ProtobufCMessage *m)
 	const Csi__V1__ControllerUnpublishVolumeRequest *q = (const void *)m;
 	Csi__V1__ControllerUnpublishVolumeResponse resp =
 		CSI__V1__CONTROLLER_UNPUBLISH_VOLUME_RESPONSE__INIT;
-	char lock[PATH_MAX];
+	struct fv_op_call c = { .op = FV_OP_DETACH };
 	struct fv_ctx cx;
-	int fd, r;
+	int r;
 
-	if (!*q->volume_id)
-		return (void)grpc_fail(call, GRPC_INVALID_ARGUMENT, "volume_id is required");
+	if (csi_need(call, *q->volume_id, "volume_id") < 0)
+		return;
 	/* no volume of ours can have this ID: nothing published */
 	if (!csi_volume_id_ok(q->volume_id))
 		return grpc_reply(call, &resp.base);
-	if (csi_ctx_load(call, &cx) < 0)
+	if (csi_open(call, &cx, NULL) < 0)
 		return;
-	fd = csi_lock_as_dispatcher(call, &cx, "vol", q->volume_id, lock, sizeof(lock));
-	if (fd < 0)
-		return;
-	r = cx.drv->detach(&cx, q->volume_id, q->node_id);
-	fv_unlock_remove(&cx, lock, fd);
+	c.name = q->volume_id;
+	c.node = q->node_id;
+	r = fv_op_run(&cx, &c);
 	if (r < 0)
-		return csi_fail_op(call, &cx, r, "unpublish");
+		return (void)csi_fail(call, &cx, r, "unpublish");
 	grpc_reply(call, &resp.base);
 }
 
@@ -104,12 +97,11 @@ static int no_volume(struct grpc_call *call, struct fv_ctx *cx, const char *id)
 {
 	(void)cx;
 	return -grpc_fail(call, GRPC_NOT_FOUND, "no %s volume '%s' is known to this endpoint: its "
-			  "LUNs are named by static PVs", csi_ep.drv->name, id);
+			  "LUNs are named by static PVs", csi_plugin.drv->name, id);
 }
 
 const struct csi_controller csi_controller_iscsi = {
 	.driver = "iscsi",
-	.serves = always,
 	.exists = no_volume,
 	.publish = publish,
 	.unpublish = unpublish,
