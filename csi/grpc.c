@@ -9,15 +9,27 @@
  * The answer is HEADERS (:status 200, content-type), DATA with one
  * length-prefixed message, and trailers (grpc-status, grpc-message); an
  * error is "trailers-only": one HEADERS frame with the status, END_STREAM.
+ *
+ * Threads: the loop (grpc_serve()'s caller) owns the connections, their
+ * nghttp2 sessions and every call's fields but the answer's.  A call taken
+ * is "running": its handler's thread writes the answer (code, msg, out) and
+ * then puts the call on the done list under done_mu and wakes the loop
+ * through an eventfd; the loop joins the thread (its thread-local state,
+ * such as a loop device it held, is gone by then), logs the call and
+ * submits the answer.  While running, a call stays allocated even when its
+ * stream or connection goes (conn is then NULL; the loop frees it after).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -32,18 +44,26 @@ struct conn;
 
 struct grpc_call {
 	struct grpc_call *next;	 /* the connection's list of open streams */
-	struct conn *conn;
+	struct grpc_call *qnext; /* the waiting queue, or the done list */
+	struct conn *conn;	 /* NULL: gone while the handler ran */
 	int32_t id;
-	uint64_t start_ms;
+	uint64_t start_ms;	 /* its HEADERS began */
+	uint64_t taken_ms;	 /* its request was complete */
 	char path[128];
 	bool path_bad;		 /* absent or longer than path[] */
 	bool post, grpc_ct;
 	uint8_t *in;		 /* the request's DATA, up to 5 + GRPC_MAX_MESSAGE */
 	size_t in_len;
+	size_t held;		 /* bytes of GRPC_MAX_BUFFERED kept while it waits or runs */
 	bool too_big;
 	bool busy;		 /* dropped: GRPC_MAX_BUFFERED reached, or out of memory */
-	bool answered;		 /* a response was submitted: later DATA is dropped */
-	/* the answer */
+	bool taken;		 /* the request is complete: no deadline, later DATA dropped */
+	bool running;		 /* waiting for a thread or in its handler: the loop keeps off */
+	bool answered;		 /* a response was submitted */
+	const struct grpc_method *m;
+	ProtobufCMessage *req;
+	pthread_t thread;
+	/* the answer, the handler's thread's while running */
 	enum grpc_code code;
 	char msg[1024];
 	bool replied;		 /* grpc_reply() or grpc_fail() ran */
@@ -55,6 +75,7 @@ struct conn {
 	int fd;
 	nghttp2_session *h2;
 	struct grpc_call *calls;
+	unsigned int running;	 /* its calls waiting for a thread or in a handler */
 	uint64_t last_ms;	 /* the last byte in or out */
 	bool closing;		 /* GOAWAY submitted: close once it is written */
 	bool dead;
@@ -64,20 +85,83 @@ struct conn {
 
 static void logf_(const char *fmt, ...) _printf_(1, 2);
 
-/* The endpoint's log: one line on stderr (the container's log). */
+/* Where the endpoint's log goes: stderr (the container's log); the fuzz targets' /dev/null. */
+static int log_fd = STDERR_FILENO;
+
+/*
+ * The endpoint's log: one line, one write (the loop thread alone logs).
+ * What a client sent is escaped by the caller (grpc_log_escape()).
+ */
 static void logf_(const char *fmt, ...)
 {
-	char line[1536];
+	char line[4096];
 	va_list ap;
+	int n;
 
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "flexvol-csi: %s\n", line);
+	if (n < 0)
+		return;
+	if ((size_t)n > sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	(void)!write(log_fd, line, (size_t)n);
 }
 
-/* Request bytes buffered by all calls together (GRPC_MAX_BUFFERED). */
+size_t grpc_log_escape(const char *s, char *out, size_t size)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0;
+
+	if (!size)
+		return 0;
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		char e[4] = { '\\', 0, 0, 0 };
+		size_t n = 2;
+
+		if (*p == '\\' || *p == '\n' || *p == '\r' || *p == '\t') {
+			e[1] = *p == '\\' ? '\\' : *p == '\n' ? 'n' : *p == '\r' ? 'r' : 't';
+		} else if (*p < 0x20 || *p > 0x7e) {
+			e[1] = 'x';
+			e[2] = hex[*p >> 4];
+			e[3] = hex[*p & 15];
+			n = 4;
+		} else {
+			e[0] = (char)*p;
+			n = 1;
+		}
+		if (o + n >= size)
+			break;
+		memcpy(out + o, e, n);
+		o += n;
+	}
+	out[o] = '\0';
+	return o;
+}
+
+/* Request bytes of all calls together (GRPC_MAX_BUFFERED), until answered: the loop's. */
 static size_t buffered;
+
+/*
+ * The handler threads.  Two classes, each with its own threads and its own
+ * queue of calls waiting for one: [0] calls that change something, [1]
+ * calls that only look.  The loop's but done, done_tail (under done_mu).
+ */
+static struct {
+	const struct grpc_method *methods;
+	size_t nmethods;
+	unsigned int *method_busy;	/* look calls in a handler, per method */
+	unsigned int busy[2];		/* threads running */
+	struct grpc_call *wait_head[2], **wait_tail[2];
+	unsigned int waiting;
+	bool draining;			/* stop: calls not started are refused */
+	bool inline_calls;		/* handlers on the loop thread (the fuzz targets) */
+	int efd;			/* eventfd: a handler finished */
+	pthread_attr_t attr;
+	pthread_mutex_t done_mu;
+	struct grpc_call *done, **done_tail;
+} pool = { .efd = -1, .done_mu = PTHREAD_MUTEX_INITIALIZER };
 
 /* Free what @c buffered of its request. */
 static void drop_input(struct grpc_call *c)
@@ -282,21 +366,204 @@ static int nul_in_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p,
 	return 0;
 }
 
-/* The request of @c is complete: check its frame, unpack, run the handler, answer. */
+/* Free a call whose stream is closed. */
+static void call_free(struct grpc_call *c)
+{
+	drop_input(c);
+	buffered -= c->held;
+	free(c->out);
+	free(c);
+}
+
+/* Log @c's answer (not a look call's success) and submit it, unless its stream is gone. */
+static void finish(struct grpc_call *c)
+{
+	char path[sizeof(c->path) * 4], msg[sizeof(c->msg) * 4];
+
+	if (!c->replied)
+		grpc_fail(c, GRPC_INTERNAL, "%s gave no answer", c->path);
+	buffered -= c->held;
+	c->held = 0;
+	if (c->code != GRPC_OK || !c->m || !c->m->look) {
+		grpc_log_escape(c->path_bad ? "-" : c->path, path, sizeof(path));
+		grpc_log_escape(c->code ? c->msg : "", msg, sizeof(msg));
+		logf_("%s code=%d duration_ms=%llu%s%s", path, (int)c->code,
+		      (unsigned long long)(fv_now_ms() - c->taken_ms), c->code ? " message=" : "",
+		      msg);
+	}
+	if (!c->conn) {
+		call_free(c); /* its stream went while it ran: nobody to answer */
+		return;
+	}
+	submit_answer(c->conn, c);
+}
+
+/* The handler's thread: run, hand the call back to the loop. */
+static void *call_thread(void *arg)
+{
+	struct grpc_call *c = arg;
+	uint64_t one = 1;
+
+	c->m->run(c, c->req);
+	protobuf_c_message_free_unpacked(c->req, NULL);
+	c->req = NULL;
+	pthread_mutex_lock(&pool.done_mu);
+	c->qnext = NULL;
+	*pool.done_tail = c;
+	pool.done_tail = &c->qnext;
+	pthread_mutex_unlock(&pool.done_mu);
+	/* the last touch of c: the loop may free it from here on */
+	(void)!write(pool.efd, &one, sizeof(one));
+	return NULL;
+}
+
+/* May a call of @m start now (a thread of its class, and its method's share of look threads)? */
+static bool can_start(const struct grpc_method *m)
+{
+	if (!m->look)
+		return pool.busy[0] < GRPC_WORKERS;
+	return pool.busy[1] < GRPC_LOOKERS &&
+	       pool.method_busy[m - pool.methods] < GRPC_LOOK_PER_METHOD;
+}
+
+/* Start @c's handler on a thread of its own: false when no thread could be made. */
+static bool start(struct grpc_call *c)
+{
+	if (pthread_create(&c->thread, &pool.attr, call_thread, c) != 0)
+		return false;
+	pool.busy[c->m->look]++;
+	if (c->m->look)
+		pool.method_busy[c->m - pool.methods]++;
+	return true;
+}
+
+/* The handler of @c ran: its thread is gone; the answer goes out; waiting calls may start. */
+static void call_done(struct grpc_call *c)
+{
+	pthread_join(c->thread, NULL);
+	pool.busy[c->m->look]--;
+	if (c->m->look)
+		pool.method_busy[c->m - pool.methods]--;
+	c->running = false;
+	if (c->conn)
+		c->conn->running--;
+	finish(c);
+}
+
+/* A call that cannot run now (stopping, no thread): answered at once. */
+static void refuse(struct grpc_call *c, enum grpc_code code, const char *why)
+{
+	protobuf_c_message_free_unpacked(c->req, NULL);
+	c->req = NULL;
+	c->running = false;
+	if (c->conn)
+		c->conn->running--;
+	grpc_fail(c, code, "%s", why);
+	finish(c);
+}
+
+/* Start what waits, oldest first, as far as threads allow (a look method at its share waits). */
+static void start_waiting(void)
+{
+	for (int k = 0; k < 2; k++) {
+		for (struct grpc_call **pp = &pool.wait_head[k]; *pp;) {
+			struct grpc_call *c = *pp;
+
+			if (!pool.draining && !can_start(c->m)) {
+				if (pool.busy[k] >= (k ? GRPC_LOOKERS : GRPC_WORKERS))
+					break;
+				pp = &c->qnext;
+				continue;
+			}
+			*pp = c->qnext;
+			if (!*pp)
+				pool.wait_tail[k] = pp;
+			pool.waiting--;
+			if (pool.draining)
+				refuse(c, GRPC_UNAVAILABLE, "the endpoint is stopping; try again");
+			else if (!start(c))
+				refuse(c, GRPC_UNAVAILABLE, "cannot start a thread for the call; "
+				       "try again");
+		}
+	}
+}
+
+/* The answers of the handlers that finished. */
+static void take_done(void)
+{
+	struct grpc_call *c;
+	uint64_t n;
+
+	(void)!read(pool.efd, &n, sizeof(n));
+	pthread_mutex_lock(&pool.done_mu);
+	c = pool.done;
+	pool.done = NULL;
+	pool.done_tail = &pool.done;
+	pthread_mutex_unlock(&pool.done_mu);
+	while (c) {
+		struct grpc_call *next = c->qnext;
+
+		call_done(c);
+		c = next;
+	}
+	start_waiting();
+}
+
+/* Hand the unpacked request of @c to a thread, now or when one is free. */
+static void take(struct conn *k, struct grpc_call *c, const struct grpc_method *m,
+		 ProtobufCMessage *req, uint32_t len)
+{
+	int cls = m->look;
+
+	c->m = m;
+	c->req = req;
+	/* the unpacked message holds copies; the bytes' share of the bound stays until answered */
+	c->held = len;
+	buffered += len;
+	drop_input(c);
+	c->running = true;
+	k->running++;
+	if (pool.inline_calls) {
+		m->run(c, req);
+		refuse(c, GRPC_INTERNAL, "no answer"); /* frees the request; a given answer stays */
+		return;
+	}
+	if (pool.draining) {
+		refuse(c, GRPC_UNAVAILABLE, "the endpoint is stopping; try again");
+		return;
+	}
+	if (can_start(m) && !pool.wait_head[cls]) {
+		if (!start(c))
+			refuse(c, GRPC_UNAVAILABLE, "cannot start a thread for the call; try again");
+		return;
+	}
+	if (pool.waiting >= GRPC_MAX_WAITING) {
+		refuse(c, GRPC_RESOURCE_EXHAUSTED, "too many calls wait already; try again");
+		return;
+	}
+	c->qnext = NULL;
+	*pool.wait_tail[cls] = c;
+	pool.wait_tail[cls] = &c->qnext;
+	pool.waiting++;
+}
+
+/* The request of @c is complete: check its frame, unpack, hand it to a handler, or answer. */
 static void run_call(struct conn *k, struct grpc_call *c)
 {
 	const struct grpc_method *m = NULL;
 	ProtobufCMessage *req;
-	uint32_t len;
-	uint64_t t0 = fv_now_ms();
+	uint32_t len = 0;
 
-	if (c->answered)
+	if (c->taken || c->answered)
 		return;
+	c->taken = true;
+	c->taken_ms = fv_now_ms();
 	if (!c->grpc_ct) {
 		/* not gRPC at all: HTTP's own answer (gRPC over HTTP/2: 415) */
 		nghttp2_nv hd[] = { NV(":status", "415") };
 
 		c->answered = true;
+		drop_input(c);
 		nghttp2_submit_response(k->h2, c->id, hd, ARRAY_SIZE(hd), NULL);
 		return;
 	}
@@ -331,18 +598,11 @@ static void run_call(struct conn *k, struct grpc_call *c)
 			  "(or the request nests too deep)");
 	else if (!(req = protobuf_c_message_unpack(m->request, NULL, len, c->in + 5)))
 		grpc_fail(c, GRPC_INTERNAL, "cannot parse the request as %s", m->request->name);
-	else {
-		m->run(c, req);
-		protobuf_c_message_free_unpacked(req, NULL);
-		if (!c->replied)
-			grpc_fail(c, GRPC_INTERNAL, "%s gave no answer", c->path);
-	}
+	else
+		return take(k, c, m, req, len);
 	drop_input(c);
-	if (c->code != GRPC_OK || !m || !m->look)
-		logf_("%s code=%d duration_ms=%llu%s%s", c->path_bad ? "-" : c->path, (int)c->code,
-		      (unsigned long long)(fv_now_ms() - t0), c->code ? " message=" : "",
-		      c->code ? c->msg : "");
-	submit_answer(k, c);
+	c->m = m;
+	finish(c);
 }
 
 /* --- nghttp2 callbacks ---------------------------------------------------- */
@@ -435,7 +695,7 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t
 	struct grpc_call *c = nghttp2_session_get_stream_user_data(h2, id);
 	uint8_t *p;
 
-	if (!c || c->answered || c->too_big || c->busy)
+	if (!c || c->taken || c->answered || c->too_big || c->busy)
 		return 0;
 	if (len > 5 + (size_t)GRPC_MAX_MESSAGE - c->in_len) {
 		c->too_big = true;
@@ -483,9 +743,13 @@ static int on_close(nghttp2_session *h2, int32_t id, uint32_t error_code, void *
 		if (c->id != id)
 			continue;
 		*pp = c->next;
-		drop_input(c);
-		free(c->out);
-		free(c);
+		if (c->running) {
+			/* its handler (or its turn) is to come: the call goes when it is done */
+			c->conn = NULL;
+			k->running--;
+		} else {
+			call_free(c);
+		}
 		break;
 	}
 	return 0;
@@ -501,9 +765,10 @@ static void conn_free(struct conn *k)
 		struct grpc_call *c = k->calls;
 
 		k->calls = c->next;
-		drop_input(c);
-		free(c->out);
-		free(c);
+		if (c->running)
+			c->conn = NULL; /* freed when its handler is done */
+		else
+			call_free(c);
 	}
 	if (k->fd >= 0)
 		close(k->fd);
@@ -555,12 +820,17 @@ fail:
 	return NULL;
 }
 
-/* Requests that did not arrive in time are answered DEADLINE_EXCEEDED; idle or stuck connections go. */
+/*
+ * Requests that did not arrive in time are answered DEADLINE_EXCEEDED; idle
+ * or stuck connections go.  A connection with a call waiting or in a
+ * handler has nothing to move until the answer: no timer closes it.
+ */
 static void conn_timers(struct conn *k, uint64_t now)
 {
 	for (struct grpc_call *c = k->calls; c; c = c->next) {
-		if (c->answered || now - c->start_ms < GRPC_REQUEST_MS)
+		if (c->taken || c->answered || now - c->start_ms < GRPC_REQUEST_MS)
 			continue;
+		c->taken = true;
 		c->code = GRPC_DEADLINE_EXCEEDED;
 		snprintf(c->msg, sizeof(c->msg), "the request did not arrive within %u ms",
 			 GRPC_REQUEST_MS);
@@ -568,6 +838,8 @@ static void conn_timers(struct conn *k, uint64_t now)
 		submit_answer(k, c);
 		k->last_ms = now; /* the answer is to go out before the stall timer may drop it */
 	}
+	if (k->running)
+		return;
 	if (now - k->last_ms >= (k->calls || k->closing ? GRPC_STALL_MS : GRPC_IDLE_MS)) {
 		if (k->calls || k->closing) {
 			k->dead = true; /* nothing moved: the peer is gone or stuck */
@@ -642,7 +914,7 @@ int grpc_listen_unix(const char *path)
 	old = umask(0177);
 	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
 	umask(old);
-	if (r < 0 || listen(fd, 16) < 0) {
+	if (r < 0 || listen(fd, GRPC_BACKLOG) < 0) {
 		r = -errno;
 		close(fd);
 		return r;
@@ -651,19 +923,29 @@ int grpc_listen_unix(const char *path)
 }
 
 /*
- * Every slot is taken: close the connection idle longest that has no call in
- * progress, so that clients which leave connections open (or never speak)
- * cannot lock the endpoint out.  Returns its slot, or GRPC_MAX_CONNS when
- * every connection has a call.
+ * Every slot is taken: close the connection without a call idle longest, so
+ * that clients which leave connections open (or never speak) cannot lock the
+ * endpoint out; else the one silent longest, GRPC_EVICT_MS at least, of
+ * those with no call waiting or in a handler (a request that stalls half-way,
+ * an answer its reader does not take).  Returns its slot, or GRPC_MAX_CONNS
+ * when none may go.
  */
-static size_t evict(struct conn **conns)
+static size_t evict(struct conn **conns, uint64_t now)
 {
-	size_t best = GRPC_MAX_CONNS;
+	size_t idle = GRPC_MAX_CONNS, silent = GRPC_MAX_CONNS, best;
 
-	for (size_t i = 0; i < GRPC_MAX_CONNS; i++)
-		if (!conns[i]->calls && (best == GRPC_MAX_CONNS ||
-					 conns[i]->last_ms < conns[best]->last_ms))
-			best = i;
+	for (size_t i = 0; i < GRPC_MAX_CONNS; i++) {
+		const struct conn *k = conns[i];
+
+		if (k->running)
+			continue;
+		if (!k->calls && (idle == GRPC_MAX_CONNS || k->last_ms < conns[idle]->last_ms))
+			idle = i;
+		if (k->calls && now - k->last_ms >= GRPC_EVICT_MS &&
+		    (silent == GRPC_MAX_CONNS || k->last_ms < conns[silent]->last_ms))
+			silent = i;
+	}
+	best = idle < GRPC_MAX_CONNS ? idle : silent;
 	if (best < GRPC_MAX_CONNS) {
 		conn_free(conns[best]);
 		conns[best] = NULL;
@@ -671,18 +953,113 @@ static size_t evict(struct conn **conns)
 	return best;
 }
 
+/* Accept what the backlog holds, into free slots (or those evict() frees). */
+static void accept_all(int lfd, struct conn **conns, const struct grpc_method *methods, size_t n)
+{
+	for (unsigned int tries = 0; tries < GRPC_BACKLOG; tries++) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		size_t i;
+
+		if (fd < 0)
+			return; /* EAGAIN: all taken; else the next poll tells */
+		for (i = 0; i < GRPC_MAX_CONNS && conns[i]; i++)
+			;
+		if (i == GRPC_MAX_CONNS)
+			i = evict(conns, fv_now_ms());
+		if (i == GRPC_MAX_CONNS) {
+			logf_("%d connections with calls in progress: refusing another",
+			      GRPC_MAX_CONNS);
+			close(fd);
+			continue;
+		}
+		conns[i] = conn_new(fd, methods, n);
+		if (conns[i])
+			conn_io(conns[i], 0); /* our SETTINGS first */
+	}
+}
+
+/* The handler threads' settings, the queues; once, before the first call. */
+static int pool_init(const struct grpc_method *methods, size_t n)
+{
+	sigset_t mask;
+	int r;
+
+	pool.methods = methods;
+	pool.nmethods = n;
+	pool.method_busy = calloc(n ? n : 1, sizeof(*pool.method_busy));
+	if (!pool.method_busy)
+		return -ENOMEM;
+	for (int k = 0; k < 2; k++)
+		pool.wait_tail[k] = &pool.wait_head[k];
+	pool.done_tail = &pool.done;
+	pool.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (pool.efd < 0)
+		return -errno;
+	r = pthread_attr_init(&pool.attr);
+	if (r == 0)
+		r = pthread_attr_setstacksize(&pool.attr, GRPC_THREAD_STACK);
+	/*
+	 * SIGTERM and SIGINT are the loop's (its poll() returns); a handler
+	 * keeps SIGALRM (the op layer's lock waits) and the faults.
+	 */
+	sigfillset(&mask);
+	sigdelset(&mask, SIGALRM);
+	sigdelset(&mask, SIGSEGV);
+	sigdelset(&mask, SIGBUS);
+	sigdelset(&mask, SIGFPE);
+	sigdelset(&mask, SIGILL);
+	sigdelset(&mask, SIGABRT);
+	if (r == 0)
+		r = pthread_attr_setsigmask_np(&pool.attr, &mask);
+	return -r;
+}
+
+static void pool_fini(void)
+{
+	pthread_attr_destroy(&pool.attr);
+	if (pool.efd >= 0)
+		close(pool.efd);
+	pool.efd = -1;
+	free(pool.method_busy);
+	pool.method_busy = NULL;
+}
+
+/* Calls in a handler now (waiting ones are refused once stopping). */
+static unsigned int pool_busy(void)
+{
+	return pool.busy[0] + pool.busy[1];
+}
+
 int grpc_serve(int lfd, const struct grpc_method *methods, size_t n,
 	       const volatile sig_atomic_t *stop)
 {
 	struct conn *conns[GRPC_MAX_CONNS] = { 0 };
-	struct pollfd pfd[GRPC_MAX_CONNS + 1];
-	int r = 0;
+	struct pollfd pfd[GRPC_MAX_CONNS + 2];
+	uint64_t drain_end = 0;
+	int r = pool_init(methods, n);
 
-	while (!*stop) {
+	while (r == 0) {
 		size_t np = 0, map[GRPC_MAX_CONNS];
+		bool flushed = true;
 		uint64_t now;
 
-		pfd[np++] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+		if (*stop && !pool.draining) {
+			/* SIGTERM: no new connection, no new call; those in handlers finish */
+			pool.draining = true;
+			drain_end = fv_now_ms() + GRPC_DRAIN_MS;
+			start_waiting();
+		}
+		for (size_t i = 0; i < GRPC_MAX_CONNS; i++)
+			if (conns[i] && nghttp2_session_want_write(conns[i]->h2))
+				flushed = false;
+		if (pool.draining && ((!pool_busy() && flushed) || fv_now_ms() >= drain_end)) {
+			if (pool_busy())
+				logf_("stopping with %u calls still in their handlers after %u ms",
+				      pool_busy(), GRPC_DRAIN_MS);
+			break;
+		}
+		pfd[np++] = (struct pollfd){ .fd = pool.efd, .events = POLLIN };
+		pfd[np++] = (struct pollfd){ .fd = pool.draining ? -1 : lfd, .events = POLLIN };
 		for (size_t i = 0; i < GRPC_MAX_CONNS; i++) {
 			struct conn *k = conns[i];
 
@@ -693,37 +1070,23 @@ int grpc_serve(int lfd, const struct grpc_method *methods, size_t n,
 				pfd[np].events |= POLLIN;
 			if (nghttp2_session_want_write(k->h2))
 				pfd[np].events |= POLLOUT;
-			map[np - 1] = i;
+			map[np - 2] = i;
 			np++;
 		}
-		if (poll(pfd, np, 1000) < 0 && errno != EINTR) {
+		if (poll(pfd, np, pool.draining ? 100 : 1000) < 0 && errno != EINTR) {
 			r = -errno;
 			break;
 		}
-		if (pfd[0].revents & POLLIN) {
-			int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-			size_t i;
+		if (pfd[1].revents & POLLIN)
+			accept_all(lfd, conns, methods, n);
+		for (size_t p = 2; p < np; p++) {
+			struct conn *k = conns[map[p - 2]];
 
-			for (i = 0; fd >= 0 && i < GRPC_MAX_CONNS && conns[i]; i++)
-				;
-			if (fd >= 0 && i == GRPC_MAX_CONNS)
-				i = evict(conns);
-			if (fd >= 0 && i == GRPC_MAX_CONNS) {
-				logf_("%d connections with calls in progress: refusing another",
-				      GRPC_MAX_CONNS);
-				close(fd);
-			} else if (fd >= 0) {
-				conns[i] = conn_new(fd, methods, n);
-				if (conns[i])
-					conn_io(conns[i], 0); /* our SETTINGS first */
-			}
-		}
-		for (size_t p = 1; p < np; p++) {
-			struct conn *k = conns[map[p - 1]];
-
-			if (pfd[p].revents)
+			if (k && pfd[p].revents)
 				conn_io(k, pfd[p].revents);
 		}
+		if (pfd[0].revents & POLLIN)
+			take_done();
 		now = fv_now_ms(); /* after the I/O, which stamps last_ms and start_ms */
 		for (size_t i = 0; i < GRPC_MAX_CONNS; i++) {
 			struct conn *k = conns[i];
@@ -731,17 +1094,9 @@ int grpc_serve(int lfd, const struct grpc_method *methods, size_t n,
 			if (!k)
 				continue;
 			if (!k->dead) {
-				/*
-				 * Read what came while a handler ran (poll's answer is older):
-				 * a request that did arrive is never timed out.
-				 */
-				conn_io(k, POLLIN);
-				now = fv_now_ms();
-			}
-			if (!k->dead) {
 				conn_timers(k, now);
 				if (!k->dead)
-					conn_io(k, 0); /* what the timers submitted */
+					conn_io(k, 0); /* what the timers and the handlers submitted */
 			}
 			if (k->dead) {
 				conn_free(k);
@@ -752,5 +1107,8 @@ int grpc_serve(int lfd, const struct grpc_method *methods, size_t n,
 	for (size_t i = 0; i < GRPC_MAX_CONNS; i++)
 		if (conns[i])
 			conn_free(conns[i]);
+	/* handlers past the drain: left to the process's exit (their calls are orphans now) */
+	if (!pool_busy())
+		pool_fini();
 	return r;
 }

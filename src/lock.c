@@ -2,6 +2,7 @@
 /* Named flock(2) locks with a deadline (fv/lock.h). */
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/file.h>
@@ -18,9 +19,44 @@ static void on_alarm(int sig)
 	(void)sig; /* only here to interrupt flock() with EINTR */
 }
 
+/*
+ * The SIGALRM disposition is the process's, and threads wait at once
+ * (flexvol-csi's calls, the provisioner's workers): the first waiter
+ * installs the handler and the last puts the old one back, so no thread
+ * restores the default while another's timer still runs (its next expiry
+ * would end the process).  Each timer signals its own thread only.
+ */
+static pthread_mutex_t alarm_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned int alarm_users;
+static struct sigaction alarm_old;
+
+static int alarm_get(void)
+{
+	struct sigaction sa = { .sa_handler = on_alarm };
+	int r = 0;
+
+	pthread_mutex_lock(&alarm_mu);
+	if (alarm_users == 0 && sigaction(SIGALRM, &sa, &alarm_old) < 0)
+		r = NEG_ERRNO();
+	if (r == 0)
+		alarm_users++;
+	pthread_mutex_unlock(&alarm_mu);
+	return r;
+}
+
+static int alarm_put(void)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&alarm_mu);
+	if (--alarm_users == 0 && sigaction(SIGALRM, &alarm_old, NULL) < 0)
+		r = NEG_ERRNO();
+	pthread_mutex_unlock(&alarm_mu);
+	return r;
+}
+
 int fv_flock_deadline(int fd, int op, unsigned int timeout_ms)
 {
-	struct sigaction sa = { .sa_handler = on_alarm }, old;
 	/*
 	 * The timer fires every 100 ms until disarmed: an expiry that lands
 	 * before flock() is entered (a descheduled process) or any other
@@ -29,10 +65,12 @@ int fv_flock_deadline(int fd, int op, unsigned int timeout_ms)
 	 */
 	struct itimerspec its = { .it_value.tv_nsec = 100 * 1000 * 1000,
 				  .it_interval.tv_nsec = 100 * 1000 * 1000 };
-	struct sigevent sev = { .sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGALRM };
+	/* this thread's, not any thread's: another one's flock() or poll() is not interrupted */
+	struct sigevent sev = { .sigev_notify = SIGEV_THREAD_ID, .sigev_signo = SIGALRM,
+				._sigev_un._tid = gettid() };
 	uint64_t deadline = fv_now_ms() + timeout_ms;
 	timer_t timer;
-	int r;
+	int r, k;
 
 	if (op != LOCK_EX && op != LOCK_SH)
 		return -EINVAL;
@@ -46,8 +84,9 @@ int fv_flock_deadline(int fd, int op, unsigned int timeout_ms)
 		its.it_value.tv_nsec = (long)timeout_ms * 1000 * 1000;
 
 	/* Contended: block in flock(), interrupted by SIGALRM from the timer. */
-	if (sigaction(SIGALRM, &sa, &old) < 0)
-		return NEG_ERRNO();
+	r = alarm_get();
+	if (r < 0)
+		return r;
 	if (timer_create(CLOCK_MONOTONIC, &sev, &timer) < 0) {
 		r = NEG_ERRNO();
 		goto out;
@@ -71,12 +110,15 @@ int fv_flock_deadline(int fd, int op, unsigned int timeout_ms)
 			break;
 		}
 	}
-	/* a failed delete leaves a timer whose SIGALRM our restored disposition handles */
+	/*
+	 * An expiry that came before the delete was delivered on its return;
+	 * a failed delete leaves a timer whose SIGALRM a restored disposition
+	 * handles (the default: as before threads).
+	 */
 	(void)timer_delete(timer);
 out:
-	if (sigaction(SIGALRM, &old, NULL) < 0 && r == 0)
-		r = NEG_ERRNO();
-	return r;
+	k = alarm_put();
+	return r == 0 ? k : r;
 }
 
 static int lock_path(struct fv_ctx *cx, const char *name, char *dir, size_t dlen, char *path,

@@ -16,6 +16,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <libudev.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -33,9 +35,15 @@
  * process, open until a mount holds the device: the kernel releases such a
  * binding at its last close, and nothing else has it open before the mount.
  * The driver's exit closes it at the latest; a call that failed before its
- * mount thereby leaves nothing bound.
+ * mount thereby leaves nothing bound.  One per thread, closed when the
+ * thread ends: flexvol-csi runs each call on a thread of its own
+ * (csi/grpc.c), whose end is the call's as the process's is a FlexVolume
+ * call's, and one call's hold must not close another's before its mount.
  */
-static int hold_fd = -1;
+static __thread int hold_fd = -1;
+static pthread_once_t hold_once = PTHREAD_ONCE_INIT;
+static pthread_key_t hold_key;
+static bool hold_key_ok;
 
 void loop_hold_drop(void)
 {
@@ -44,10 +52,23 @@ void loop_hold_drop(void)
 	hold_fd = -1;
 }
 
+static void hold_at_exit(void *unused)
+{
+	loop_hold_drop();
+}
+
+static void hold_key_make(void)
+{
+	hold_key_ok = pthread_key_create(&hold_key, hold_at_exit) == 0;
+}
+
 static void hold(int fd)
 {
 	loop_hold_drop();
 	hold_fd = fd;
+	/* any value but NULL: the key's destructor runs when the thread ends */
+	if (pthread_once(&hold_once, hold_key_make) == 0 && hold_key_ok)
+		(void)pthread_setspecific(hold_key, &hold_fd);
 }
 
 int loop_status(int nr, struct loop_info64 *info)

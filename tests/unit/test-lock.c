@@ -2,6 +2,7 @@
 /* Named flock(2) locks with a deadline (fv/lock.h). */
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -299,6 +300,63 @@ TEST(flock_deadline_primitive)
 	CHECK_INT(fv_flock_deadline(fd, LOCK_EX, 5000), 0);
 	CHECK(fv_now_ms() - t0 < 1000);
 	close(fd);
+	teardown();
+}
+
+struct waiter {
+	const char *path;
+	unsigned int timeout_ms;
+	int r;
+	uint64_t took;
+};
+
+static void *wait_thread(void *arg)
+{
+	struct waiter *w = arg;
+	int fd = open(w->path, O_RDONLY | O_CLOEXEC);
+	uint64_t t0 = fv_now_ms();
+
+	w->r = fd < 0 ? -errno : fv_flock_deadline(fd, LOCK_EX, w->timeout_ms);
+	w->took = fv_now_ms() - t0;
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+/*
+ * Issue 37: threads wait at once (flexvol-csi's calls).  The one whose
+ * deadline comes first must not take the SIGALRM handler away from the
+ * other, whose timer still fires (SIGALRM's default ends the process), and
+ * each timer interrupts its own thread.
+ */
+TEST(threads_wait_at_once)
+{
+	struct waiter w[2] = { { .timeout_ms = 500 }, { .timeout_ms = 1500 } };
+	struct sigaction before, after;
+	char p[PATH_MAX * 2];
+	pthread_t t[2];
+	pid_t pid;
+
+	REQUIRE(setup(1));
+	pid = holder("shared", 0);
+	REQUIRE(pid > 0);
+	snprintf(p, sizeof(p), "%s/run/locks/shared.lock", tmpdir);
+	sigaction(SIGALRM, NULL, &before);
+	for (int i = 0; i < 2; i++) {
+		w[i].path = p;
+		REQUIRE(pthread_create(&t[i], NULL, wait_thread, &w[i]) == 0);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	sigaction(SIGALRM, NULL, &after);
+	for (int i = 0; i < 2; i++) {
+		CHECK_INT(w[i].r, -FV_ERR_TIMEOUT);
+		CHECK(w[i].took + 50 >= w[i].timeout_ms);
+		if (!CHECK(w[i].took < w[i].timeout_ms + 2000))
+			fprintf(stderr, "  took %llu ms\n", (unsigned long long)w[i].took);
+	}
+	CHECK(before.sa_handler == after.sa_handler);
+	end_child(pid);
 	teardown();
 }
 
