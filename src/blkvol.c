@@ -275,7 +275,7 @@ int fv_blkvol_lock_volume(struct fv_ctx *cx, const char *name)
 static int save_record(struct fv_ctx *cx, const char *name, const void *v, const char *dev,
 		       const struct fv_opts *o)
 {
-	json_object *rec = json_object_new_object();
+	json_object *rec = json_object_new_object(), *opts;
 	int r;
 
 	if (!rec)
@@ -285,6 +285,13 @@ static int save_record(struct fv_ctx *cx, const char *name, const void *v, const
 	json_object_object_add(rec, "blkvol", json_object_new_boolean(true));
 	json_object_object_add(rec, "device", json_object_new_string(dev));
 	json_object_object_add(rec, "readonly", json_object_new_boolean(o->readonly));
+	/* the volume's own options (not kubelet's, no Secret's): NodeExpandVolume has none */
+	opts = json_object_new_object();
+	for (size_t i = 0; opts && i < o->n; i++)
+		if (o->pairs[i].value && strncmp(o->pairs[i].key, "kubernetes.io/", 14))
+			json_object_object_add(opts, o->pairs[i].key,
+					       json_object_new_string(o->pairs[i].value));
+	json_object_object_add(rec, "opts", opts);
 	r = blkvol_ops(cx)->record ? blkvol_ops(cx)->record(cx, v, rec) : 0;
 	if (r == 0)
 		r = fv_state_write(cx, name, rec);
@@ -608,19 +615,68 @@ int fv_blkvol_require_named_device(struct fv_ctx *cx, const char *name, int foun
 		       "which is not the device these options name", name, mi->source);
 }
 
-int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o)
+/*
+ * The pod bind at @dir from the device mount @gmp (the last component of
+ * which names the volume): the device mounted there must be the one the
+ * options name (@found and @dev are the backend's find() answer; @dev NULL:
+ * the options name no device), or no pod of theirs gets it.
+ */
+static int bind_from(struct fv_ctx *cx, const char *dir, const char *gmp, int found,
+		     const char *dev, const struct fv_opts *o)
+{
+	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
+	const char *name = fv_path_last(gmp);
+	struct fv_mntinfo mi;
+	int r;
+
+	/* the device mount is this volume's; the options must name the device mounted there */
+	if (fv_dir_open_quiet(gmp, &gd) == 0 && fv_dir_mounted(&gd, &mi) == 0) {
+		r = dev ? fv_blkvol_require_named_device(cx, name, found, dev, &mi) : 0;
+		if (r < 0)
+			return r;
+		/*
+		 * Read-only pods came first (mountdevice ran with their
+		 * options; kubelet skips it for a mounted path): the first
+		 * read-write pod makes the device mount writable, under the
+		 * volume lock that mountdevice and unmountdevice take.
+		 */
+		if (mi.readonly && !o->readonly) {
+			int lock = fv_blkvol_lock_volume(cx, name);
+
+			if (lock < 0)
+				return lock;
+			r = fv_dir_mounted(&gd, &mi);
+			if (r == 0 && mi.readonly)
+				r = fv_blkvol_writable(cx, &gd);
+			fv_unlock(lock);
+			if (r < 0)
+				return r;
+		}
+	}
+	return fv_blkvol_bind(cx, dir, gmp, o->readonly);
+}
+
+/*
+ * The options parsed with the same validation as every op, and the backend
+ * object they name looked at (a hostile image file is refused here): find()'s
+ * answer, with the device in @dev.
+ */
+static int find_named(struct fv_ctx *cx, const struct fv_opts *o, char *dev, size_t len)
 {
 	_cleanup_(fv_blkvol_vol_freep) void *v = NULL;
+	int r = fv_blkvol_parse(cx, o, &v);
+
+	return r < 0 ? r : blkvol_ops(cx)->find(cx, v, dev, len);
+}
+
+int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o)
+{
 	char path[PATH_MAX], dev[PATH_MAX];
-	int found, r;
+	int found;
 
 	if (fv_blkvol_node_mode(cx))
 		return fv_blkvol_node_mount(cx, dir, o);
-	r = fv_blkvol_parse(cx, o, &v); /* the same validation as every op */
-	if (r < 0)
-		return r;
-	/* the backend object the options name, looked at (a hostile image file is refused here) */
-	found = blkvol_ops(cx)->find(cx, v, dev, sizeof(dev));
+	found = find_named(cx, o, dev, sizeof(dev));
 	if (found < 0)
 		return found;
 	/*
@@ -629,6 +685,7 @@ int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts 
 	 */
 	if (!kubelet_global_path(dir, path, sizeof(path))) {
 		_cleanup_(fv_dir_closep) struct fv_dir pd = { .parent = -1 };
+		int r;
 
 		/* a missing or non-directory pod dir says so first */
 		r = fv_dir_arg(cx, dir, FV_DIRARG_MUST_EXIST, &pd);
@@ -637,36 +694,7 @@ int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts 
 		return fv_fail(cx, -EINVAL, "'%s' is not a kubelet pod volume directory "
 			       "(<root>/pods/<uid>/volumes/<vendor>~<driver>/<name>)", dir);
 	}
-	{
-		_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
-		struct fv_mntinfo mi;
-
-		/* the global path is this volume's; the options must name the device mounted there */
-		if (fv_dir_open_quiet(path, &gd) == 0 && fv_dir_mounted(&gd, &mi) == 0) {
-			r = fv_blkvol_require_named_device(cx, fv_path_last(dir), found, dev, &mi);
-			if (r < 0)
-				return r;
-			/*
-			 * Read-only pods came first (mountdevice ran with their
-			 * options; kubelet skips it for a mounted path): the first
-			 * read-write pod makes the device mount writable, under the
-			 * volume lock that mountdevice and unmountdevice take.
-			 */
-			if (mi.readonly && !o->readonly) {
-				int lock = fv_blkvol_lock_volume(cx, fv_path_last(dir));
-
-				if (lock < 0)
-					return lock;
-				r = fv_dir_mounted(&gd, &mi);
-				if (r == 0 && mi.readonly)
-					r = fv_blkvol_writable(cx, &gd);
-				fv_unlock(lock);
-				if (r < 0)
-					return r;
-			}
-		}
-	}
-	return fv_blkvol_bind(cx, dir, path, o->readonly);
+	return bind_from(cx, dir, path, found, dev, o);
 }
 
 int fv_blkvol_op_unmount(struct fv_ctx *cx, const char *dir)
@@ -677,21 +705,65 @@ int fv_blkvol_op_unmount(struct fv_ctx *cx, const char *dir)
 }
 
 /*
+ * Whatever the attach mode: the device mount is named, staged by
+ * mountdevice.  The volume context is optional in CSI's publish: options
+ * without a key of the volume's name no device, and are not checked.
+ */
+int fv_blkvol_op_publish(struct fv_ctx *cx, const char *dir, const char *staged,
+			 const struct fv_opts *o)
+{
+	char dev[PATH_MAX];
+	bool named = false;
+	int found = 1;
+
+	if (!staged)
+		return fv_fail(cx, -EINVAL, "no device mount named for the publish of '%s'", dir);
+	for (size_t i = 0; i < o->n && !named; i++)
+		named = strncmp(o->pairs[i].key, "kubernetes.io/", 14) != 0;
+	if (named)
+		found = find_named(cx, o, dev, sizeof(dev));
+	return found < 0 ? found : bind_from(cx, dir, staged, found, named ? dev : NULL, o);
+}
+
+int fv_blkvol_op_unpublish(struct fv_ctx *cx, const char *dir, const char *name)
+{
+	return fv_blkvol_unmount(cx, dir, NULL);
+}
+
+/* The options volume @name was mounted with on this node: its state record's. */
+static int staged_opts(struct fv_ctx *cx, const char *name, struct fv_opts *o)
+{
+	json_object *rec = NULL, *opts;
+	int r = name ? fv_state_read(cx, name, &rec) : 1;
+
+	if (r == 0 && json_object_object_get_ex(rec, "opts", &opts))
+		r = fv_opts_from_object(cx, opts, o);
+	else if (r >= 0)
+		r = fv_fail(cx, -ENOENT, "volume '%s' is not staged on this node", name ? name : "");
+	json_object_put(rec);
+	return r;
+}
+
+/*
  * expandfs <json> <device> <poddir> <new> <old>: the pod dir's mount says
  * which device this volume is; the options must name the same one, so
  * they can never grow another PV's image or LUN.
  */
 int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char *device,
-			  const char *dir, uint64_t new_size, uint64_t old_size)
+			  const char *dir, const char *name, uint64_t new_size, uint64_t old_size)
 {
 	const struct fv_blkvol_ops *ops = blkvol_ops(cx);
 	_cleanup_(fv_blkvol_vol_freep) void *v = NULL;
 	_cleanup_(fv_dir_closep) struct fv_dir pd = { .parent = -1 };
+	_cleanup_(fv_opts_donep) struct fv_opts staged = { 0 };
 	char dev[PATH_MAX], type[FV_FSTYPE_MAX], mnt[PATH_MAX];
 	struct fv_mntinfo mi;
 	struct stat st;
-	int r = fv_blkvol_parse(cx, o, &v);
+	int r = o ? 0 : staged_opts(cx, name, &staged);
 
+	if (r < 0)
+		return r;
+	r = fv_blkvol_parse(cx, o ? o : &staged, &v);
 	if (r < 0)
 		return r;
 	if (!ops->grow)
