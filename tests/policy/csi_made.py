@@ -31,7 +31,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 
@@ -217,18 +216,28 @@ def migrated(build, pvs, csi_driver=None):
     api = fakeapi.FakeAPI()
     st = api.store
     tmp = tempfile.mkdtemp(prefix="fvpolicy-migrate.")
-    made, done = {}, threading.Event()
+    made = {}
+    put = st.put
 
-    def binder():
-        """The PV binder's part: the new CSI PV of a Bound claim is Bound (migrate waits for it)."""
-        while not done.is_set():
-            with st.lock:
-                for (_, name), pv in list(st.objs["persistentvolumes"].items()):
-                    if "csi" in pv["spec"] and name not in made:
-                        made[name] = json.loads(json.dumps(pv))
-                        pv["status"] = {"phase": "Bound"}
-                        st.put("persistentvolumes", pv)
-            time.sleep(0.05)
+    def put_binding(res, obj, typ=None):
+        """The store's put, keeping each CSI PV as migrate creates it; and the PV binder's part
+        where the fake lacks it (a claim bound again to a new PV of its volumeName)."""
+        name = obj.get("metadata", {}).get("name")
+        new = res == "persistentvolumes" and "csi" in obj.get("spec", {}) and name not in made
+        if new:
+            made[name] = json.loads(json.dumps(obj))
+        out = put(res, obj, typ)
+        if new and (obj.get("status") or {}).get("phase") != "Bound":
+            ref = obj["spec"].get("claimRef") or {}
+            claim = st.objs["persistentvolumeclaims"].get((ref.get("namespace"), ref.get("name")))
+            obj["status"] = {"phase": "Bound"}
+            put(res, obj)
+            if claim is not None and claim["metadata"]["uid"] == ref.get("uid"):
+                claim["status"] = dict(claim.get("status") or {}, phase="Bound")
+                put("persistentvolumeclaims", claim)
+        return out
+
+    st.put = put_binding
 
     def one(key, pv):
         pv = json.loads(json.dumps(pv))
@@ -257,8 +266,6 @@ def migrated(build, pvs, csi_driver=None):
             raise RuntimeError(f"migrate {key} ({name}): exit {r.returncode}: {r.stdout.strip()[-500:]}")
         return key, made[name]
 
-    t = threading.Thread(target=binder, daemon=True)
-    t.start()
     try:
         todo = {k: pv for k, pv in pvs.items()
                 if (pv.get("spec", {}).get("flexVolume") or {}).get("driver") in
@@ -269,8 +276,6 @@ def migrated(build, pvs, csi_driver=None):
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             out = dict(pool.map(lambda kv: one(*kv), todo.items()))
     finally:
-        done.set()
-        t.join()
         api.close()
         shutil.rmtree(tmp, ignore_errors=True)
     for pv in out.values():  # what the API server adds or the store keeps is not ours
