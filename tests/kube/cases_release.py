@@ -12,9 +12,12 @@ release_site_upgrade
     containers hold the v2 drivers, the pod kept its volume and still writes.
 release_policy_provisioned_pvs
     every PV the provisioner makes (tests/policy/provisioned.py: the real flexvol-provisioner
-    against the fake API server, one class per class parameter of each backend) is admitted by
-    the real API server with the shipped policy (`kubectl create --dry-run=server`: admission
-    runs in full, nothing is created).
+    against the fake API server, one class per class parameter of each backend), every CSI PV
+    flexvol makes (tests/policy/csi_made.py: from the real flexvol-csi's CreateVolume answers
+    for the CSI classes, as external-provisioner writes them, and each of those provisioner PVs
+    moved to CSI by the real `flexvol-provisioner migrate`) is admitted by the real API server
+    with the shipped policy (`kubectl create --dry-run=server`: admission runs in full, nothing
+    is created).
 """
 import json
 import os
@@ -172,12 +175,20 @@ def case_release_site_upgrade(t):
 
 def case_release_policy_provisioned_pvs(t):
     """Every PV the provisioner makes (each backend, each class parameter, by the real binary
-    against the fake API server) passes the shipped policy in the real API server."""
+    against the fake API server), every CSI PV of flexvol-csi's CreateVolume and every one of
+    those moved to CSI by migrate pass the shipped policy in the real API server."""
     sys.path.insert(0, os.path.join(C.ROOT, "tests", "policy"))
+    import csi_made
     import provisioned
-    # the image's binary (check-kube builds it; the dynamic build/ may not exist yet)
-    pvs = provisioned.make(os.path.join(C.ROOT, "build", "static"))
+    # the image's binaries (check-kube builds them; the dynamic build/ may not exist yet)
+    static = os.path.join(C.ROOT, "build", "static")
+    pvs = provisioned.make(static)
     check(len(pvs) >= 10, f"only {len(pvs)} PVs made")
+    made = csi_made.provisioned(static)
+    check(len(made) >= 3, f"only {len(made)} CSI PVs made")
+    moved = csi_made.migrated(static, pvs)
+    check(len(moved) == len(pvs), f"only {len(moved)} of {len(pvs)} PVs migrated")
+    pvs = dict(pvs, **{"CSI " + k: v for k, v in made.items()}, **{"migrated " + k: v for k, v in moved.items()})
     bad = {}
     for name, pv in sorted(pvs.items()):
         pv = json.loads(json.dumps(pv))
