@@ -68,6 +68,14 @@ static int open_root(struct grpc_call *call, struct fv_ctx *cx)
 	return fd;
 }
 
+/* The largest image the loop root's filesystem holds, at most the loop driver's bound. */
+static int64_t root_max(int rootfd)
+{
+	uint64_t max;
+
+	return fv_image_max_size(rootfd, MAX_SIZE, &max) == 0 ? (int64_t)max : MAX_SIZE;
+}
+
 /*
  * The size a capacity range asks for: whole MiB, or whole sectors when the
  * limit leaves no room for the next MiB (the loop driver takes whole sectors
@@ -147,10 +155,14 @@ static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	rootfd = open_root(call, &cx);
 	if (rootfd < 0)
 		return;
+	if (size > root_max(rootfd))
+		return (void)grpc_fail(call, GRPC_OUT_OF_RANGE, "at most %lld bytes: the largest "
+				       "file the loop root's filesystem holds", (long long)root_max(rootfd));
 	fd = csi_lock_volume(call, &cx, id, lock, sizeof(lock));
 	if (fd < 0)
 		return;
-	r = fv_image_ensure(rootfd, img, id, (uint64_t)size, prealloc, &have, msg, sizeof(msg));
+	r = fv_image_ensure_named(rootfd, img, id, q->name, (uint64_t)size, prealloc, &have, msg,
+				  sizeof(msg));
 	fv_unlock_remove(&cx, lock, fd);
 	if (r < 0)
 		return (void)csi_fail_with(call, r, "%s", msg);
@@ -246,7 +258,7 @@ static void get_capacity(struct grpc_call *call, const ProtobufCMessage *m)
 					       cx.cfg.loop_root, strerror(errno));
 		resp.available_capacity = (int64_t)(sv.f_bavail * sv.f_frsize);
 	}
-	max.value = MAX_SIZE;
+	max.value = rootfd >= 0 ? root_max(rootfd) : MAX_SIZE;
 	min.value = MiB;
 	resp.maximum_volume_size = &max;
 	resp.minimum_volume_size = &min;

@@ -125,8 +125,9 @@ static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	fd = csi_lock_volume(call, &cx, id, lock, sizeof(lock));
 	if (fd < 0)
 		return;
-	r = fv_ownerdir_make(rootfd, id, 0777, (uid_t)-1, (gid_t)-1, id, id, size, false, &made, &other,
-			 inside, sizeof(inside));
+	/* the record keeps the name (its PV's): two names never share a directory */
+	r = fv_ownerdir_make(rootfd, id, 0777, (uid_t)-1, (gid_t)-1, id, q->name, size, false, &made,
+			     &other, inside, sizeof(inside));
 	/* the record says the size: this call's, or that of the call that wrote it (a retry) */
 	if (r == 0)
 		r = fv_ownerdir_owner(rootfd, id, &own);
@@ -135,6 +136,9 @@ static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 		return (void)dir_fail(call, r, "not created", id, &other);
 	if (made == FV_OWNERDIR_NEW)
 		fv_log("CreateVolume %s: directory %s made in %s", q->name, id, csi_plugin.root);
+	if (!streq(own.pv, q->name))
+		return (void)grpc_fail(call, GRPC_ALREADY_EXISTS, "volume %s was made for the name "
+				       "'%s', not '%s'", id, own.pv, q->name);
 	if (csi_check_made(call, id, own.size, cr) < 0)
 		return;
 	share_parts(server, sizeof(server), &path);

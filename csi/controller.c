@@ -50,9 +50,19 @@ int csi_create_checks(struct grpc_call *call, const Csi__V1__CreateVolumeRequest
 	const char *fstype;
 	bool ro;
 
-	if (csi_need(call, *q->name, "name") < 0 ||
+	size_t n = strlen(q->name);
+
+	if (csi_need(call, n, "name") < 0 ||
 	    csi_need(call, q->n_volume_capabilities, "volume_capabilities") < 0)
 		return -1;
+	/* kept with the volume (fv_owner's pv, an image's name record) and in its log lines */
+	if (n > CSI_NAME_MAX)
+		return -grpc_fail(call, GRPC_INVALID_ARGUMENT, "name of %zu bytes: at most %d", n,
+				  CSI_NAME_MAX);
+	for (const char *p = q->name; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			return -grpc_fail(call, GRPC_INVALID_ARGUMENT, "the name holds a control "
+					  "character");
 	for (size_t i = 0; i < q->n_volume_capabilities; i++)
 		if (csi_check_capability(call, q->volume_capabilities[i], &fstype, &ro) < 0)
 			return -1;
@@ -114,6 +124,7 @@ static void validate_capabilities(struct grpc_call *call, const ProtobufCMessage
 		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__INIT;
 	Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed ok =
 		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__CONFIRMED__INIT;
+	char why[256];
 	struct fv_ctx cx;
 
 	if (csi_need(call, *q->volume_id && q->n_volume_capabilities,
@@ -122,14 +133,9 @@ static void validate_capabilities(struct grpc_call *call, const ProtobufCMessage
 	    csi_plugin.controller->exists(call, &cx, q->volume_id) < 0)
 		return;
 	for (size_t i = 0; i < q->n_volume_capabilities; i++) {
-		const Csi__V1__VolumeCapability *v = q->volume_capabilities[i];
-		unsigned int mode = v->access_mode ? (unsigned int)v->access_mode->mode : 0;
-
-		/* the checks of csi_check_capability(), answered as "not confirmed" */
-		if (v->access_type_case != CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT ||
-		    v->mount->n_mount_flags || mode >= 32 || !(csi_plugin.modes & CSI_MODE(mode))) {
-			resp.message = (char *)"not served: only filesystem volumes without mount "
-					       "flags, in the access modes the driver serves";
+		/* what CreateVolume and NodeStageVolume refuse is not confirmed */
+		if (!csi_capability_served(q->volume_capabilities[i], why, sizeof(why))) {
+			resp.message = why;
 			return grpc_reply(call, &resp.base);
 		}
 	}

@@ -53,6 +53,12 @@ void csi_volume_id_of(const char *name, char *id, size_t len);
 /* Is @id a volume ID of this driver's (csi_volume_id_ok() and the table's id_ok)? */
 bool csi_id_ok(const char *id);
 
+/*
+ * The longest CreateVolume name: the spec's 128 bytes and more, what an owner
+ * record keeps whole (fv_owner's pv).
+ */
+#define CSI_NAME_MAX 255
+
 /* Check CreateVolume's name and capabilities, and refuse a content source: 0 or <0 (answered). */
 int csi_create_checks(struct grpc_call *call, const Csi__V1__CreateVolumeRequest *q);
 

@@ -101,6 +101,9 @@ int csi_fail_with(struct grpc_call *call, int r, const char *fmt, ...) _printf_(
 /* The gRPC status of the op layer's (or lib/'s) error @r. */
 enum grpc_code csi_code_of(int r);
 
+/* Is @cap served by this profile?  Else why not, in @why. */
+bool csi_capability_served(const Csi__V1__VolumeCapability *cap, char *why, size_t len);
+
 /*
  * csi_check_capability() - a capability this profile serves (a filesystem,
  * no mount flags, a mode of @csi_plugin.modes): 0 with *@fstype and *@ro

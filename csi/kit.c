@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "csi.h"
+#include "fv/blkutil.h"
 #include "fv/config.h"
 #include "fv/lock.h"
 #include "fv/op.h"
@@ -77,6 +78,8 @@ enum grpc_code csi_code_of(int r)
 	case ENOSPC:
 	case EDQUOT:
 		return GRPC_RESOURCE_EXHAUSTED;
+	case EFBIG:
+		return GRPC_OUT_OF_RANGE; /* larger than the filesystem's largest file */
 	case EOPNOTSUPP:
 		return GRPC_UNIMPLEMENTED;
 	case EEXIST:
@@ -126,24 +129,38 @@ int csi_fail(struct grpc_call *call, struct fv_ctx *cx, int r, const char *what)
 /*
  * A capability we serve: a filesystem (no raw block yet), no mount flags
  * (the op layer takes its mount options from the node config), a mode of
- * the profile's.
+ * the profile's, and for staged volumes a filesystem the op layer makes and
+ * mounts (what NodeStageVolume will take; a driver mounting its volumes
+ * itself, an NFS share, has no filesystem of its own to choose).
  */
-int csi_check_capability(struct grpc_call *call, const Csi__V1__VolumeCapability *cap,
-			 const char **fstype, bool *ro)
+bool csi_capability_served(const Csi__V1__VolumeCapability *cap, char *why, size_t len)
 {
 	access_mode m = cap->access_mode ? cap->access_mode->mode : 0;
 
 	if (cap->access_type_case != CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT)
-		return -grpc_fail(call, GRPC_INVALID_ARGUMENT,
-				  "only filesystem volumes are served (access type mount)");
-	if (cap->mount->n_mount_flags)
-		return -grpc_fail(call, GRPC_INVALID_ARGUMENT,
-				  "mount flags are not accepted (the node config sets mount options)");
-	if (m <= 0 || m >= 32 || !(csi_plugin.modes & CSI_MODE(m)))
-		return -grpc_fail(call, GRPC_INVALID_ARGUMENT, "access mode %d is not served (%s)",
-				  (int)m, csi_plugin.mounts ? "every mode but the multi-node "
-				  "single-writer one" : "single node modes only");
-	*ro = (csi_plugin.ro_modes & CSI_MODE(m)) != 0;
+		snprintf(why, len, "only filesystem volumes are served (access type mount)");
+	else if (cap->mount->n_mount_flags)
+		snprintf(why, len, "mount flags are not accepted (the node config sets mount options)");
+	else if (m <= 0 || m >= 32 || !(csi_plugin.modes & CSI_MODE(m)))
+		snprintf(why, len, "access mode %d is not served (%s)", (int)m,
+			 csi_plugin.mounts ? "every mode but the multi-node single-writer one"
+					   : "single node modes only");
+	else if (csi_plugin.stages && *cap->mount->fs_type && !fv_fs_supported(cap->mount->fs_type))
+		snprintf(why, len, "fsType '%s' is not served (ext2, ext3, ext4, xfs)",
+			 cap->mount->fs_type);
+	else
+		return true;
+	return false;
+}
+
+int csi_check_capability(struct grpc_call *call, const Csi__V1__VolumeCapability *cap,
+			 const char **fstype, bool *ro)
+{
+	char why[256];
+
+	if (!csi_capability_served(cap, why, sizeof(why)))
+		return -grpc_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
+	*ro = (csi_plugin.ro_modes & CSI_MODE(cap->access_mode->mode)) != 0;
 	*fstype = cap->mount->fs_type;
 	return 0;
 }

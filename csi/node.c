@@ -198,28 +198,11 @@ static void node_expand(struct grpc_call *call, const ProtobufCMessage *m)
 	grpc_reply(call, &resp.base);
 }
 
-/* The device of the mount at @path (taken literally): 0, or NOT_FOUND when nothing is mounted there. */
-static int mounted_dev(struct grpc_call *call, const char *path, struct fv_dir *d, dev_t *ret)
-{
-	struct fv_mntinfo mi;
-	int r = fv_dir_open_quiet(path, d);
-
-	if (r == 0)
-		r = fv_dir_mounted(d, &mi);
-	if (r == 0 && streq(mi.root, "/")) {
-		*ret = mi.devno;
-		return 0;
-	}
-	if (r < 0 && r != -ENOENT && r != -ENOTDIR && r != -ELOOP && r != -EINVAL)
-		return -grpc_fail(call, GRPC_INTERNAL, "cannot tell what is mounted at '%s': %s",
-				  path, strerror(-r));
-	return -grpc_fail(call, GRPC_NOT_FOUND, "no volume is mounted at '%s'", path);
-}
-
 /*
  * The filesystem figures of a staged or published volume (kubelet's statfs
- * of a FlexVolume pod dir).  @volume_path must be a mount of the volume:
- * with the staging path given, of the same device as its staged mount.
+ * of a FlexVolume pod dir).  @volume_path must be a mount of the volume by
+ * the driver's own account (its owns slot: the device its record names),
+ * else NOT_FOUND; the staging path itself names the staged mount below it.
  */
 static void node_get_volume_stats(struct grpc_call *call, const ProtobufCMessage *m)
 {
@@ -227,42 +210,35 @@ static void node_get_volume_stats(struct grpc_call *call, const ProtobufCMessage
 	Csi__V1__NodeGetVolumeStatsResponse r = CSI__V1__NODE_GET_VOLUME_STATS_RESPONSE__INIT;
 	Csi__V1__VolumeUsage bytes = CSI__V1__VOLUME_USAGE__INIT, inodes = CSI__V1__VOLUME_USAGE__INIT;
 	Csi__V1__VolumeUsage *usage[] = { &bytes, &inodes };
-	_cleanup_(fv_dir_closep) struct fv_dir d = { .parent = -1 }, sd = { .parent = -1 };
+	_cleanup_(fv_dir_closep) struct fv_dir d = { .parent = -1 };
+	_cleanup_close_ int fd = -1;
 	char staged[PATH_MAX];
 	const char *path = q->volume_path;
 	struct statvfs sv;
-	dev_t dev, sdev;
-	int fd;
+	struct fv_ctx cx;
+	int k;
 
 	if (csi_need(call, *q->volume_id && *q->volume_path, "volume_id and volume_path") < 0 ||
-	    require_stages(call) < 0)
+	    require_stages(call) < 0 || csi_open(call, &cx, q->volume_id) < 0)
 		return;
-	if (!csi_volume_id_ok(q->volume_id))
-		return (void)csi_no_volume(call, q->volume_id);
 	if (*q->staging_target_path) {
 		if (staged_dir(call, q->staging_target_path, q->volume_id, staged, sizeof(staged)) < 0)
 			return;
-		/* the staging path itself names the staged mount below it */
 		if (streq(path, q->staging_target_path))
 			path = staged;
 	}
-	if (mounted_dev(call, path, &d, &dev) < 0)
-		return;
-	if (*q->staging_target_path && path != staged &&
-	    (mounted_dev(call, staged, &sd, &sdev) < 0 || sdev != dev)) {
-		grpc_fail(call, GRPC_NOT_FOUND, "'%s' holds no mount of volume '%s'", path,
-			  q->volume_id);
-		return;
-	}
-	fd = openat(d.parent, fv_path_last(d.path), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0 || fstatvfs(fd, &sv) < 0) {
-		grpc_fail(call, GRPC_INTERNAL, "cannot read the filesystem at '%s': %s", path,
-			  strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return;
-	}
-	close(fd);
+	k = fv_op_owns(&cx, q->volume_id, path);
+	if (k == 0 || k == -ENOENT || k == -EINVAL || k == -ENOTDIR || k == -ELOOP)
+		return (void)grpc_fail(call, GRPC_NOT_FOUND, "'%s' holds no mount of volume '%s'%s%s",
+				       path, q->volume_id, k == 0 ? ": " : "", k == 0 ? cx.message : "");
+	if (k < 0)
+		return (void)csi_fail(call, &cx, k, "stats");
+	if (fv_dir_open_quiet(path, &d) == 0)
+		fd = openat(d.parent, fv_path_last(d.path),
+			    O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || fstatvfs(fd, &sv) < 0)
+		return (void)grpc_fail(call, GRPC_INTERNAL, "cannot read the filesystem at '%s': %s",
+				       path, strerror(errno));
 	bytes.unit = CSI__V1__VOLUME_USAGE__UNIT__BYTES;
 	bytes.total = (int64_t)(sv.f_blocks * sv.f_frsize);
 	bytes.available = (int64_t)(sv.f_bavail * sv.f_frsize);

@@ -95,8 +95,50 @@ static int allocate(int fd, const struct stat *st)
 	return fallocate(fd, 0, 0, st->st_size) < 0 ? NEG_ERRNO() : 0;
 }
 
+/*
+ * The name record of image @fd (opened, of size @size) for a caller that
+ * names its volumes (@name; NULL: none, nothing to check): set when
+ * missing on an image that holds nothing yet or whose owner is @name
+ * itself, else it must be @name.  0, or -EEXIST (why in @msg), or -errno.
+ */
+static int check_name(int fd, const char *img, const char *owner, const char *name, off_t size,
+		      char *msg, size_t len)
+{
+	char have[256];
+	ssize_t n;
+
+	if (!name)
+		return 0;
+	n = fgetxattr(fd, FV_LOOP_NAME_XATTR, have, sizeof(have) - 1);
+	if (n >= 0) {
+		have[n] = '\0';
+		if (streq(have, name))
+			return 0;
+		snprintf(msg, len, "image %s was made for the name '%s', not '%s'", img, have, name);
+		return -EEXIST;
+	}
+	if (errno != ENODATA)
+		return NEG_ERRNO();
+	if (size != 0 && !streq(owner, name)) {
+		snprintf(msg, len, "image %s has no name record: not made for the name '%s'", img,
+			 name);
+		return -EEXIST;
+	}
+	if (fsetxattr(fd, FV_LOOP_NAME_XATTR, name, strlen(name), XATTR_CREATE) == 0)
+		return 0;
+	if (errno == EEXIST) /* another call's, just now: it must be ours */
+		return check_name(fd, img, owner, name, size, msg, len);
+	return NEG_ERRNO();
+}
+
 int fv_image_ensure(int rootfd, const char *img, const char *owner, uint64_t size, bool prealloc,
 		     uint64_t *ret_size, char *msg, size_t len)
+{
+	return fv_image_ensure_named(rootfd, img, owner, NULL, size, prealloc, ret_size, msg, len);
+}
+
+int fv_image_ensure_named(int rootfd, const char *img, const char *owner, const char *name,
+			  uint64_t size, bool prealloc, uint64_t *ret_size, char *msg, size_t len)
 {
 	_cleanup_close_ int fd = -1;
 	struct stat st;
@@ -107,6 +149,9 @@ int fv_image_ensure(int rootfd, const char *img, const char *owner, uint64_t siz
 	fd = openat(rootfd, img, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd >= 0) {
 		r = set_owner(fd, owner);
+		/* the name before the size: an image killed before it holds nothing */
+		if (r == 0)
+			r = check_name(fd, img, owner, name, 0, msg, len);
 		if (r == 0)
 			r = (prealloc ? fallocate(fd, 0, 0, (off_t)size) : ftruncate(fd, (off_t)size)) < 0 ?
 				    NEG_ERRNO() : 0;
@@ -150,6 +195,12 @@ int fv_image_ensure(int rootfd, const char *img, const char *owner, uint64_t siz
 	}
 	if (r < 0) {
 		snprintf(msg, len, "image %s: cannot record its owner %s: %s", img, owner, strerror(-r));
+		return r;
+	}
+	r = check_name(fd, img, owner, name, st.st_size, msg, len);
+	if (r < 0) {
+		if (!msg[0])
+			snprintf(msg, len, "image %s: cannot record its name: %s", img, strerror(-r));
 		return r;
 	}
 	if (st.st_size == 0) {
@@ -250,5 +301,41 @@ int fv_image_grow(int rootfd, const char *img, const char *owner, uint64_t size,
 	}
 	snprintf(msg, len, "image %s grown from %lld to %llu bytes", img, (long long)st.st_size,
 		 (unsigned long long)size);
+	return 0;
+}
+
+/*
+ * No interface tells a filesystem's largest file (ext4's depends on its
+ * block size: 16 TiB less a block with 4 KiB blocks; xfs and btrfs go far
+ * past 1 PiB): an unnamed file in the root (O_TMPFILE: it vanishes with its
+ * descriptor, nothing is left behind) is truncated, sparse, to sizes in
+ * whole MiB, halving the step, about 30 ftruncate() calls.
+ */
+int fv_image_max_size(int rootfd, uint64_t limit, uint64_t *ret)
+{
+	const uint64_t mib = 1 << 20;
+	_cleanup_close_ int fd = openat(rootfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	uint64_t lo = 1, hi = limit / mib;
+
+	if (fd < 0)
+		return NEG_ERRNO();
+	if (ftruncate(fd, (off_t)(hi * mib)) == 0) {
+		*ret = hi * mib;
+		return 0;
+	}
+	if (errno != EFBIG && errno != EINVAL)
+		return NEG_ERRNO();
+	/* lo MiB fits, hi MiB does not */
+	while (hi - lo > 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		if (ftruncate(fd, (off_t)(mid * mib)) == 0)
+			lo = mid;
+		else if (errno == EFBIG || errno == EINVAL)
+			hi = mid;
+		else
+			return NEG_ERRNO();
+	}
+	*ret = lo * mib;
 	return 0;
 }

@@ -111,9 +111,12 @@ int fv_blkvol_node_each(struct fv_ctx *cx, const char *name,
  * mount of a block device; a path we know, opened literally) into the pod
  * dir @dir (taken literally, must exist: kubelet creates it), read-only
  * when @ro.  Already bound from the same filesystem is success; anything
- * else mounted there is -FV_ERR_CONFLICT.
+ * else mounted there is -FV_ERR_CONFLICT.  @strict: bound already in the
+ * other mode is -EEXIST, nothing changed (CSI's publish of a target again
+ * with another readonly); else a read-only pod's writable bind is made
+ * read-only (kubelet never calls mount again for a mount point).
  */
-int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro);
+int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro, bool strict);
 
 /*
  * fv_blkvol_unmount() - unmount @dir (taken literally: a symlink or magic

@@ -364,7 +364,7 @@ int fv_blkvol_node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opt
 		if (r < 0)
 			goto undo;
 	}
-	r = fv_blkvol_bind(cx, dir, path, o->readonly);
+	r = fv_blkvol_bind(cx, dir, path, o->readonly, false);
 	if (r == 0)
 		goto out;
 undo:

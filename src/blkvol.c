@@ -63,9 +63,10 @@ static int mount_device(struct fv_ctx *cx, const struct fv_dir *gd, const char *
 		 * through its own bind, which carries the pod's mode; the device
 		 * mount is read-only until a read-write pod needs it.
 		 */
+		/* the volume mounted here, unlike this call asks: it exists, incompatible */
 		if (fstype && !streq(fstype, mi.fstype))
-			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is mounted as %s, not the "
-				       "requested %s", gmp, mi.fstype, fstype);
+			return fv_fail(cx, -EEXIST, "'%s' is mounted as %s, not the requested %s",
+				       gmp, mi.fstype, fstype);
 		if (!ro && mi.readonly)
 			return fv_blkvol_writable(cx, gd);
 		return 0;
@@ -148,7 +149,7 @@ static bool kubelet_global_path(const char *poddir, char *ret, size_t len)
 			(int)(name - tilde - 1), tilde + 1, name + 1) < (int)len;
 }
 
-int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro)
+int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro, bool strict)
 {
 	_cleanup_(fv_dir_closep) struct fv_dir pd = { .parent = -1 }, sd = { .parent = -1 };
 	struct fv_mntinfo mi, smi;
@@ -179,6 +180,10 @@ int fv_blkvol_bind(struct fv_ctx *cx, const char *dir, const char *src, bool ro)
 		 * calls mount again for a dir that is a mount point; a read-only
 		 * bind of a read-write pod would fail every write later.
 		 */
+		if (strict && ro != mi.readonly)
+			return fv_fail(cx, -EEXIST, "'%s' is published %s already; this publish "
+				       "asks for %s", pd.path, mi.readonly ? "read-only" : "read-write",
+				       ro ? "read-only" : "read-write");
 		if (ro && !mi.readonly)
 			return fv_dir_make_ro(cx, &pd);
 		if (!ro && mi.readonly)
@@ -622,7 +627,7 @@ int fv_blkvol_require_named_device(struct fv_ctx *cx, const char *name, int foun
  * the options name no device), or no pod of theirs gets it.
  */
 static int bind_from(struct fv_ctx *cx, const char *dir, const char *gmp, int found,
-		     const char *dev, const struct fv_opts *o)
+		     const char *dev, const struct fv_opts *o, bool strict)
 {
 	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
 	const char *name = fv_path_last(gmp);
@@ -653,7 +658,7 @@ static int bind_from(struct fv_ctx *cx, const char *dir, const char *gmp, int fo
 				return r;
 		}
 	}
-	return fv_blkvol_bind(cx, dir, gmp, o->readonly);
+	return fv_blkvol_bind(cx, dir, gmp, o->readonly, strict);
 }
 
 /*
@@ -694,7 +699,7 @@ int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts 
 		return fv_fail(cx, -EINVAL, "'%s' is not a kubelet pod volume directory "
 			       "(<root>/pods/<uid>/volumes/<vendor>~<driver>/<name>)", dir);
 	}
-	return bind_from(cx, dir, path, found, dev, o);
+	return bind_from(cx, dir, path, found, dev, o, false);
 }
 
 int fv_blkvol_op_unmount(struct fv_ctx *cx, const char *dir)
@@ -722,12 +727,54 @@ int fv_blkvol_op_publish(struct fv_ctx *cx, const char *dir, const char *staged,
 		named = strncmp(o->pairs[i].key, "kubernetes.io/", 14) != 0;
 	if (named)
 		found = find_named(cx, o, dev, sizeof(dev));
-	return found < 0 ? found : bind_from(cx, dir, staged, found, named ? dev : NULL, o);
+	return found < 0 ? found : bind_from(cx, dir, staged, found, named ? dev : NULL, o, true);
 }
 
 int fv_blkvol_op_unpublish(struct fv_ctx *cx, const char *dir, const char *name)
 {
 	return fv_blkvol_unmount(cx, dir, NULL);
+}
+
+struct named_mount {
+	dev_t devno;
+	const char *name;
+	bool found;
+};
+
+static bool named_mount_fn(const struct fv_mntline *m, void *arg)
+{
+	struct named_mount *a = arg;
+
+	a->found = m->devno == a->devno && streq(m->root, "/") &&
+		   streq(fv_path_last(m->target), a->name);
+	return a->found;
+}
+
+int fv_blkvol_owns(struct fv_ctx *cx, const char *name, const char *path,
+		   const struct fv_mntinfo *mi)
+{
+	const struct fv_blkvol_ops *ops = blkvol_ops(cx);
+	struct named_mount a = { mi->devno, name, false };
+	json_object *rec = NULL, *d;
+	char ident[PATH_MAX];
+	struct stat st;
+	int r = fv_state_read(cx, name, &rec);
+
+	if (r == 0) {
+		r = json_object_object_get_ex(rec, "device", &d) &&
+		    json_object_is_type(d, json_type_string) &&
+		    stat(json_object_get_string(d), &st) == 0 && S_ISBLK(st.st_mode) &&
+		    st.st_rdev == mi->devno;
+		json_object_put(rec);
+		return r;
+	}
+	if (r < 0)
+		return r;
+	r = fv_mnt_each(named_mount_fn, &a);
+	if (r < 0 || !a.found)
+		return r < 0 ? r : 0;
+	r = ops->ident_of ? ops->ident_of(cx, mi->devno, ident, sizeof(ident)) : 1;
+	return r < 0 ? r : r == 0;
 }
 
 /* The options volume @name was mounted with on this node: its state record's. */

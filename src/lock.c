@@ -5,6 +5,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -140,18 +142,62 @@ void fv_lock_volume_name(const struct fv_ctx *cx, const char *volume, char *buf,
 
 /*
  * Removing a lock file others may hold: the holder unlinks it while it
- * still holds the lock (fv_unlock_remove()), and every locker checks, once
- * it holds the lock, that its descriptor is still the file the path names
+ * still holds the lock (fv_unlock()), and every locker checks, once it
+ * holds the lock, that its descriptor is still the file the path names
  * (same device and inode); a waiter that got the lock on a removed file
  * starts again with the new one.  So lock files exist only while in use:
- * none is left per pod dir ever mounted.
+ * none is left per pod dir ever mounted, nor per image ever staged.
+ *
+ * The path of each held lock, by descriptor, for fv_unlock() (a process
+ * holds a few at once; threads take and release them at once).  A lock
+ * past HELD_MAX is released without its file removed.
  */
+#define HELD_MAX 64
+
+static struct {
+	int fd;
+	char *path;
+} held[HELD_MAX];
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void held_add(int fd, const char *path)
+{
+	char *p = strdup(path);
+
+	size_t slot = HELD_MAX;
+
+	pthread_mutex_lock(&held_mu);
+	for (size_t i = 0; i < HELD_MAX; i++) {
+		if (held[i].path && held[i].fd == fd) {
+			slot = i; /* a descriptor closed without fv_unlock(), reused */
+			break;
+		}
+		if (!held[i].path && slot == HELD_MAX)
+			slot = i;
+	}
+	if (p && slot < HELD_MAX) {
+		free(held[slot].path);
+		held[slot].fd = fd;
+		held[slot].path = TAKE_PTR(p);
+	}
+	pthread_mutex_unlock(&held_mu);
+	free(p);
+}
+
+static char *held_take(int fd)
+{
+	char *p = NULL;
+
+	pthread_mutex_lock(&held_mu);
+	for (size_t i = 0; !p && i < HELD_MAX; i++)
+		if (held[i].path && held[i].fd == fd)
+			p = TAKE_PTR(held[i].path);
+	pthread_mutex_unlock(&held_mu);
+	return p;
+}
+
 void fv_unlock_remove(struct fv_ctx *cx, const char *name, int fd)
 {
-	char dir[PATH_MAX], path[PATH_MAX + NAME_MAX];
-
-	if (fd >= 0 && lock_path(cx, name, dir, sizeof(dir), path, sizeof(path)) == 0)
-		(void)unlink(path);
 	fv_unlock(fd);
 }
 
@@ -203,6 +249,7 @@ static int lock_named(struct fv_ctx *cx, const char *name, unsigned int timeout_
 			if (waited)
 				fv_log("got lock '%s' after %llu ms", name,
 				       (unsigned long long)(fv_now_ms() - t0));
+			held_add(fd, path);
 			return fd;
 		}
 		close(fd); /* removed by its last holder meanwhile: the new file is the lock */
@@ -228,6 +275,13 @@ int fv_lock_try(struct fv_ctx *cx, const char *name)
 
 void fv_unlock(int fd)
 {
-	if (fd >= 0)
-		close(fd);
+	char *path;
+
+	if (fd < 0)
+		return;
+	path = held_take(fd);
+	if (path && still_linked(fd, path))
+		(void)unlink(path);
+	free(path);
+	close(fd);
 }

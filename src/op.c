@@ -12,6 +12,7 @@
 
 #include "internal.h"
 #include "fv/lock.h"
+#include "fv/log.h"
 #include "fv/mountutil.h"
 #include "fv/op.h"
 #include "fv/util.h"
@@ -26,6 +27,7 @@ enum {
 	R_NODE = 1 << 5,      /* @node names a node: another node's call touches nothing here */
 	R_LOOK = 1 << 6,      /* never changes the node */
 	R_NODE_SIDE = 1 << 7, /* runs on the node: the driver's after_node_op follows */
+	R_OURS = 1 << 8,      /* an undo op naming its volume: only a mount of it is touched */
 };
 
 /* The volume an op acts on, when the front door does not name it. */
@@ -56,7 +58,8 @@ static const struct op_spec specs[FV_OP_N] = {
 	[FV_OP_WAITFORATTACH] = { SLOT(waitforattach), R_NODE_SIDE, NAME_OPTS },
 	[FV_OP_MOUNTDEVICE] = { SLOT(mountdevice), R_DIR | R_DIR_MADE | R_LOCK_VOL | R_NODE_SIDE,
 				NAME_DIR },
-	[FV_OP_UNMOUNTDEVICE] = { SLOT(unmountdevice), R_DIR | R_LOCK_VOL | R_NODE_SIDE, NAME_DIR },
+	[FV_OP_UNMOUNTDEVICE] = { SLOT(unmountdevice), R_DIR | R_LOCK_VOL | R_NODE_SIDE | R_OURS,
+				  NAME_DIR },
 	/*
 	 * Pod mounts lock their own directory: kubelet runs mount and unmount
 	 * of one volume for different pods in parallel (contract §1.1), and
@@ -65,7 +68,8 @@ static const struct op_spec specs[FV_OP_N] = {
 	[FV_OP_MOUNT] = { SLOT(mount), R_DIR | R_DIR_MADE | R_LOCK_DIR | R_NODE_SIDE, NAME_DIR },
 	[FV_OP_UNMOUNT] = { SLOT(unmount), R_DIR | R_LOCK_DIR | R_NODE_SIDE, NAME_DIR },
 	[FV_OP_PUBLISH] = { SLOT(publish), R_DIR | R_DIR_MADE | R_LOCK_DIR | R_NODE_SIDE, NAME_NONE },
-	[FV_OP_UNPUBLISH] = { SLOT(unpublish), R_DIR | R_LOCK_DIR | R_NODE_SIDE, NAME_NONE },
+	[FV_OP_UNPUBLISH] = { SLOT(unpublish), R_DIR | R_LOCK_DIR | R_NODE_SIDE | R_OURS,
+			      NAME_NONE },
 	[FV_OP_EXPANDFS] = { SLOT(expandfs), R_LOCK_VOL, NAME_DIR },
 	/*
 	 * Our own op, never called by kubelet: the DaemonSet runs it now and
@@ -189,6 +193,55 @@ static int remove_dir(struct fv_ctx *cx, const char *path)
 	return fv_fail(cx, r, "cannot remove '%s': %s", path, strerror(-r));
 }
 
+/* The topmost mount at @path, as the mount table says (never a lookup: it may be a dead NFS mount). */
+static int owns_at(struct fv_ctx *cx, const char *name, const char *path)
+{
+	struct fv_mntinfo mi;
+	int r = fv_mnt_find(path, &mi);
+
+	if (r < 0)
+		return fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
+	if (r == 1)
+		return -ENOENT;
+	r = cx->drv->owns(cx, name, path, &mi);
+	if (r == 0)
+		fv_fail(cx, -FV_ERR_CONFLICT, "'%s' holds %s (%s), not a mount of volume '%s': "
+			"left alone", path, mi.source, mi.fstype, name);
+	return r;
+}
+
+int fv_op_owns(struct fv_ctx *cx, const char *name, const char *path)
+{
+	char norm[PATH_MAX];
+	int fd = fv_dir_open(path, FV_DIR_PARENT, norm, sizeof(norm));
+
+	if (fd < 0)
+		return fd == -ENOENT ? -ENOENT : fv_fail(cx, fd, "'%s': %s", path, strerror(-fd));
+	close(fd);
+	if (!cx->drv->owns)
+		return fv_fail(cx, -EOPNOTSUPP, "%s cannot tell its mounts", cx->drv->name);
+	return owns_at(cx, name, norm);
+}
+
+/*
+ * Before an undo op that names its volume unmounts anything: the mount at
+ * @c->dir must be the volume's, else it is left alone (a Failure that
+ * names it, and a log line).  Nothing mounted is the op's to handle.
+ */
+static int only_ours(struct fv_ctx *cx, struct fv_op_call *c)
+{
+	int r;
+
+	if (!cx->drv->owns || !c->name)
+		return 0;
+	r = owns_at(cx, c->name, c->dir);
+	if (r == 0) {
+		fv_log("%s of volume '%s': %s", op_names[c->op], c->name, cx->message);
+		return -FV_ERR_CONFLICT;
+	}
+	return r == -ENOENT || r == 1 ? 0 : r;
+}
+
 /* Call the driver's slot for @c->op. */
 static int call_slot(struct fv_ctx *cx, struct fv_op_call *c)
 {
@@ -293,7 +346,9 @@ int fv_op_run(struct fv_ctx *cx, struct fv_op_call *c)
 			return lockfd;
 		}
 	}
-	r = run_in_dir(cx, c);
+	r = (s->flags & R_OURS) ? only_ours(cx, c) : 0;
+	if (r == 0)
+		r = run_in_dir(cx, c);
 	/*
 	 * The lock file goes with the lock (fv_unlock_remove(), safe against
 	 * waiters): none stays in the run dir per pod dir ever mounted.

@@ -31,6 +31,8 @@
  * work in a pod.
  */
 #include <arpa/inet.h>
+#include <json-c/json.h>
+#include <limits.h>
 #include <stdio.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -42,6 +44,7 @@
 #include "fv/log.h"
 #include "fv/mountutil.h"
 #include "fv/nfs.h"
+#include "fv/state.h"
 #include "fv/util.h"
 
 #define SHARE_MAX 1024	 /* NFS paths: the v3 MNTPATHLEN, generous for v4 */
@@ -512,9 +515,10 @@ static int nfs_mount(struct fv_ctx *cx, const char *arg, const struct fv_opts *o
 		if (!same_source(&mi, &v))
 			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted from '%s' (%s)",
 				       dir, mi.source, mi.fstype);
+		/* the volume mounted here, unlike this call asks: it exists, incompatible */
 		if (mi.readonly != v.ro)
-			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is already mounted %s from '%s'",
-				       dir, mi.readonly ? "read-only" : "read-write", mi.source);
+			return fv_fail(cx, -EEXIST, "'%s' is already mounted %s from '%s'", dir,
+				       mi.readonly ? "read-only" : "read-write", mi.source);
 		r = fork_call(cx, "probe", child_probe, dir, quarter(cx), NULL);
 		if (r == 0)
 			return 0; /* already mounted and healthy */
@@ -555,16 +559,78 @@ static int nfs_mount(struct fv_ctx *cx, const char *arg, const struct fv_opts *o
 /*
  * CSI's publish and unpublish: no device mount to bind from; the share is
  * mounted on the pod's target itself, as kubelet's mount <poddir> has it.
+ * An NFS mount does not say which volume it is for, so publish leaves a
+ * record of it in the state dir, before the mount (a kill after the mount
+ * leaves the record, which the retry or the unpublish finds):
+ * "publish:<target>" = {"volume": <name>, "source": "<server>:<path>"}.
+ * owns() reads it; unpublish removes it once nothing is mounted there.
  */
+static void publish_key(const char *dir, char *buf, size_t len)
+{
+	snprintf(buf, len, "publish:%s", dir);
+}
+
 static int nfs_publish(struct fv_ctx *cx, const char *dir, const char *staged,
 		       const struct fv_opts *o)
 {
-	return nfs_mount(cx, dir, o);
+	char key[PATH_MAX + 16];
+	json_object *rec;
+	struct nfsvol v;
+	int r = parse(cx, o, &v);
+
+	if (r < 0)
+		return r;
+	if (!o->volume)
+		return fv_fail(cx, -FV_ERR_BADOPT, "a publish names its volume");
+	rec = json_object_new_object();
+	if (!rec)
+		return -ENOMEM;
+	json_object_object_add(rec, "volume", json_object_new_string(o->volume));
+	json_object_object_add(rec, "source", json_object_new_string(v.source));
+	publish_key(dir, key, sizeof(key));
+	r = fv_state_write(cx, key, rec);
+	json_object_put(rec);
+	if (r < 0)
+		return fv_fail(cx, r, "cannot record the publish of '%s': %s", dir, strerror(-r));
+	r = nfs_mount(cx, dir, o);
+	if (r < 0 && fv_mnt_find(dir, NULL) == 1)
+		(void)fv_state_remove(cx, key); /* nothing mounted: nothing to record */
+	return r;
+}
+
+static int nfs_owns(struct fv_ctx *cx, const char *name, const char *path,
+		    const struct fv_mntinfo *mi)
+{
+	char key[PATH_MAX + 16];
+	json_object *rec = NULL, *vol, *src;
+	struct nfsvol v = { 0 };
+	int r;
+
+	publish_key(path, key, sizeof(key));
+	r = fv_state_read(cx, key, &rec);
+	if (r != 0)
+		return r < 0 ? r : 0; /* no record: not a publish of ours */
+	r = json_object_object_get_ex(rec, "volume", &vol) &&
+	    json_object_object_get_ex(rec, "source", &src) &&
+	    json_object_is_type(vol, json_type_string) && json_object_is_type(src, json_type_string) &&
+	    streq(json_object_get_string(vol), name);
+	if (r) {
+		snprintf(v.source, sizeof(v.source), "%s", json_object_get_string(src));
+		r = same_source(mi, &v);
+	}
+	json_object_put(rec);
+	return r;
 }
 
 static int nfs_unpublish(struct fv_ctx *cx, const char *dir, const char *name)
 {
-	return nfs_unmount(cx, dir);
+	char key[PATH_MAX + 16];
+	int r = nfs_unmount(cx, dir);
+
+	publish_key(dir, key, sizeof(key));
+	if (r == 0)
+		(void)fv_state_remove(cx, key);
+	return r;
 }
 
 const struct fv_driver fv_driver_nfs = {
@@ -591,6 +657,7 @@ const struct fv_driver fv_driver_nfs = {
 	.unmount = nfs_unmount,
 	.publish = nfs_publish,
 	.unpublish = nfs_unpublish,
+	.owns = nfs_owns,
 };
 
 /*

@@ -152,6 +152,14 @@ int fv_blkvol_op_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts 
 int fv_blkvol_op_unmount(struct fv_ctx *cx, const char *dir);
 int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char *device,
 			  const char *dir, const char *name, uint64_t new_size, uint64_t old_size);
+/*
+ * owns (fv/driver.h): the mount's device is the one volume @name's record
+ * names; with no record (the state dir wiped), the kernel's word: a device
+ * of this backend whose whole-filesystem mount is at a directory named
+ * @name (the volume's device mount).
+ */
+int fv_blkvol_owns(struct fv_ctx *cx, const char *name, const char *path,
+		   const struct fv_mntinfo *mi);
 /* publish and unpublish (fv/driver.h): mount and unmount with the device mount named */
 int fv_blkvol_op_publish(struct fv_ctx *cx, const char *dir, const char *staged,
 			 const struct fv_opts *o);
@@ -187,6 +195,7 @@ void fv_blkvol_init_caps(const struct fv_ctx *cx, struct fv_caps *caps);
 	.mount = fv_blkvol_op_mount, .unmount = fv_blkvol_op_unmount, \
 	.publish = fv_blkvol_op_publish,                          \
 	.unpublish = fv_blkvol_op_unpublish,                      \
+	.owns = fv_blkvol_owns,                                   \
 	.expandfs = fv_blkvol_op_expandfs, .gc = fv_blkvol_op_gc,  \
 	.init_caps = fv_blkvol_init_caps, .after_node_op = fv_blkvol_gc_maybe
 

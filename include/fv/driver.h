@@ -58,6 +58,7 @@ enum {
 struct json_object;
 struct fv_ctx;
 struct fv_blkvol_ops;
+struct fv_mntinfo;
 
 /* One option: a key and its value. */
 struct fv_opt_pair {
@@ -156,6 +157,16 @@ struct fv_driver {
 	int (*publish)(struct fv_ctx *cx, const char *dir, const char *staged,
 		       const struct fv_opts *o);
 	int (*unpublish)(struct fv_ctx *cx, const char *dir, const char *name);
+
+	/*
+	 * Optional: is the mount @mi, the topmost at @path, one this driver
+	 * made for volume @name?  1 yes, 0 no, <0 it cannot tell.  The runner
+	 * asks before an undo op that names its volume (unpublish, and
+	 * unmountdevice, whose directory names it) unmounts anything: a mount
+	 * that is not the volume's is left alone.
+	 */
+	int (*owns)(struct fv_ctx *cx, const char *name, const char *path,
+		    const struct fv_mntinfo *mi);
 
 	/*
 	 * Our own op, never called by kubelet: release what this node holds for

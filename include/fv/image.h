@@ -45,6 +45,24 @@ int fv_image_ensure(int rootfd, const char *img, const char *owner, uint64_t siz
 		     uint64_t *ret_size, char *msg, size_t len);
 
 /*
+ * fv_image_ensure() for a caller whose volumes have names besides their
+ * owners (CSI's CreateVolume name, whose ID owns the image): @name is
+ * recorded with a new image (FV_LOOP_NAME_XATTR, before it is sized), and
+ * an existing image made for another name is -EEXIST, so two names never
+ * share an image.  An image without the record is taken only when its
+ * owner is @name itself (made for that name by the driver or the agent).
+ */
+int fv_image_ensure_named(int rootfd, const char *img, const char *owner, const char *name,
+			  uint64_t size, bool prealloc, uint64_t *ret_size, char *msg, size_t len);
+
+/*
+ * fv_image_max_size() - the largest image, in whole MiB and at most @limit
+ * bytes, that the filesystem of the root @rootfd holds: 0 and *@ret, or
+ * -errno (-EOPNOTSUPP: it cannot tell, no O_TMPFILE).
+ */
+int fv_image_max_size(int rootfd, uint64_t limit, uint64_t *ret);
+
+/*
  * Remove image @img when its owner record names @owner and no loop device
  * holds it.  0: removed or absent (-ENOENT is 0), -EBUSY: bound (the device
  * in @msg), -EPERM: not @owner's (why in @msg), -EAGAIN: the name changed

@@ -34,6 +34,7 @@ int fv_flock_deadline(int fd, int op, unsigned int timeout_ms);
 int fv_lock(struct fv_ctx *cx, const char *name);
 /* fv_lock() without waiting: a lock someone holds is -EWOULDBLOCK (no message set). */
 int fv_lock_try(struct fv_ctx *cx, const char *name);
+/* Release a lock of fv_lock(), its file removed first: lock files exist only while in use. */
 void fv_unlock(int fd);
 
 /*
@@ -45,10 +46,10 @@ void fv_unlock(int fd);
 void fv_lock_volume_name(const struct fv_ctx *cx, const char *volume, char *buf, size_t len);
 
 /*
- * fv_unlock_remove() - fv_unlock() of the lock @name (@fd), removing its
- * file first: for locks that are not needed after this call (a pod dir's).
- * Safe against other lockers: fv_lock() checks, once it holds a lock, that
- * the file is still the one its path names, and starts again otherwise.
+ * fv_unlock_remove() - fv_unlock() of the lock @name (@fd).  Removing the
+ * file is safe against other lockers: fv_lock() checks, once it holds a
+ * lock, that the file is still the one its path names, and starts again
+ * otherwise.
  */
 void fv_unlock_remove(struct fv_ctx *cx, const char *name, int fd);
 

@@ -16,4 +16,7 @@
  */
 #define FV_LOOP_OWNER_XATTR "trusted.flexvol.owner"
 
+/* The name a volume was made for where it has one besides its owner (CSI's CreateVolume name). */
+#define FV_LOOP_NAME_XATTR "trusted.flexvol.name"
+
 #endif

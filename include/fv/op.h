@@ -88,6 +88,14 @@ bool fv_op_looks(enum fv_op op);
  */
 int fv_op_run(struct fv_ctx *cx, struct fv_op_call *c);
 
+/*
+ * fv_op_owns() - is the topmost mount at @path (taken literally) one of
+ * volume @name's, by the driver's own account (its owns slot)?  1 yes,
+ * 0 no (a message in @cx names what is there), -ENOENT nothing is mounted
+ * there, or <0.
+ */
+int fv_op_owns(struct fv_ctx *cx, const char *name, const char *path);
+
 /* The message for an op layer error code without one of its own ("timed out", strerror...). */
 const char *fv_op_errstr(int r);
 

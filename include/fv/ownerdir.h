@@ -40,7 +40,7 @@ enum {
 /* An owner record. */
 struct fv_owner {
 	char claim[72]; /* the claim's uid: the owner */
-	char pv[96];	/* the PV made for it */
+	char pv[256];	/* the PV made for it (CSI: the CreateVolume name) */
 	char name[256]; /* the directory's name (the last component) */
 	bool adopted;	/* the directory existed before and was adopted */
 	uint64_t size;	/* the capacity asked for it (CSI's CreateVolume), 0: none */

@@ -361,6 +361,32 @@ TEST(threads_wait_at_once)
 }
 
 /*
+ * Issue 37 point 3: every lock file goes with its lock (a loop image's lock
+ * "loop-image-<dev>-<ino>" stayed after each stage, one per image ever
+ * staged), whoever releases it with fv_unlock(); a lock another process
+ * holds still excludes.
+ */
+TEST(lock_files_go_with_their_locks)
+{
+	char p[PATH_MAX * 2];
+	int fd, fd2;
+
+	REQUIRE(setup(1));
+	snprintf(p, sizeof(p), "%s/run/locks/img.lock", tmpdir);
+	fd = fv_lock(&cx, "img");
+	REQUIRE(fd >= 0);
+	CHECK(access(p, F_OK) == 0);
+	fv_unlock(fd);
+	CHECK(access(p, F_OK) < 0 && errno == ENOENT);
+	fd = fv_lock(&cx, "img");
+	fd2 = fv_lock_try(&cx, "img");
+	CHECK_INT(fd2, -EWOULDBLOCK);
+	fv_unlock(fd);
+	CHECK(access(p, F_OK) < 0);
+	teardown();
+}
+
+/*
  * Issue 17 point 9: a lock file may be removed by its holder when it is no
  * longer needed (fv_unlock_remove()), and mutual exclusion still holds: a
  * waiter that gets the lock on a file removed meanwhile takes the new one.
