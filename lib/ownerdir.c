@@ -165,9 +165,10 @@ static int owner_read_at(int pfd, const char *name, struct fv_owner *ret)
  * record's name, which fails with EEXIST when another writer was first.
  * On NFS a link whose reply was lost is retried by the client and reports
  * EEXIST although it worked: the temporary file's link count tells.
+ * @replace: rename(2) over the record instead (its owner changes hands).
  */
 static int owner_write_at(int pfd, const char *name, const char *claim, const char *pv,
-			  uint64_t size, bool adopted)
+			  uint64_t size, bool adopted, bool replace)
 {
 	char rec[64], tmp[128], text[OWNER_MAX];
 	struct timespec ts;
@@ -193,6 +194,11 @@ static int owner_write_at(int pfd, const char *name, const char *claim, const ch
 		r = NEG_ERRNO(); /* -EIO for a short write */
 	if (close(fd) < 0 && r == 0)
 		r = NEG_ERRNO();
+	if (r == 0 && replace) {
+		if (renameat(pfd, tmp, pfd, rec) == 0)
+			return 0;
+		r = NEG_ERRNO();
+	}
 	if (r == 0 && linkat(pfd, tmp, pfd, rec, 0) < 0) {
 		r = NEG_ERRNO();
 		if (fstatat(pfd, tmp, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_nlink == 2)
@@ -271,9 +277,34 @@ int fv_ownerdir_record(int rootfd, const char *rel, const char *claim, const cha
 	fd = openat2_dir(pfd, last, O_RDONLY);
 	if (fd < 0)
 		return fd;
-	r = owner_write_at(pfd, last, claim, pv, 0, true);
+	r = owner_write_at(pfd, last, claim, pv, 0, true, false);
 	if (r == -EEXIST)
 		return owned_by(pfd, last, claim, other);
+	return r < 0 ? r : 1;
+}
+
+int fv_ownerdir_transfer(int rootfd, const char *rel, const char *from, const char *to,
+			 struct fv_owner *other)
+{
+	_cleanup_close_ int pfd = -1;
+	char last[NAME_MAX + 1];
+	struct fv_owner o;
+	int r;
+
+	pfd = open_parent(rootfd, rel, false, last, sizeof(last), NULL, 0);
+	if (pfd < 0)
+		return pfd;
+	r = owned_by(pfd, last, to, &o);
+	if (r <= 0 && r != -FV_OWNERDIR_E_OWNED)
+		return r;
+	if (r > 0)
+		return -ENOENT;
+	if (!streq(o.claim, from)) {
+		if (other)
+			*other = o;
+		return -FV_OWNERDIR_E_OWNED;
+	}
+	r = owner_write_at(pfd, last, to, o.pv, o.size, o.adopted, true);
 	return r < 0 ? r : 1;
 }
 
@@ -353,7 +384,7 @@ int fv_ownerdir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t 
 		} else if (errno != ENOENT) {
 			return NEG_ERRNO();
 		}
-		r = owner_write_at(pfd, last, claim, pv, size, m == FV_OWNERDIR_ADOPTED);
+		r = owner_write_at(pfd, last, claim, pv, size, m == FV_OWNERDIR_ADOPTED, false);
 		if (r == 0)
 			break;
 		if (r != -EEXIST)

@@ -172,15 +172,14 @@ static int pvs_pass(struct fvp_agent *a, struct fvp_kube *k, int rootfd)
 			   i < json_object_array_length(items);
 	     i++) {
 		json_object *pv = json_object_array_get_idx(items, i), *spec = fvp_jget(pv, "spec");
-		json_object *fx = fvp_jget(spec, "flexVolume"), *opts = fvp_jget(fx, "options");
+		json_object *opts = fvp_pv_driver_options(pv, FVP_LOOP_DRIVER);
 		const char *name = fvp_jstr2(pv, "metadata", "name"), *img = fvp_jstr(opts, "file"),
 			   *by = fvp_jstr(fvp_jget(fvp_jget(pv, "metadata"), "annotations"), FVP_ANN_PROVISIONED_BY),
 			   *phase = fvp_jstr2(pv, "status", "phase"), *pre = fvp_jstr(opts, "preallocate");
 		uint64_t size = 0, cap = 0;
 		int r;
 
-		if (!by || !streq(by, FVP_LOOP_PROVISIONER) || !fvp_jstr(fx, "driver") ||
-		    !streq(fvp_jstr(fx, "driver"), FVP_LOOP_DRIVER) || !fvp_safe_name(name) ||
+		if (!by || !streq(by, FVP_LOOP_PROVISIONER) || !opts || !fvp_safe_name(name) ||
 		    !fv_image_name_ok(img))
 			continue;
 		if (pv_reclaimable(pv)) {

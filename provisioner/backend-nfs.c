@@ -191,15 +191,14 @@ static int nfs_cleanup(const struct fvp_site *s, json_object *sc, json_object *p
 static int nfs_reclaim(const struct fvp_site *s, json_object *pv, const char *on_delete,
 		       char *done, size_t donelen, char *err, size_t errlen)
 {
-	json_object *spec = fvp_jget(pv, "spec"), *fx = fvp_jget(spec, "flexVolume"),
-		    *opts = fvp_jget(fx, "options");
+	json_object *spec = fvp_jget(pv, "spec"), *opts = fvp_pv_driver_options(pv, FVP_PROVISIONER);
 	const char *sub = fvp_jstr(opts, "subPath"), *claim = fvp_jstr2(spec, "claimRef", "uid");
 	char archived[FVP_PATH_MAX + 64] = "";
 	enum fvp_on_delete action = FVP_ARCHIVE;
 	struct fv_owner other;
 	int r;
 
-	if (!fvp_jstr(fx, "driver") || !streq(fvp_jstr(fx, "driver"), FVP_PROVISIONER))
+	if (!opts)
 		return fvp_fail(err, errlen, 1, "not a %s volume", FVP_PROVISIONER);
 	if (!our_share(s, fvp_jstr(opts, "server"), fvp_jstr(opts, "share")))
 		return fvp_fail(err, errlen, 1, "not on this instance's share");
@@ -237,15 +236,13 @@ static int nfs_reclaim(const struct fvp_site *s, json_object *pv, const char *on
 
 static int nfs_record_owner(const struct fvp_site *s, json_object *pv, char *err, size_t errlen)
 {
-	json_object *spec = fvp_jget(pv, "spec"), *fx = fvp_jget(spec, "flexVolume"),
-		    *opts = fvp_jget(fx, "options");
+	json_object *spec = fvp_jget(pv, "spec"), *opts = fvp_pv_driver_options(pv, FVP_PROVISIONER);
 	const char *sub = fvp_jstr(opts, "subPath"), *claim = fvp_jstr2(spec, "claimRef", "uid"),
 		   *name = fvp_jstr2(pv, "metadata", "name");
 	struct fv_owner other;
 	int r;
 
-	if (!fvp_jstr(fx, "driver") || !streq(fvp_jstr(fx, "driver"), FVP_PROVISIONER) ||
-	    !our_share(s, fvp_jstr(opts, "server"), fvp_jstr(opts, "share")) || !fvp_check_subpath(sub) ||
+	if (!opts || !our_share(s, fvp_jstr(opts, "server"), fvp_jstr(opts, "share")) || !fvp_check_subpath(sub) ||
 	    !claim || !*claim || !name)
 		return 0;
 	r = fv_ownerdir_record(s->rootfd, sub, claim, name, &other);

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The registry of backends (the one place that names them) and fvp_volume_done(). */
+/* The registry of backends (the one place that names them), fvp_volume_done(), fvp_pv_driver_options(). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "backend.h"
+#include "jsonutil.h"
 
 extern const struct fvp_backend fvp_backend_nfs;
 extern const struct fvp_backend fvp_backend_loop;
@@ -61,4 +62,14 @@ void fvp_volume_done(struct fvp_volume *vol)
 	json_object_put(vol->node_affinity);
 	json_object_put(vol->labels);
 	vol->flex_volume = vol->node_affinity = vol->labels = NULL;
+}
+
+json_object *fvp_pv_driver_options(json_object *pv, const char *driver)
+{
+	json_object *spec = fvp_jget(pv, "spec"), *fx = fvp_jget(spec, "flexVolume");
+
+	if (fx)
+		return fvp_jstr(fx, "driver") && streq(fvp_jstr(fx, "driver"), driver) ?
+			       fvp_jget(fx, "options") : NULL;
+	return fvp_jget(fvp_jget(spec, "csi"), "volumeAttributes");
 }

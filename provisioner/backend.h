@@ -121,6 +121,13 @@ struct fvp_backend {
 
 void fvp_volume_done(struct fvp_volume *vol);
 
+/*
+ * fvp_pv_driver_options() - the driver options of @pv, a PV annotated as ours: its flexVolume's
+ * options when that is of @driver, or the volumeAttributes of a CSI PV (one `migrate` moved
+ * to CSI and left ours to reclaim: they are the same options); NULL otherwise.
+ */
+json_object *fvp_pv_driver_options(json_object *pv, const char *driver);
+
 /* The backends this binary has (backend-*.c), NULL-terminated. */
 extern const struct fvp_backend *const fvp_backends[];
 

@@ -10,13 +10,18 @@
  * PV (written before anything changes), so a run killed anywhere is finished by running it
  * again:
  *
- *   PV is the FlexVolume one, bound   -> refuse if in use; save; Retain; delete; create the CSI PV
- *   PV being deleted                  -> drop its pv-protection finalizer; wait until gone
+ *   PV is the FlexVolume one, bound   -> refuse if in use; save; Retain; [hand the directory
+ *                                        over]; delete; create the CSI PV
+ *   PV being deleted                  -> drop the finalizers of ours; wait until gone
  *   PV gone, saved copy present       -> create the CSI PV from the saved copy
  *   PV is the CSI one                 -> wait until it and the claim are Bound: done
  *
  * --rollback runs the same steps the other way: the FlexVolume PV is created again from the
- * saved copy (its own reclaim policy), bound to the claim.
+ * saved copy (its own reclaim policy, annotations and finalizers), bound to the claim.
+ *
+ * Who reclaims a moved volume, and what the new PV says so with: migrate-pv.c.  Nothing here
+ * waits on a component that may not run: the finalizers our components put on a PV are removed
+ * here once nothing uses the volume.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,36 +36,17 @@
 #include <unistd.h>
 
 #include "fv/macro.h"
+#include "fv/ownerdir.h"
 #include "fv/util.h"
 #include "jsonutil.h"
 #include "kube.h"
 #include "migrate.h"
 
-#define MIGRATE_PREFIX "flexvol/"
-#define PV_PATH "/api/v1/persistentvolumes/"
-#define PROTECTION "kubernetes.io/pv-protection"
+#define PV_PATH FVP_MIG_PV_PATH
 /* the claim's annotation: "csi" or "flexvolume", the side its PV is on after a run */
 #define MIGRATED_TO "flexvol/migrated-to"
 
-struct mig {
-	struct fvp_kube *k;
-	const char *pv;		/* the PV's name */
-	const char *save;	/* the saved copy of the FlexVolume PV */
-	const char *csi_name;	/* or NULL: <driver>.csi.flexvol */
-	bool rollback;
-	unsigned int timeout_s;
-	char err[FVP_KUBE_ERR_MAX];
-};
-
-static void jput(json_object **o)
-{
-	if (*o)
-		json_object_put(*o);
-}
-#define _cleanup_json_ _cleanup_(jput)
-
-static int fail(struct mig *m, int r, const char *fmt, ...) _printf_(3, 4);
-static int fail(struct mig *m, int r, const char *fmt, ...)
+int fvp_mig_fail(struct fvp_mig *m, int r, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -78,8 +64,7 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* GET @path: 0 and *ret, 1 for 404, <0 otherwise (message in m->err). */
-static int get(struct mig *m, const char *path, json_object **ret)
+int fvp_mig_get(struct fvp_mig *m, const char *path, json_object **ret)
 {
 	json_object *o = NULL;
 	int r = fvp_kube_request(m->k, "GET", path, NULL, &o, m->err, sizeof(m->err));
@@ -87,12 +72,12 @@ static int get(struct mig *m, const char *path, json_object **ret)
 	if (r < 0)
 		return r;
 	if (r == 404) {
-		jput(&o);
+		fvp_mig_jput(&o);
 		return 1;
 	}
 	if (r != 200 || !o) {
-		fail(m, -EIO, "GET %s: HTTP %d: %s", path, r, fvp_kube_status_message(o));
-		jput(&o);
+		fvp_mig_fail(m, -EIO, "GET %s: HTTP %d: %s", path, r, fvp_kube_status_message(o));
+		fvp_mig_jput(&o);
 		return -EIO;
 	}
 	*ret = o;
@@ -100,7 +85,7 @@ static int get(struct mig *m, const char *path, json_object **ret)
 }
 
 /* @method @path @body expecting a 2xx; @body is consumed. */
-static int send(struct mig *m, const char *method, const char *path, json_object *body)
+static int send(struct fvp_mig *m, const char *method, const char *path, json_object *body)
 {
 	_cleanup_json_ json_object *o = NULL;
 	int r = fvp_kube_request(m->k, method, path, body, &o, m->err, sizeof(m->err));
@@ -110,36 +95,8 @@ static int send(struct mig *m, const char *method, const char *path, json_object
 	if (r < 0)
 		return r;
 	if (r < 200 || r > 299)
-		return fail(m, r == 409 ? -EEXIST : r == 404 ? -ENOENT : -EIO, "%s %s: HTTP %d: %s",
+		return fvp_mig_fail(m, r == 409 ? -EEXIST : r == 404 ? -ENOENT : -EIO, "%s %s: HTTP %d: %s",
 			    method, path, r, fvp_kube_status_message(o));
-	return 0;
-}
-
-static const char *flex_driver(json_object *pv)
-{
-	return fvp_jstr2(fvp_jobj(pv, "spec"), "flexVolume", "driver");
-}
-
-static const char *csi_driver(json_object *pv)
-{
-	return fvp_jstr2(fvp_jobj(pv, "spec"), "csi", "driver");
-}
-
-/* The CSI driver name of the flexvol driver of @flexdrv ("flexvol/loop" -> "loop.csi.flexvol"). */
-static int csi_name_of(struct mig *m, const char *flexdrv, char *buf, size_t len)
-{
-	const char *d;
-
-	if (!flexdrv || strncmp(flexdrv, MIGRATE_PREFIX, strlen(MIGRATE_PREFIX)))
-		return fail(m, -EINVAL, "PV '%s' is not a volume of a flexvol driver (driver '%s')",
-			    m->pv, flexdrv ? flexdrv : "");
-	d = flexdrv + strlen(MIGRATE_PREFIX);
-	if (!streq(d, "loop") && !streq(d, "nfs") && !streq(d, "iscsi"))
-		return fail(m, -EINVAL, "PV '%s': no CSI driver for '%s'", m->pv, flexdrv);
-	if (m->csi_name)
-		snprintf(buf, len, "%s", m->csi_name);
-	else
-		snprintf(buf, len, "%s.csi.flexvol", d);
 	return 0;
 }
 
@@ -157,7 +114,7 @@ static bool names_pv(const char *s, const char *pv)
  * not ended, a node whose kubelet still lists it in use or attached (it has not unmounted it
  * yet), a VolumeAttachment of it.
  */
-static int check_idle(struct mig *m, const char *ns, const char *claim)
+static int check_idle(struct fvp_mig *m, const char *ns, const char *claim)
 {
 	_cleanup_json_ json_object *pods = NULL, *nodes = NULL, *vas = NULL;
 	char path[512];
@@ -165,9 +122,9 @@ static int check_idle(struct mig *m, const char *ns, const char *claim)
 	int r;
 
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", ns);
-	r = get(m, path, &pods);
+	r = fvp_mig_get(m, path, &pods);
 	if (r)
-		return r < 0 ? r : fail(m, -EIO, "GET %s: not found", path);
+		return r < 0 ? r : fvp_mig_fail(m, -EIO, "GET %s: not found", path);
 	for (i = 0; i < json_object_array_length(fvp_jget(pods, "items")); i++) {
 		json_object *p = json_object_array_get_idx(fvp_jget(pods, "items"), i);
 		json_object *vols = fvp_jget(fvp_jobj(p, "spec"), "volumes");
@@ -180,14 +137,14 @@ static int check_idle(struct mig *m, const char *ns, const char *claim)
 						  "persistentVolumeClaim", "claimName");
 
 			if (c && streq(c, claim))
-				return fail(m, -EBUSY, "claim %s/%s is used by pod %s (phase %s): stop "
+				return fvp_mig_fail(m, -EBUSY, "claim %s/%s is used by pod %s (phase %s): stop "
 					    "it first", ns, claim, fvp_jstr2(p, "metadata", "name"),
 					    ph ? ph : "unknown");
 		}
 	}
-	r = get(m, "/api/v1/nodes", &nodes);
+	r = fvp_mig_get(m, "/api/v1/nodes", &nodes);
 	if (r)
-		return r < 0 ? r : fail(m, -EIO, "GET /api/v1/nodes: not found");
+		return r < 0 ? r : fvp_mig_fail(m, -EIO, "GET /api/v1/nodes: not found");
 	for (i = 0; i < json_object_array_length(fvp_jget(nodes, "items")); i++) {
 		json_object *n = json_object_array_get_idx(fvp_jget(nodes, "items"), i);
 		json_object *st = fvp_jobj(n, "status");
@@ -197,7 +154,7 @@ static int check_idle(struct mig *m, const char *ns, const char *claim)
 			const char *v = json_object_get_string(json_object_array_get_idx(use, j));
 
 			if (v && names_pv(v, m->pv))
-				return fail(m, -EBUSY, "node %s still has volume %s in use (%s): wait "
+				return fvp_mig_fail(m, -EBUSY, "node %s still has volume %s in use (%s): wait "
 					    "until its kubelet has unmounted it",
 					    fvp_jstr2(n, "metadata", "name"), m->pv, v);
 		}
@@ -205,11 +162,11 @@ static int check_idle(struct mig *m, const char *ns, const char *claim)
 			const char *v = fvp_jstr(json_object_array_get_idx(att, j), "name");
 
 			if (v && names_pv(v, m->pv))
-				return fail(m, -EBUSY, "volume %s is still attached to node %s (%s): wait "
+				return fvp_mig_fail(m, -EBUSY, "volume %s is still attached to node %s (%s): wait "
 					    "for the detach", m->pv, fvp_jstr2(n, "metadata", "name"), v);
 		}
 	}
-	r = get(m, "/apis/storage.k8s.io/v1/volumeattachments", &vas);
+	r = fvp_mig_get(m, "/apis/storage.k8s.io/v1/volumeattachments", &vas);
 	if (r < 0)
 		return r;
 	for (i = 0; !r && i < json_object_array_length(fvp_jget(vas, "items")); i++) {
@@ -217,14 +174,14 @@ static int check_idle(struct mig *m, const char *ns, const char *claim)
 		const char *s = fvp_jstr2(fvp_jobj(va, "spec"), "source", "persistentVolumeName");
 
 		if (s && streq(s, m->pv))
-			return fail(m, -EBUSY, "VolumeAttachment %s still attaches %s: wait for the "
+			return fvp_mig_fail(m, -EBUSY, "VolumeAttachment %s still attaches %s: wait for the "
 				    "detach", fvp_jstr2(va, "metadata", "name"), m->pv);
 	}
 	return 0;
 }
 
 /* The claim @pv is bound to, checked against the claim itself: 0 and *ret, <0 otherwise. */
-static int bound_claim(struct mig *m, json_object *pv, json_object **ret)
+static int bound_claim(struct fvp_mig *m, json_object *pv, json_object **ret)
 {
 	json_object *ref = fvp_jobj(fvp_jobj(pv, "spec"), "claimRef");
 	const char *ns = fvp_jstr(ref, "namespace"), *name = fvp_jstr(ref, "name"),
@@ -234,22 +191,22 @@ static int bound_claim(struct mig *m, json_object *pv, json_object **ret)
 	int r;
 
 	if (!ns || !name || !uid || !fvp_safe_name(ns) || !fvp_safe_name(name))
-		return fail(m, -EINVAL, "PV %s is not bound to a claim", m->pv);
+		return fvp_mig_fail(m, -EINVAL, "PV %s is not bound to a claim", m->pv);
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
-	r = get(m, path, &c);
+	r = fvp_mig_get(m, path, &c);
 	if (r)
-		return r < 0 ? r : fail(m, -ENOENT, "claim %s/%s of PV %s does not exist", ns, name,
+		return r < 0 ? r : fvp_mig_fail(m, -ENOENT, "claim %s/%s of PV %s does not exist", ns, name,
 					 m->pv);
 	if (!fvp_jstr2(c, "metadata", "uid") || !streq(fvp_jstr2(c, "metadata", "uid"), uid) ||
 	    !fvp_jstr2(c, "spec", "volumeName") || !streq(fvp_jstr2(c, "spec", "volumeName"), m->pv))
-		return fail(m, -EINVAL, "claim %s/%s is not the one PV %s is bound to (uid or "
+		return fvp_mig_fail(m, -EINVAL, "claim %s/%s is not the one PV %s is bound to (uid or "
 			    "volumeName differ)", ns, name, m->pv);
 	*ret = TAKE_PTR(c);
 	return 0;
 }
 
 /* Write @o to @path: temp file, fsync, rename (a crash leaves the old file or the new one). */
-static int write_saved(struct mig *m, const char *path, json_object *o)
+static int write_saved(struct fvp_mig *m, const char *path, json_object *o)
 {
 	_cleanup_free_ char *tmp = NULL;
 	const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY);
@@ -260,22 +217,22 @@ static int write_saved(struct mig *m, const char *path, json_object *o)
 		return -ENOMEM;
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
-		return fail(m, -errno, "cannot write '%s': %s", tmp, strerror(errno));
+		return fvp_mig_fail(m, -errno, "cannot write '%s': %s", tmp, strerror(errno));
 	if (write(fd, s, n) != (ssize_t)n || write(fd, "\n", 1) != 1 || fsync(fd) < 0) {
 		int e = errno ? errno : EIO;
 
 		close(fd);
 		unlink(tmp);
-		return fail(m, -e, "cannot write '%s': %s", tmp, strerror(e));
+		return fvp_mig_fail(m, -e, "cannot write '%s': %s", tmp, strerror(e));
 	}
 	close(fd);
 	if (rename(tmp, path) < 0)
-		return fail(m, -errno, "cannot rename '%s': %s", tmp, strerror(errno));
+		return fvp_mig_fail(m, -errno, "cannot rename '%s': %s", tmp, strerror(errno));
 	return 0;
 }
 
 /* The saved copy, or NULL (absent: *exists false). */
-static int read_saved(struct mig *m, json_object **ret)
+static int read_saved(struct fvp_mig *m, json_object **ret)
 {
 	json_object *o;
 
@@ -286,88 +243,16 @@ static int read_saved(struct mig *m, json_object **ret)
 	o = json_object_from_file(m->save);
 	if (!o || !json_object_is_type(o, json_type_object) ||
 	    !fvp_jstr2(o, "metadata", "name") || !streq(fvp_jstr2(o, "metadata", "name"), m->pv) ||
-	    !flex_driver(o)) {
-		jput(&o);
-		return fail(m, -EINVAL, "'%s' is not a saved FlexVolume PV named %s", m->save, m->pv);
+	    !fvp_mig_flex_driver(o)) {
+		fvp_mig_jput(&o);
+		return fvp_mig_fail(m, -EINVAL, "'%s' is not a saved FlexVolume PV named %s", m->save, m->pv);
 	}
 	*ret = o;
 	return 0;
 }
 
-/* Copy member @key of @from into @to (deep), if present. */
-static void copy_member(json_object *to, json_object *from, const char *key)
-{
-	json_object *v = fvp_jget(from, key), *c = NULL;
-
-	if (v && json_object_deep_copy(v, &c, NULL) == 0)
-		json_object_object_add(to, key, c);
-}
-
-/*
- * The PV to create from the saved FlexVolume PV @saved: as it was (@to_csi false: its spec,
- * its reclaim policy) or as a CSI PV of the same backing (volumeHandle = the PV's name, which
- * the FlexVolume drivers name the volume by, volumeAttributes = the driver options; Retain).
- * Bound to @claim by its uid either way.
- */
-static json_object *new_pv(struct mig *m, json_object *saved, json_object *claim, bool to_csi)
-{
-	json_object *pv = json_object_new_object(), *md = json_object_new_object();
-	json_object *spec = NULL, *ref = json_object_new_object(), *ann;
-	json_object *flex = fvp_jobj(fvp_jobj(saved, "spec"), "flexVolume");
-	char drv[128];
-
-	json_object_deep_copy(fvp_jobj(saved, "spec"), &spec, NULL);
-	fvp_jset(pv, "apiVersion", "v1");
-	fvp_jset(pv, "kind", "PersistentVolume");
-	fvp_jset(md, "name", m->pv);
-	copy_member(md, fvp_jobj(saved, "metadata"), "labels");
-	copy_member(md, fvp_jobj(saved, "metadata"), "annotations");
-	/* the binding below is ours, not the controller's: it must not undo it */
-	ann = fvp_jobj(md, "annotations");
-	if (ann)
-		json_object_object_del(ann, "pv.kubernetes.io/bound-by-controller");
-	json_object_object_add(pv, "metadata", md);
-	fvp_jset(ref, "apiVersion", "v1");
-	fvp_jset(ref, "kind", "PersistentVolumeClaim");
-	fvp_jset(ref, "namespace", fvp_jstr2(claim, "metadata", "namespace"));
-	fvp_jset(ref, "name", fvp_jstr2(claim, "metadata", "name"));
-	fvp_jset(ref, "uid", fvp_jstr2(claim, "metadata", "uid"));
-	json_object_object_add(spec, "claimRef", ref);
-	if (to_csi) {
-		json_object *csi = json_object_new_object(), *attrs = NULL, *secret;
-
-		csi_name_of(m, fvp_jstr(flex, "driver"), drv, sizeof(drv));
-		fvp_jset(csi, "driver", drv);
-		fvp_jset(csi, "volumeHandle", m->pv);
-		fvp_jset(csi, "fsType", fvp_jstr(flex, "fsType"));
-		if (fvp_jget(flex, "readOnly"))
-			json_object_object_add(csi, "readOnly",
-					       json_object_new_boolean(
-						       json_object_get_boolean(fvp_jget(flex, "readOnly"))));
-		if (fvp_jget(flex, "options") &&
-		    json_object_deep_copy(fvp_jget(flex, "options"), &attrs, NULL) == 0)
-			json_object_object_add(csi, "volumeAttributes", attrs);
-		/* a FlexVolume secret reaches the node's mount: CSI's stage secret */
-		secret = fvp_jobj(flex, "secretRef");
-		if (secret) {
-			json_object *s = json_object_new_object();
-
-			fvp_jset(s, "name", fvp_jstr(secret, "name"));
-			fvp_jset(s, "namespace", fvp_jstr(secret, "namespace") ?
-				 fvp_jstr(secret, "namespace") : fvp_jstr2(claim, "metadata", "namespace"));
-			json_object_object_add(csi, "nodeStageSecretRef", s);
-		}
-		json_object_object_del(spec, "flexVolume");
-		json_object_object_add(spec, "csi", csi);
-		json_object_object_add(spec, "persistentVolumeReclaimPolicy",
-				       json_object_new_string("Retain"));
-	}
-	json_object_object_add(pv, "spec", spec);
-	return pv;
-}
-
 /* Wait until @fn says done (>0) or fails (<0), at most m->timeout_s. */
-static int wait_until(struct mig *m, const char *what, int (*fn)(struct mig *, void *), void *ud)
+static int wait_until(struct fvp_mig *m, const char *what, int (*fn)(struct fvp_mig *, void *), void *ud)
 {
 	double end = now_s() + m->timeout_s;
 	int r;
@@ -377,12 +262,12 @@ static int wait_until(struct mig *m, const char *what, int (*fn)(struct mig *, v
 		if (r)
 			return r < 0 ? r : 0;
 		if (now_s() > end)
-			return fail(m, -ETIMEDOUT, "%s not seen within %u s", what, m->timeout_s);
+			return fvp_mig_fail(m, -ETIMEDOUT, "%s not seen within %u s", what, m->timeout_s);
 		usleep(250 * 1000);
 	}
 }
 
-static int pv_gone_named(struct mig *m, void *ud)
+static int pv_gone_named(struct fvp_mig *m, void *ud)
 {
 	json_object *o = NULL;
 	char path[512];
@@ -390,13 +275,13 @@ static int pv_gone_named(struct mig *m, void *ud)
 
 	(void)ud;
 	snprintf(path, sizeof(path), PV_PATH "%s", m->pv);
-	r = get(m, path, &o);
-	jput(&o);
+	r = fvp_mig_get(m, path, &o);
+	fvp_mig_jput(&o);
 	return r; /* 1 = 404: gone */
 }
 
 /* PV and claim both Bound (to each other: the claim's uid in the PV's claimRef). */
-static int both_bound(struct mig *m, void *ud)
+static int both_bound(struct fvp_mig *m, void *ud)
 {
 	json_object *claim = ud;
 	_cleanup_json_ json_object *pv = NULL, *c = NULL;
@@ -404,24 +289,28 @@ static int both_bound(struct mig *m, void *ud)
 	int r;
 
 	snprintf(path, sizeof(path), PV_PATH "%s", m->pv);
-	r = get(m, path, &pv);
+	r = fvp_mig_get(m, path, &pv);
 	if (r)
 		return r < 0 ? r : 0;
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s",
 		 fvp_jstr2(claim, "metadata", "namespace"), fvp_jstr2(claim, "metadata", "name"));
-	r = get(m, path, &c);
+	r = fvp_mig_get(m, path, &c);
 	if (r)
-		return r < 0 ? r : fail(m, -ENOENT, "the claim was deleted");
+		return r < 0 ? r : fvp_mig_fail(m, -ENOENT, "the claim was deleted");
 	return fvp_jstr2(pv, "status", "phase") && streq(fvp_jstr2(pv, "status", "phase"), "Bound") &&
 	       fvp_jstr2(c, "status", "phase") && streq(fvp_jstr2(c, "status", "phase"), "Bound");
 }
 
-/* Delete the PV (only the incarnation @uid), let it go despite pv-protection, wait until gone. */
-static int remove_pv(struct mig *m, json_object *pv)
+/*
+ * Delete the PV (only the incarnation @uid), let it go despite the finalizers of ours (a
+ * component stopped never drops its own), wait until gone.
+ */
+static int remove_pv(struct fvp_mig *m, json_object *pv)
 {
 	_cleanup_json_ json_object *o = NULL;
 	json_object *fin = fvp_jget(fvp_jobj(pv, "metadata"), "finalizers"), *keep, *patch, *pm;
-	char path[512];
+	const char *drv = fvp_mig_csi_driver(pv);
+	char path[512], left[512];
 	size_t i;
 	int r;
 
@@ -432,22 +321,18 @@ static int remove_pv(struct mig *m, json_object *pv)
 		if (r < 0)
 			return r;
 		if (r != 200 && r != 202 && r != 404)
-			return fail(m, -EIO, "DELETE %s: HTTP %d: %s", path, r,
+			return fvp_mig_fail(m, -EIO, "DELETE %s: HTTP %d: %s", path, r,
 				    fvp_kube_status_message(o));
 		printf("deleted the PV %s (its claim is Lost until the new PV is bound)\n", m->pv);
 	}
-	/*
-	 * pv-protection holds a bound PV until its claim lets go; the claim must keep it, and
-	 * nothing uses the volume (check_idle): the finalizer goes, the others stay.
-	 */
-	if (fin && fvp_jarray_has(fin, PROTECTION)) {
-		keep = json_object_new_array();
-		for (i = 0; i < json_object_array_length(fin); i++) {
-			const char *f = json_object_get_string(json_object_array_get_idx(fin, i));
+	keep = json_object_new_array();
+	for (i = 0; fin && i < json_object_array_length(fin); i++) {
+		const char *f = json_object_get_string(json_object_array_get_idx(fin, i));
 
-			if (f && !streq(f, PROTECTION))
-				json_object_array_add(keep, json_object_new_string(f));
-		}
+		if (f && !fvp_mig_our_finalizer(f, drv))
+			json_object_array_add(keep, json_object_new_string(f));
+	}
+	if (fin && json_object_array_length(keep) != json_object_array_length(fin)) {
 		patch = json_object_new_object();
 		pm = json_object_new_object();
 		json_object_object_add(pm, "finalizers", keep);
@@ -456,23 +341,37 @@ static int remove_pv(struct mig *m, json_object *pv)
 		r = send(m, "PATCH", path, patch);
 		if (r < 0 && r != -ENOENT)
 			return r;
+	} else {
+		json_object_put(keep);
 	}
-	return wait_until(m, "the deletion of the PV", pv_gone_named, NULL);
+	r = wait_until(m, "the deletion of the PV", pv_gone_named, NULL);
+	if (r == -ETIMEDOUT) {
+		_cleanup_json_ json_object *now = NULL;
+
+		if (fvp_mig_get(m, path, &now) == 0 && *fvp_mig_finalizers(now, left, sizeof(left)))
+			return fvp_mig_fail(m, r, "the PV %s is not gone within %u s: its finalizers %s are not "
+				    "ours to remove; whoever put them there must", m->pv, m->timeout_s,
+				    left);
+		return fvp_mig_fail(m, r, "the deletion of the PV not seen within %u s", m->timeout_s);
+	}
+	return r;
 }
 
 /*
- * The PV exists: check it and its claim, and take it down (refusals, save, Retain, delete).
- * Returns 0 (go on: create the new PV), 1 (it is already the target PV, bound: done), <0.
+ * The PV exists: check it and its claim, and take it down (refusals, save, Retain, the
+ * directory handed over or given back, delete).  Returns 0 (go on: create the new PV), 1 (it
+ * is already the target PV, bound: done), <0.
  */
-static int take_down(struct mig *m, json_object *pv, json_object **saved, json_object **claim)
+static int take_down(struct fvp_mig *m, json_object *pv, json_object **saved, json_object **claim)
 {
-	bool is_flex = flex_driver(pv) != NULL, is_csi = csi_driver(pv) != NULL;
+	bool is_flex = fvp_mig_flex_driver(pv) != NULL, is_csi = fvp_mig_csi_driver(pv) != NULL;
 	bool deleting = fvp_jstr2(pv, "metadata", "deletionTimestamp") != NULL;
+	json_object *src;
 	char path[512], drv[128];
 	int r;
 
 	if (!is_flex && !is_csi)
-		return fail(m, -EINVAL, "PV %s is neither a FlexVolume nor a CSI PV", m->pv);
+		return fvp_mig_fail(m, -EINVAL, "PV %s is neither a FlexVolume nor a CSI PV", m->pv);
 	r = bound_claim(m, pv, claim);
 	if (r < 0)
 		return r;
@@ -486,22 +385,33 @@ static int take_down(struct mig *m, json_object *pv, json_object **saved, json_o
 		return 1;
 	}
 	if (m->rollback && !*saved)
-		return fail(m, -ENOENT, "no saved FlexVolume PV in '%s' to roll back to", m->save);
-	if (is_csi && *saved && !csi_name_of(m, flex_driver(*saved), drv, sizeof(drv)) &&
-	    !streq(csi_driver(pv), drv))
-		return fail(m, -EINVAL, "PV %s is of CSI driver %s, not %s", m->pv, csi_driver(pv), drv);
+		return fvp_mig_fail(m, -ENOENT, "no saved FlexVolume PV in '%s' to roll back to", m->save);
+	if (is_csi && *saved && !fvp_mig_csi_name(m, fvp_mig_flex_driver(*saved), drv, sizeof(drv)) &&
+	    !streq(fvp_mig_csi_driver(pv), drv))
+		return fvp_mig_fail(m, -EINVAL, "PV %s is of CSI driver %s, not %s", m->pv, fvp_mig_csi_driver(pv), drv);
 	if (is_flex) {
-		r = csi_name_of(m, flex_driver(pv), drv, sizeof(drv));
+		r = fvp_mig_csi_name(m, fvp_mig_flex_driver(pv), drv, sizeof(drv));
 		if (r < 0)
 			return r;
 		if (*saved && !streq(fvp_jstr2(*saved, "metadata", "uid") ?: "",
 				     fvp_jstr2(pv, "metadata", "uid") ?: ""))
-			return fail(m, -EEXIST, "'%s' holds another PV %s (uid %s): move it away first",
+			return fvp_mig_fail(m, -EEXIST, "'%s' holds another PV %s (uid %s): move it away first",
 				    m->save, m->pv, fvp_jstr2(*saved, "metadata", "uid"));
 	}
 	if (!deleting) {
 		r = check_idle(m, fvp_jstr2(*claim, "metadata", "namespace"),
 			       fvp_jstr2(*claim, "metadata", "name"));
+		if (r < 0)
+			return r;
+	}
+	/* the FlexVolume PV as it is saved (or will be): the directory to hand over or give back */
+	src = *saved ?: pv;
+	if (is_csi && m->rootfd < 0 && fvp_mig_nfs_dir(src) && fvp_mig_provisioned_by(pv) &&
+	    streq(fvp_mig_provisioned_by(pv), fvp_mig_csi_driver(pv)))
+		return fvp_mig_fail(m, -EINVAL, "PV %s: its directory was handed to %s: give --root (the share, "
+			    "mounted here) to give it back to flexvol-provisioner", m->pv, fvp_mig_csi_driver(pv));
+	if (fvp_mig_nfs_handover(m, src)) {
+		r = fvp_mig_move_record(m, src, !m->rollback, true);
 		if (r < 0)
 			return r;
 	}
@@ -524,11 +434,17 @@ static int take_down(struct mig *m, json_object *pv, json_object **saved, json_o
 			return r;
 		printf("set the reclaim policy of PV %s to Retain\n", m->pv);
 	}
+	/* before the PV goes: a run stopped after it finds the record moved, as the new PV says */
+	if (fvp_mig_nfs_handover(m, src)) {
+		r = fvp_mig_move_record(m, src, !m->rollback, false);
+		if (r < 0)
+			return r;
+	}
 	return remove_pv(m, pv);
 }
 
 /* The PV is gone (a run stopped between the deletion and the creation): its claim, from the copy. */
-static int claim_of_saved(struct mig *m, json_object *saved, json_object **claim)
+static int claim_of_saved(struct fvp_mig *m, json_object *saved, json_object **claim)
 {
 	json_object *ref = fvp_jobj(fvp_jobj(saved, "spec"), "claimRef");
 	const char *ns = fvp_jstr(ref, "namespace"), *name = fvp_jstr(ref, "name");
@@ -536,11 +452,11 @@ static int claim_of_saved(struct mig *m, json_object *saved, json_object **claim
 	int r;
 
 	if (!ns || !fvp_safe_name(ns) || !name || !fvp_safe_name(name))
-		return fail(m, -EINVAL, "the saved PV in '%s' has no claim", m->save);
+		return fvp_mig_fail(m, -EINVAL, "the saved PV in '%s' has no claim", m->save);
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
-	r = get(m, path, claim);
+	r = fvp_mig_get(m, path, claim);
 	if (r)
-		return r < 0 ? r : fail(m, -ENOENT, "the claim %s/%s of PV %s is gone", ns, name, m->pv);
+		return r < 0 ? r : fvp_mig_fail(m, -ENOENT, "the claim %s/%s of PV %s is gone", ns, name, m->pv);
 	return 0;
 }
 
@@ -550,7 +466,7 @@ static int claim_of_saved(struct mig *m, json_object *saved, json_object **claim
  * by default). An annotation saying where the volume went is that change. Not fatal: without it
  * the claim is Bound at the resync.
  */
-static void nudge_claim(struct mig *m, json_object *claim)
+static void nudge_claim(struct fvp_mig *m, json_object *claim)
 {
 	json_object *p = json_object_new_object(), *md = json_object_new_object(),
 		    *ann = json_object_new_object();
@@ -568,9 +484,10 @@ static void nudge_claim(struct mig *m, json_object *claim)
 	}
 }
 
-static int run(struct mig *m)
+static int run(struct fvp_mig *m)
 {
 	_cleanup_json_ json_object *pv = NULL, *saved = NULL, *claim = NULL;
+	json_object *body;
 	double t0 = now_s();
 	char path[512];
 	int r;
@@ -579,7 +496,7 @@ static int run(struct mig *m)
 	if (r < 0)
 		return r;
 	snprintf(path, sizeof(path), PV_PATH "%s", m->pv);
-	r = get(m, path, &pv);
+	r = fvp_mig_get(m, path, &pv);
 	if (r < 0)
 		return r;
 	if (pv)
@@ -587,10 +504,13 @@ static int run(struct mig *m)
 	else if (saved)
 		r = claim_of_saved(m, saved, &claim);
 	else
-		r = fail(m, -ENOENT, "PV %s does not exist and '%s' holds no saved copy", m->pv, m->save);
+		r = fvp_mig_fail(m, -ENOENT, "PV %s does not exist and '%s' holds no saved copy", m->pv, m->save);
 	if (r)
 		return r < 0 ? r : 0;
-	r = send(m, "POST", "/api/v1/persistentvolumes", new_pv(m, saved, claim, !m->rollback));
+	body = fvp_mig_new_pv(m, saved, claim, !m->rollback);
+	if (!body)
+		return -EIO;
+	r = send(m, "POST", "/api/v1/persistentvolumes", body);
 	if (r < 0)
 		return r;
 	printf("created PV %s as a %s PV bound to claim %s/%s (uid %s)\n", m->pv,
@@ -613,13 +533,14 @@ int fvp_migrate_main(int argc, char **argv)
 		{ "certificate-authority", required_argument, NULL, 'c' },
 		{ "save", required_argument, NULL, 'f' },
 		{ "csi-driver", required_argument, NULL, 'd' },
+		{ "root", required_argument, NULL, 'R' },
 		{ "rollback", no_argument, NULL, 'r' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct fvp_kube_config kc = { .timeout_s = 30 };
-	struct mig m = { .timeout_s = 120 };
+	struct fvp_mig m = { .timeout_s = 120, .rootfd = -1 };
 	char *end;
 	int opt, r;
 
@@ -630,6 +551,7 @@ int fvp_migrate_main(int argc, char **argv)
 		case 'c': kc.ca_file = optarg; break;
 		case 'f': m.save = optarg; break;
 		case 'd': m.csi_name = optarg; break;
+		case 'R': m.root = optarg; break;
 		case 'r': m.rollback = true; break;
 		case 'T':
 			m.timeout_s = (unsigned int)strtoul(optarg, &end, 10);
@@ -641,10 +563,13 @@ int fvp_migrate_main(int argc, char **argv)
 			fprintf(opt == 'h' ? stdout : stderr,
 				"usage: flexvol-provisioner migrate --server URL [--token-file FILE]\n"
 				"           [--certificate-authority FILE] --save FILE [--rollback]\n"
-				"           [--csi-driver NAME] [--timeout SECONDS] PV\n"
+				"           [--csi-driver NAME] [--root DIR] [--timeout SECONDS] PV\n"
 				"Moves the bound FlexVolume PV of a flexvol driver to its CSI driver\n"
 				"(<driver>.csi.flexvol), keeping the claim and the data; --rollback\n"
-				"moves it back from the copy saved in FILE (docs/migration.md).\n");
+				"moves it back from the copy saved in FILE (docs/migration.md).\n"
+				"--root DIR: the NFS share of a PV flexvol-provisioner made, mounted\n"
+				"here: its directory is handed to the CSI driver (and back), which then\n"
+				"reclaims it; without it flexvol-provisioner keeps reclaiming it.\n");
 			return opt == 'h' ? 0 : 2;
 		}
 	}
@@ -655,11 +580,21 @@ int fvp_migrate_main(int argc, char **argv)
 		return 2;
 	}
 	m.pv = argv[optind];
+	if (m.root) {
+		m.rootfd = fv_ownerdir_root_open(m.root);
+		if (m.rootfd < 0) {
+			fprintf(stderr, "flexvol-provisioner migrate: --root '%s': %s\n", m.root,
+				strerror(-m.rootfd));
+			return 2;
+		}
+	}
 	r = fvp_kube_new(&kc, &m.k, m.err, sizeof(m.err));
 	if (r >= 0)
 		r = run(&m);
 	if (m.k)
 		fvp_kube_free(m.k);
+	if (m.rootfd >= 0)
+		close(m.rootfd);
 	if (r < 0) {
 		fprintf(stderr, "flexvol-provisioner migrate: %s\n", m.err[0] ? m.err : strerror(-r));
 		return r == -EBUSY ? 3 : 1;

@@ -81,6 +81,16 @@ int fv_ownerdir_make(int rootfd, const char *rel, mode_t mode, uid_t uid, gid_t 
 int fv_ownerdir_record(int rootfd, const char *rel, const char *claim, const char *pv,
 		   struct fv_owner *other);
 
+/*
+ * fv_ownerdir_transfer() - the record of @rel, naming @from, made to name @to instead (its
+ * other fields kept; replaced whole by rename(2), atomic on NFS too).  1: moved; 0: it names
+ * @to already; -FV_OWNERDIR_E_OWNED another (*@other); -FV_OWNERDIR_E_UNOWNED a directory
+ * without a record; -ENOENT neither.  (migrate: a directory handed between flexvol-provisioner,
+ * whose records name a claim's uid, and flexvol-csi, whose name the volume ID.)
+ */
+int fv_ownerdir_transfer(int rootfd, const char *rel, const char *from, const char *to,
+			 struct fv_owner *other);
+
 /* Read the owner record of @rel.  -ENOENT: none; -EBADMSG: not a record. */
 int fv_ownerdir_owner(int rootfd, const char *rel, struct fv_owner *ret);
 

@@ -30,7 +30,7 @@ endif
 # lease, httpd, agent (the node's files), migrate (a command of its own, with its own API
 # client) and kube (answered by the target itself)
 FUZZ_PROV_OBJS := $(filter-out $(addprefix $(O)/obj/provisioner/,main.o runner.o lease.o \
-	httpd.o agent.o migrate.o kube.o),$(PROV_OBJS))
+	httpd.o agent.o migrate.o migrate-pv.o kube.o),$(PROV_OBJS))
 
 $(O)/fuzz/fuzz-watch: tests/fuzz/fuzz-watch.c $(O)/obj/provisioner/kube.o $(O)/obj/provisioner/decode.o \
 		$(O)/obj/provisioner/jsonutil.o $(O)/obj/provisioner/params.o $(PROV_NFS_OBJS) \
@@ -55,3 +55,31 @@ check-fuzz-provisioner:
 	$(Q)$(MAKE) --no-print-directory O=$(FUZZ_O) CC=$(FUZZ_CC) SANITIZE=$(FUZZ_SAN) \
 		fuzz-provisioner
 	$(Q)tests/fuzz/run --build $(FUZZ_O) --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# --- flexvol-csi's wire (issue 37 point 5; tests/fuzz/README.md) ---------------------------------
+#
+#   make check-fuzz-csi [FUZZ_SECONDS=10]   build the targets below like those above and run each
+#                                           for FUZZ_SECONDS on its corpus
+#   make fuzz-csi                           only build them
+#
+# grpc-wire (a client connection's bytes) and grpc-request (one request message, framed by the
+# target) through csi/grpc.c, which tests/fuzz/fuzz-grpc.c includes, with stub handlers for
+# every method of the CSI services.  Needs ci/deps-csi's libraries and generated messages.
+
+FUZZ_CSI_TARGETS := grpc-wire grpc-request
+
+.PHONY: fuzz-csi check-fuzz-csi
+
+$(addprefix $(O)/fuzz/fuzz-,$(FUZZ_CSI_TARGETS)): $(O)/fuzz/fuzz-grpc-%: tests/fuzz/fuzz-grpc.c \
+		csi/grpc.c csi/grpc.h $(CSI_GEN_OBJS) $(CORE_OBJS) | $(CSI_GEN)/.stamp
+	@mkdir -p $(dir $@)
+	@[ -n "$(Q)" ] && echo "  FUZZ-LD $@" || true
+	$(Q)$(CC) $(FV_CFLAGS) $(CFLAGS) -I$(CSI_GEN) -Icsi $(CSI_CFLAGS) -DFUZZ_GRPC='"$*"' \
+		$(LDFLAGS) -fsanitize=fuzzer -o $@ $< $(CSI_GEN_OBJS) $(CORE_OBJS) $(CSI_LIBS) \
+		$(FV_LIBS)
+
+fuzz-csi: $(addprefix $(O)/fuzz/fuzz-,$(FUZZ_CSI_TARGETS))
+
+check-fuzz-csi:
+	$(Q)$(MAKE) --no-print-directory O=$(FUZZ_O) CC=$(FUZZ_CC) SANITIZE=$(FUZZ_SAN) fuzz-csi
+	$(Q)tests/fuzz/run --build $(FUZZ_O) --seconds $(FUZZ_SECONDS) $(FUZZ_CSI_TARGETS)

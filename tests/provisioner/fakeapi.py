@@ -33,7 +33,10 @@ controller-manager's does it:
   that back (the controller-manager has not seen the claim yet);
   cm_resume() catches up;
 - a PV whose claimRef names an existing pending claim by uid binds it (both
-  become Bound); deleting a claim makes its bound PV Released.
+  become Bound); deleting a claim makes its bound PV Released;
+- a new PV whose claimRef names, by uid, a claim whose volumeName is that PV
+  binds it again (what `migrate` relies on); with lose_claims, deleting a
+  bound PV first makes its claim Lost.
 
 Test hooks (called from the test, in-process): expire_next_watches(),
 inject_watch_error(), drop_watches(), race_next_pv_create, stall_pv_create.
@@ -59,6 +62,9 @@ KINDS = {
     "nodes": ("Node", False),
     "configmaps": ("ConfigMap", True),
     "leases": ("Lease", True),  # coordination.k8s.io/v1
+    # what migrate reads besides PVs and claims (its check that nothing uses the volume)
+    "pods": ("Pod", True),
+    "volumeattachments": ("VolumeAttachment", False),  # storage.k8s.io/v1
 }
 
 
@@ -101,6 +107,7 @@ class Store:
         self.cm_paused = False              # the controller-manager has not seen new claims yet
         self.bad_list_rv = None             # a resource whose lists carry a malformed resourceVersion
         self.raw_get = {}                   # GET path -> body: HTTP 200 with that text (not an object)
+        self.lose_claims = False            # a bound PV deleted: its claim is Lost (the binder's)
 
     # --- state changes (under the lock) -------------------------------------------------
     def _record(self, res, typ, obj):
@@ -150,6 +157,14 @@ class Store:
                             pv.get("status", {}).get("phase") == "Bound":
                         pv["status"] = {"phase": "Released"}
                         self.put("persistentvolumes", pv)
+            if res == "persistentvolumes" and self.lose_claims:
+                # the PV binder: a claim whose PV is gone is Lost (it keeps its volumeName)
+                for pvc in list(self.objs["persistentvolumeclaims"].values()):
+                    if (pvc.get("spec") or {}).get("volumeName") == name and \
+                            (pvc.get("status") or {}).get("phase") == "Bound":
+                        pvc["status"] = dict(pvc["status"], phase="Lost")
+                        pvc["metadata"]["resourceVersion"] = self._next_rv()
+                        self._record("persistentvolumeclaims", "MODIFIED", pvc)
             return obj
 
     def api_delete(self, res, ns, name):
@@ -176,7 +191,7 @@ class Store:
         ref = obj["spec"].get("claimRef") or {}
         pvc = self.objs["persistentvolumeclaims"].get((ref.get("namespace"), ref.get("name")))
         if pvc is None or pvc["metadata"]["uid"] != ref.get("uid") or \
-                pvc.get("spec", {}).get("volumeName"):
+                pvc.get("spec", {}).get("volumeName") not in (None, "", obj["metadata"]["name"]):
             obj["status"] = {"phase": "Available"}
             return
         obj["status"] = {"phase": "Bound"}

@@ -501,6 +501,44 @@ TEST(dir_delete_never_follows)
 	close(root);
 }
 
+/* migrate's handover: the record names another owner, its other fields kept; nothing else moves */
+TEST(dir_transfer_moves_the_owner)
+{
+	int root = scratch_root();
+	struct fv_owner o, other;
+	char p[512];
+
+	REQUIRE(root >= 0);
+	if (mkvol(root, "probe", 0700, U1, NULL) == -ENOSYS)
+		SKIP("openat2() is not available here (qemu-user)");
+	REQUIRE_INT(mkvol(root, "v", 0755, U1, NULL), 0);
+	CHECK_INT(fv_ownerdir_transfer(root, "v", U1, "v", NULL), 1);
+	REQUIRE_INT(fv_ownerdir_owner(root, "v", &o), 0);
+	CHECK_STR(o.claim, "v");
+	CHECK_STR(o.pv, "pvc-x");
+	CHECK_STR(o.name, "v");
+	/* again: done already; from an owner it does not name: refused, unchanged */
+	CHECK_INT(fv_ownerdir_transfer(root, "v", U1, "v", NULL), 0);
+	CHECK_INT(fv_ownerdir_transfer(root, "v", U2, U1, &other), -FV_OWNERDIR_E_OWNED);
+	CHECK_STR(other.claim, "v");
+	/* what the new owner's rules then say: the old one is refused, the new one may delete */
+	CHECK_INT(fv_ownerdir_delete(root, "v", U1, NULL), -FV_OWNERDIR_E_OWNED);
+	CHECK_INT(fv_ownerdir_transfer(root, "v", "v", U1, NULL), 1);
+	CHECK_INT(fv_ownerdir_delete(root, "v", "v", NULL), -FV_OWNERDIR_E_OWNED);
+	CHECK_INT(fv_ownerdir_transfer(root, "v", U1, "v", NULL), 1);
+	CHECK_INT(fv_ownerdir_delete(root, "v", "v", NULL), 0);
+	/* no directory; a directory without a record; no temporary file left anywhere */
+	CHECK_INT(fv_ownerdir_transfer(root, "v", U1, "v", NULL), -ENOENT);
+	REQUIRE_INT(mk("bare"), 0);
+	CHECK_INT(fv_ownerdir_transfer(root, "bare", U1, "bare", NULL), -FV_OWNERDIR_E_UNOWNED);
+	snprintf(p, sizeof(p), "test -z \"$(ls -A '%s' | grep -v -x -e bare -e probe -e '.flexvol-owner-[0-9a-f]*')\"",
+		 scratch);
+	CHECK_INT(system(p), 0);
+	snprintf(p, sizeof(p), "rm -rf '%s'", scratch);
+	CHECK_INT(system(p), 0);
+	close(root);
+}
+
 /* --- the work queue ---------------------------------------------------------------------- */
 
 static uint64_t mono_ms(void)
