@@ -14,7 +14,12 @@ Cases (each prints ok/FAIL; the last line is "N passed, N failed"):
   - refuse_node: a node whose status lists the volume in use: exit 3, nothing changed;
   - resume: the PV deleted after the save (a run killed there), the claim Lost: the next run
     creates the CSI PV from the saved copy and the claim is Bound again;
-  - foreign: a PV of another FlexVolume driver or not bound: refused, nothing changed.
+  - foreign: a PV of another FlexVolume driver or not bound: refused, nothing changed;
+  - handover: a loop PV as flexvol-provisioner makes it (its finalizer, policy Delete, pinned by
+    hostname), nothing running that drops that finalizer: migrate finishes; the CSI PV is
+    annotated as loop.csi.flexvol's and has a node selector term on its topology key naming
+    the node; set to Delete with external-provisioner's finalizer, rolled back with nothing
+    running: the saved PV again, annotations, finalizers and node affinity as they were.
 """
 import argparse
 import json
@@ -206,8 +211,61 @@ def main():
             r = run("r-unbound")
             assert r.returncode == 1 and "not bound" in r.stderr, r.stderr
 
+        def c_handover():
+            name, fin = "pvc-0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", "external-provisioner.volume.kubernetes.io/finalizer"
+            assert api.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": "mig-node", "labels": {"kubernetes.io/hostname": "mig-host"}}}) == 201
+            host_term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                               "values": ["mig-host"]}]}
+            st = api.create("/api/v1/persistentvolumes", {
+                "apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": name, "finalizers": [fin], "labels": {"flexvol/node": "mig-node"},
+                             "annotations": {"pv.kubernetes.io/provisioned-by": "flexvol/loop"}},
+                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                         "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
+                         "nodeAffinity": {"required": {"nodeSelectorTerms": [host_term]}},
+                         "flexVolume": {"driver": "flexvol/loop", "fsType": "ext4",
+                                        "options": {"file": name + ".img", "size": "1Gi"}}}})
+            assert st == 201, st
+            st = api.create(f"/api/v1/namespaces/{NS}/persistentvolumeclaims", {
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "h-claim", "namespace": NS},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": name,
+                         "resources": {"requests": {"storage": "1Gi"}}}})
+            assert st == 201, st
+            wait("claim h-claim Bound", lambda: claim("h-claim")["status"].get("phase") == "Bound")
+            before = pv(name)
+            t0 = time.monotonic()
+            r = run(name, "--timeout", "15")
+            assert r.returncode == 0, (r.returncode, r.stderr)
+            print(f"     {name}: migrated in {time.monotonic() - t0:.1f} s with nothing to drop {fin}")
+            p = pv(name)
+            assert p["metadata"]["annotations"].get("pv.kubernetes.io/provisioned-by") == "loop.csi.flexvol", p["metadata"]
+            assert fin not in (p["metadata"].get("finalizers") or []), p["metadata"]
+            terms = p["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+            assert terms == [host_term, {"matchExpressions": [
+                {"key": "topology.loop.csi.flexvol/node", "operator": "In", "values": ["mig-node"]}]}], terms
+            # set to Delete, as a user does once it works: external-provisioner's finalizer
+            assert api.merge(f"/api/v1/persistentvolumes/{name}", {
+                "metadata": {"finalizers": (p["metadata"].get("finalizers") or []) + [fin]},
+                "spec": {"persistentVolumeReclaimPolicy": "Delete"}}) == 200
+            r = run(name, "--rollback", "--timeout", "15")
+            assert r.returncode == 0, (r.returncode, r.stderr)
+            p = pv(name)
+            for k in ("labels", "annotations"):
+                want = dict(before["metadata"].get(k) or {})
+                have = dict(p["metadata"].get(k) or {})
+                want.pop("pv.kubernetes.io/bound-by-controller", None)
+                have.pop("pv.kubernetes.io/bound-by-controller", None)
+                assert have == want, (k, have, want)
+            assert sorted(p["metadata"]["finalizers"]) == sorted(before["metadata"]["finalizers"]), p["metadata"]
+            assert {k: v for k, v in p["spec"].items() if k != "claimRef"} == \
+                {k: v for k, v in before["spec"].items() if k != "claimRef"}, (p["spec"], before["spec"])
+            wait("claim h-claim Bound again", lambda: claim("h-claim")["status"].get("phase") == "Bound")
+            api.merge(f"/api/v1/persistentvolumes/{name}", {"metadata": {"finalizers": None},
+                                                              "spec": {"persistentVolumeReclaimPolicy": "Retain"}})
+
         for n, fn in (("map", c_map), ("refuse_pod", c_refuse_pod), ("refuse_node", c_refuse_node),
-                      ("resume", c_resume), ("foreign", c_foreign)):
+                      ("resume", c_resume), ("foreign", c_foreign), ("handover", c_handover)):
             case(n, fn)
     except Exception as e:  # noqa: BLE001
         print(f"FAIL setup: {e}\n{srv.logs()}")
