@@ -52,8 +52,8 @@ static void publish(struct grpc_call *call, const ProtobufCMessage *m)
 		return (void)grpc_fail(call, GRPC_NOT_FOUND, "no %s volume '%s': its volume context "
 				       "names no LUN", csi_plugin.drv->name, q->volume_id);
 	if (csi_open(call, &cx, q->volume_id) < 0 ||
-	    csi_opts(call, &cx, q->volume_id, fstype, ro || q->readonly, q->n_volume_context,
-		     (struct csi_map_entry **)q->volume_context, &o) < 0)
+	    csi_opts(call, &cx, q->volume_id, fstype, ro || q->readonly, CSI_MAP(q, volume_context),
+		     CSI_MAP(q, secrets), &o) < 0)
 		return;
 	c.opts = &o;
 	c.node = q->node_id;

@@ -112,14 +112,23 @@ bool csi_capability_served(const Csi__V1__VolumeCapability *cap, char *why, size
 int csi_check_capability(struct grpc_call *call, const Csi__V1__VolumeCapability *cap,
 			 const char **fstype, bool *ro);
 
+/* A call's volume context or secrets: @n entries of @map. */
+struct csi_map {
+	size_t n;
+	struct csi_map_entry **map;
+};
+
+#define CSI_MAP(q, field) ((struct csi_map){ (q)->n_##field, (struct csi_map_entry **)(q)->field })
+
 /*
- * The options of a call: the volume context @ctx (@n entries; the keys
- * kubernetes.io/... are kubelet's and refused here), the capability's
- * @fstype and @ro, and @id as the volume's name, into @o (fv_opts_done()
- * frees it; the strings stay the request's).  0 or <0 (answered).
+ * The options of a call: the volume context @ctx (the keys kubernetes.io/...
+ * are kubelet's and refused here), the capability's @fstype and @ro, @id as
+ * the volume's name, and the request's @secrets (never logged), into @o
+ * (fv_opts_done() frees it; the strings stay the request's).  0 or <0
+ * (answered).
  */
 int csi_opts(struct grpc_call *call, struct fv_ctx *cx, const char *id, const char *fstype,
-	     bool ro, size_t n, struct csi_map_entry **ctx, struct fv_opts *o);
+	     bool ro, struct csi_map ctx, struct csi_map secrets, struct fv_opts *o);
 
 /* The lock on volume @id's node state, as every op of it takes (fv/lock.h): fd or <0 (answered). */
 int csi_lock_volume(struct grpc_call *call, struct fv_ctx *cx, const char *id, char *name,

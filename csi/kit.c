@@ -166,33 +166,37 @@ int csi_check_capability(struct grpc_call *call, const Csi__V1__VolumeCapability
 }
 
 int csi_opts(struct grpc_call *call, struct fv_ctx *cx, const char *id, const char *fstype,
-	     bool ro, size_t n, struct csi_map_entry **ctx, struct fv_opts *o)
+	     bool ro, struct csi_map ctx, struct csi_map secrets, struct fv_opts *o)
 {
-	struct fv_opt_pair *pairs = calloc(n + 3, sizeof(*pairs));
+	struct fv_opt_pair *pairs = calloc(ctx.n + 3 + secrets.n, sizeof(*pairs));
 	size_t k = 0;
 	int r;
 
 	if (!pairs)
 		return -grpc_fail(call, GRPC_RESOURCE_EXHAUSTED, "out of memory");
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < ctx.n; i++) {
 		/*
 		 * kubelet's keys in a FlexVolume call; in a volume context, a PV
 		 * author's attempt to set what only kubelet may (the fsType and
-		 * read-write of the capability, a Secret's value)
+		 * read-write of the capability, a Secret's value in clear)
 		 */
-		if (strncmp(ctx[i]->key, "kubernetes.io/", 14) == 0) {
+		if (strncmp(ctx.map[i]->key, "kubernetes.io/", 14) == 0) {
 			free(pairs);
 			return -grpc_fail(call, GRPC_INVALID_ARGUMENT, "volume context key '%s': "
 					  "kubernetes.io/ keys are not volume attributes",
-					  ctx[i]->key);
+					  ctx.map[i]->key);
 		}
-		pairs[k++] = (struct fv_opt_pair){ ctx[i]->key, ctx[i]->value };
+		pairs[k++] = (struct fv_opt_pair){ ctx.map[i]->key, ctx.map[i]->value };
 	}
 	if (fstype && *fstype)
 		pairs[k++] = (struct fv_opt_pair){ "kubernetes.io/fsType", fstype };
 	pairs[k++] = (struct fv_opt_pair){ "kubernetes.io/readwrite", ro ? "ro" : "rw" };
 	pairs[k++] = (struct fv_opt_pair){ "kubernetes.io/pvOrVolumeName", id };
+	for (size_t i = 0; i < secrets.n; i++)
+		pairs[k + i] = (struct fv_opt_pair){ secrets.map[i]->key, secrets.map[i]->value };
 	r = fv_opts_set(cx, pairs, k, o);
+	o->secrets = pairs + k;
+	o->nsecrets = secrets.n;
 	o->owned = pairs; /* fv_opts_done() frees it, failed or not */
 	return r < 0 ? csi_fail(call, cx, r, "volume context") : 0;
 }

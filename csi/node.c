@@ -78,8 +78,8 @@ static void node_stage(struct grpc_call *call, const ProtobufCMessage *m)
 	    csi_check_capability(call, q->volume_capability, &fstype, &ro) < 0 ||
 	    csi_open(call, &cx, q->volume_id) < 0 ||
 	    staged_dir(call, q->staging_target_path, q->volume_id, dir, sizeof(dir)) < 0 ||
-	    csi_opts(call, &cx, q->volume_id, fstype, ro, q->n_volume_context,
-		     (struct csi_map_entry **)q->volume_context, &o) < 0)
+	    csi_opts(call, &cx, q->volume_id, fstype, ro, CSI_MAP(q, volume_context),
+		     CSI_MAP(q, secrets), &o) < 0)
 		return;
 	c.dir = dir;
 	c.opts = &o;
@@ -130,8 +130,8 @@ static void node_publish(struct grpc_call *call, const ProtobufCMessage *m)
 	    csi_open(call, &cx, q->volume_id) < 0 ||
 	    (csi_plugin.stages &&
 	     staged_dir(call, q->staging_target_path, q->volume_id, staged, sizeof(staged)) < 0) ||
-	    csi_opts(call, &cx, q->volume_id, fstype, ro || q->readonly, q->n_volume_context,
-		     (struct csi_map_entry **)q->volume_context, &o) < 0)
+	    csi_opts(call, &cx, q->volume_id, fstype, ro || q->readonly, CSI_MAP(q, volume_context),
+		     CSI_MAP(q, secrets), &o) < 0)
 		return;
 	c.dir = q->target_path;
 	c.staged = csi_plugin.stages ? staged : NULL;

@@ -319,28 +319,51 @@ static ssize_t b64_decode(const char *in, char *out, size_t max)
 }
 
 /*
- * kubernetes.io/secret/<key> entries (base64, contract §2) -> v->secret.
- * Keys are the credentials file's; the same rules hold, and messages name
- * keys, never values.
+ * One CHAP setting of the volume's Secret, @key = @val (the value as it is,
+ * at most CHAP_MAX + 3 bytes read), into v->secret.  Keys are the credentials
+ * file's; the same rules hold, and messages name keys, never values.
+ */
+static int take_secret(struct fv_ctx *cx, struct iscsivol *v, const char *key, const char *val,
+		       size_t n)
+{
+	char *field = chap_field(&v->secret, key);
+
+	if (!field)
+		return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%.64s' is not a CHAP setting "
+			       "(discovery.* or session.* username, password, username_in, "
+			       "password_in)", key);
+	if (n == 0 || n > CHAP_MAX || strnlen(val, n) != n)
+		return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%s' must hold 1 to %d characters",
+			       key, CHAP_MAX);
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)val[i] < 0x20 || val[i] == 0x7f)
+			return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%s' holds a control "
+				       "character", key);
+	memcpy(field, val, n);
+	field[n] = '\0';
+	v->has_secret = true;
+	return 0;
+}
+
+/*
+ * The volume's Secret -> v->secret: kubelet's kubernetes.io/secret/<key>
+ * entries (base64, contract §2) in a FlexVolume call, a CSI call's
+ * node-stage secrets as they are.
  */
 static int parse_secret(struct fv_ctx *cx, const struct fv_opts *o, struct iscsivol *v)
 {
 	char buf[CHAP_MAX + 4];
-	int r;
+	int r = 0;
 
-	for (size_t i = 0; i < o->n; i++) {
+	for (size_t i = 0; r == 0 && i < o->n; i++) {
 		const char *key = o->pairs[i].key, *val = o->pairs[i].value;
 		const char *k = key + strlen(SECRET_PREFIX);
-		char *field;
 		ssize_t n;
 
 		if (strncmp(key, SECRET_PREFIX, strlen(SECRET_PREFIX)))
 			continue;
-		field = chap_field(&v->secret, k);
-		if (!field)
-			return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%.64s' is not a CHAP setting "
-				       "(discovery.* or session.* username, password, username_in, "
-				       "password_in)", k);
+		if (!chap_field(&v->secret, k))
+			return take_secret(cx, v, k, "", 0); /* its message */
 		if (!val)
 			return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%s' is not a string", k);
 		n = b64_decode(val, buf, sizeof(buf));
@@ -349,24 +372,14 @@ static int parse_secret(struct fv_ctx *cx, const struct fv_opts *o, struct iscsi
 			return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%s' is not %s", k,
 				       n == -ENOSPC ? "at most 255 bytes" : "strict base64");
 		}
-		buf[n] = '\0';
-		if (n == 0 || n > CHAP_MAX || strlen(buf) != (size_t)n) {
-			explicit_bzero(buf, sizeof(buf));
-			return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%s' must hold 1 to %d "
-				       "characters", k, CHAP_MAX);
-		}
-		for (const char *p = buf; *p; p++)
-			if ((unsigned char)*p < 0x20 || *p == 0x7f) {
-				explicit_bzero(buf, sizeof(buf));
-				return fv_fail(cx, -FV_ERR_BADOPT, "Secret key '%s' holds a control "
-					       "character", k);
-			}
-		strcpy(field, buf);
+		r = take_secret(cx, v, k, buf, (size_t)n);
 		explicit_bzero(buf, sizeof(buf));
-		v->has_secret = true;
 	}
-	if (!v->has_secret)
-		return 0;
+	for (size_t i = 0; r == 0 && i < o->nsecrets; i++)
+		r = take_secret(cx, v, o->secrets[i].key, o->secrets[i].value,
+				strnlen(o->secrets[i].value, CHAP_MAX + 1));
+	if (r < 0 || !v->has_secret)
+		return r;
 	r = check_chap(cx, "the PV's Secret", "discovery", &v->secret.discovery);
 	if (r == 0)
 		r = check_chap(cx, "the PV's Secret", "session", &v->secret.session);

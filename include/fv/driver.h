@@ -81,6 +81,13 @@ struct fv_opts {
 	const char *pod_uid;	 /* kubernetes.io/pod.uid (mount only), or NULL */
 	bool has_fsgroup;	 /* kubernetes.io/mounterArgs.FsGroup present */
 	uint32_t fsgroup;	 /* its value */
+	/*
+	 * The volume's Secret, its values as they are (CSI's node-stage or
+	 * node-publish secrets); kubelet's FlexVolume call carries it base64 in
+	 * the options kubernetes.io/secret/<key> instead.  Never logged.
+	 */
+	const struct fv_opt_pair *secrets;
+	size_t nsecrets;
 
 	/* what the parser owns (fv_opts_done() frees it) */
 	struct json_object *json;
