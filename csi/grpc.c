@@ -11,25 +11,17 @@
  * error is "trailers-only": one HEADERS frame with the status, END_STREAM.
  *
  * Threads: the loop (grpc_serve()'s caller) owns the connections, their
- * nghttp2 sessions and every call's fields but the answer's.  A call taken
- * is "running": its handler's thread writes the answer (code, msg, out) and
- * then puts the call on the done list under done_mu and wakes the loop
- * through an eventfd; the loop joins the thread (its thread-local state,
- * such as a loop device it held, is gone by then), logs the call and
- * submits the answer.  While running, a call stays allocated even when its
- * stream or connection goes (conn is then NULL; the loop frees it after).
+ * nghttp2 sessions and every call's fields but the answer's, which the
+ * call's handler thread writes while it runs (grpc-calls.c).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -37,136 +29,12 @@
 
 #include <nghttp2/nghttp2.h>
 
-#include "grpc.h"
+#include "grpc-int.h"
 #include "fv/util.h"
 
-struct conn;
-
-struct grpc_call {
-	struct grpc_call *next;	 /* the connection's list of open streams */
-	struct grpc_call *qnext; /* the waiting queue, or the done list */
-	struct conn *conn;	 /* NULL: gone while the handler ran */
-	int32_t id;
-	uint64_t start_ms;	 /* its HEADERS began */
-	uint64_t taken_ms;	 /* its request was complete */
-	char path[128];
-	bool path_bad;		 /* absent or longer than path[] */
-	bool post, grpc_ct;
-	uint8_t *in;		 /* the request's DATA, up to 5 + GRPC_MAX_MESSAGE */
-	size_t in_len;
-	size_t held;		 /* bytes of GRPC_MAX_BUFFERED kept while it waits or runs */
-	bool too_big;
-	bool busy;		 /* dropped: GRPC_MAX_BUFFERED reached, or out of memory */
-	bool taken;		 /* the request is complete: no deadline, later DATA dropped */
-	bool running;		 /* waiting for a thread or in its handler: the loop keeps off */
-	bool answered;		 /* a response was submitted */
-	const struct grpc_method *m;
-	ProtobufCMessage *req;
-	pthread_t thread;
-	/* the answer, the handler's thread's while running */
-	enum grpc_code code;
-	char msg[1024];
-	bool replied;		 /* grpc_reply() or grpc_fail() ran */
-	uint8_t *out;		 /* length-prefixed response message */
-	size_t out_len, out_off;
-};
-
-struct conn {
-	int fd;
-	nghttp2_session *h2;
-	struct grpc_call *calls;
-	unsigned int running;	 /* its calls waiting for a thread or in a handler */
-	uint64_t last_ms;	 /* the last byte in or out */
-	bool closing;		 /* GOAWAY submitted: close once it is written */
-	bool dead;
-	const struct grpc_method *methods;
-	size_t nmethods;
-};
-
-static void logf_(const char *fmt, ...) _printf_(1, 2);
-
-/* Where the endpoint's log goes: stderr (the container's log); the fuzz targets' /dev/null. */
-static int log_fd = STDERR_FILENO;
-
-/*
- * The endpoint's log: one line, one write (the loop thread alone logs).
- * What a client sent is escaped by the caller (grpc_log_escape()).
- */
-static void logf_(const char *fmt, ...)
+void grpc_drop_input(struct grpc_call *c)
 {
-	char line[4096];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return;
-	if ((size_t)n > sizeof(line) - 2)
-		n = (int)sizeof(line) - 2;
-	line[n++] = '\n';
-	(void)!write(log_fd, line, (size_t)n);
-}
-
-size_t grpc_log_escape(const char *s, char *out, size_t size)
-{
-	static const char hex[] = "0123456789abcdef";
-	size_t o = 0;
-
-	if (!size)
-		return 0;
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		char e[4] = { '\\', 0, 0, 0 };
-		size_t n = 2;
-
-		if (*p == '\\' || *p == '\n' || *p == '\r' || *p == '\t') {
-			e[1] = *p == '\\' ? '\\' : *p == '\n' ? 'n' : *p == '\r' ? 'r' : 't';
-		} else if (*p < 0x20 || *p > 0x7e) {
-			e[1] = 'x';
-			e[2] = hex[*p >> 4];
-			e[3] = hex[*p & 15];
-			n = 4;
-		} else {
-			e[0] = (char)*p;
-			n = 1;
-		}
-		if (o + n >= size)
-			break;
-		memcpy(out + o, e, n);
-		o += n;
-	}
-	out[o] = '\0';
-	return o;
-}
-
-/* Request bytes of all calls together (GRPC_MAX_BUFFERED), until answered: the loop's. */
-static size_t buffered;
-
-/*
- * The handler threads.  Two classes, each with its own threads and its own
- * queue of calls waiting for one: [0] calls that change something, [1]
- * calls that only look.  The loop's but done, done_tail (under done_mu).
- */
-static struct {
-	const struct grpc_method *methods;
-	size_t nmethods;
-	unsigned int *method_busy;	/* look calls in a handler, per method */
-	unsigned int busy[2];		/* threads running */
-	struct grpc_call *wait_head[2], **wait_tail[2];
-	unsigned int waiting;
-	bool draining;			/* stop: calls not started are refused */
-	bool inline_calls;		/* handlers on the loop thread (the fuzz targets) */
-	int efd;			/* eventfd: a handler finished */
-	pthread_attr_t attr;
-	pthread_mutex_t done_mu;
-	struct grpc_call *done, **done_tail;
-} pool = { .efd = -1, .done_mu = PTHREAD_MUTEX_INITIALIZER };
-
-/* Free what @c buffered of its request. */
-static void drop_input(struct grpc_call *c)
-{
-	buffered -= c->in_len;
+	grpc_buffered -= c->in_len;
 	free(c->in);
 	c->in = NULL;
 	c->in_len = 0;
@@ -195,47 +63,6 @@ void grpc_percent_encode(const char *msg, char *out, size_t size)
 	out[o] = '\0';
 }
 
-const char *grpc_call_method(const struct grpc_call *call)
-{
-	return call->path;
-}
-
-int grpc_fail(struct grpc_call *call, enum grpc_code code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (call->replied)
-		return code;
-	call->replied = true;
-	call->code = code == GRPC_OK ? GRPC_UNKNOWN : code;
-	va_start(ap, fmt);
-	vsnprintf(call->msg, sizeof(call->msg), fmt, ap);
-	va_end(ap);
-	return code;
-}
-
-void grpc_reply(struct grpc_call *call, const ProtobufCMessage *resp)
-{
-	size_t n = protobuf_c_message_get_packed_size(resp);
-
-	if (call->replied)
-		return;
-	call->out = malloc(5 + n);
-	if (!call->out) {
-		grpc_fail(call, GRPC_RESOURCE_EXHAUSTED, "out of memory for a %zu-byte answer", n);
-		return;
-	}
-	call->out[0] = 0;
-	call->out[1] = (uint8_t)(n >> 24);
-	call->out[2] = (uint8_t)(n >> 16);
-	call->out[3] = (uint8_t)(n >> 8);
-	call->out[4] = (uint8_t)n;
-	protobuf_c_message_pack(resp, call->out + 5);
-	call->out_len = 5 + n;
-	call->replied = true;
-	call->code = GRPC_OK;
-}
-
 #define NV(n, v) { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE }
 
 static ssize_t read_answer(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t length,
@@ -258,8 +85,7 @@ static ssize_t read_answer(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t
 	return (ssize_t)n;
 }
 
-/* Submit the answer of @c: its message and trailers, or trailers-only with the error. */
-static void submit_answer(struct conn *k, struct grpc_call *c)
+void grpc_submit_answer(struct conn *k, struct grpc_call *c)
 {
 	char code[16], msg[sizeof(c->msg) * 3];
 	int r;
@@ -366,187 +192,6 @@ static int nul_in_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p,
 	return 0;
 }
 
-/* Free a call whose stream is closed. */
-static void call_free(struct grpc_call *c)
-{
-	drop_input(c);
-	buffered -= c->held;
-	free(c->out);
-	free(c);
-}
-
-/* Log @c's answer (not a look call's success) and submit it, unless its stream is gone. */
-static void finish(struct grpc_call *c)
-{
-	char path[sizeof(c->path) * 4], msg[sizeof(c->msg) * 4];
-
-	if (!c->replied)
-		grpc_fail(c, GRPC_INTERNAL, "%s gave no answer", c->path);
-	buffered -= c->held;
-	c->held = 0;
-	if (c->code != GRPC_OK || !c->m || !c->m->look) {
-		grpc_log_escape(c->path_bad ? "-" : c->path, path, sizeof(path));
-		grpc_log_escape(c->code ? c->msg : "", msg, sizeof(msg));
-		logf_("%s code=%d duration_ms=%llu%s%s", path, (int)c->code,
-		      (unsigned long long)(fv_now_ms() - c->taken_ms), c->code ? " message=" : "",
-		      msg);
-	}
-	if (!c->conn) {
-		call_free(c); /* its stream went while it ran: nobody to answer */
-		return;
-	}
-	submit_answer(c->conn, c);
-}
-
-/* The handler's thread: run, hand the call back to the loop. */
-static void *call_thread(void *arg)
-{
-	struct grpc_call *c = arg;
-	uint64_t one = 1;
-
-	c->m->run(c, c->req);
-	protobuf_c_message_free_unpacked(c->req, NULL);
-	c->req = NULL;
-	pthread_mutex_lock(&pool.done_mu);
-	c->qnext = NULL;
-	*pool.done_tail = c;
-	pool.done_tail = &c->qnext;
-	pthread_mutex_unlock(&pool.done_mu);
-	/* the last touch of c: the loop may free it from here on */
-	(void)!write(pool.efd, &one, sizeof(one));
-	return NULL;
-}
-
-/* May a call of @m start now (a thread of its class, and its method's share of look threads)? */
-static bool can_start(const struct grpc_method *m)
-{
-	if (!m->look)
-		return pool.busy[0] < GRPC_WORKERS;
-	return pool.busy[1] < GRPC_LOOKERS &&
-	       pool.method_busy[m - pool.methods] < GRPC_LOOK_PER_METHOD;
-}
-
-/* Start @c's handler on a thread of its own: false when no thread could be made. */
-static bool start(struct grpc_call *c)
-{
-	if (pthread_create(&c->thread, &pool.attr, call_thread, c) != 0)
-		return false;
-	pool.busy[c->m->look]++;
-	if (c->m->look)
-		pool.method_busy[c->m - pool.methods]++;
-	return true;
-}
-
-/* The handler of @c ran: its thread is gone; the answer goes out; waiting calls may start. */
-static void call_done(struct grpc_call *c)
-{
-	pthread_join(c->thread, NULL);
-	pool.busy[c->m->look]--;
-	if (c->m->look)
-		pool.method_busy[c->m - pool.methods]--;
-	c->running = false;
-	if (c->conn)
-		c->conn->running--;
-	finish(c);
-}
-
-/* A call that cannot run now (stopping, no thread): answered at once. */
-static void refuse(struct grpc_call *c, enum grpc_code code, const char *why)
-{
-	protobuf_c_message_free_unpacked(c->req, NULL);
-	c->req = NULL;
-	c->running = false;
-	if (c->conn)
-		c->conn->running--;
-	grpc_fail(c, code, "%s", why);
-	finish(c);
-}
-
-/* Start what waits, oldest first, as far as threads allow (a look method at its share waits). */
-static void start_waiting(void)
-{
-	for (int k = 0; k < 2; k++) {
-		for (struct grpc_call **pp = &pool.wait_head[k]; *pp;) {
-			struct grpc_call *c = *pp;
-
-			if (!pool.draining && !can_start(c->m)) {
-				if (pool.busy[k] >= (k ? GRPC_LOOKERS : GRPC_WORKERS))
-					break;
-				pp = &c->qnext;
-				continue;
-			}
-			*pp = c->qnext;
-			if (!*pp)
-				pool.wait_tail[k] = pp;
-			pool.waiting--;
-			if (pool.draining)
-				refuse(c, GRPC_UNAVAILABLE, "the endpoint is stopping; try again");
-			else if (!start(c))
-				refuse(c, GRPC_UNAVAILABLE, "cannot start a thread for the call; "
-				       "try again");
-		}
-	}
-}
-
-/* The answers of the handlers that finished. */
-static void take_done(void)
-{
-	struct grpc_call *c;
-	uint64_t n;
-
-	(void)!read(pool.efd, &n, sizeof(n));
-	pthread_mutex_lock(&pool.done_mu);
-	c = pool.done;
-	pool.done = NULL;
-	pool.done_tail = &pool.done;
-	pthread_mutex_unlock(&pool.done_mu);
-	while (c) {
-		struct grpc_call *next = c->qnext;
-
-		call_done(c);
-		c = next;
-	}
-	start_waiting();
-}
-
-/* Hand the unpacked request of @c to a thread, now or when one is free. */
-static void take(struct conn *k, struct grpc_call *c, const struct grpc_method *m,
-		 ProtobufCMessage *req, uint32_t len)
-{
-	int cls = m->look;
-
-	c->m = m;
-	c->req = req;
-	/* the unpacked message holds copies; the bytes' share of the bound stays until answered */
-	c->held = len;
-	buffered += len;
-	drop_input(c);
-	c->running = true;
-	k->running++;
-	if (pool.inline_calls) {
-		m->run(c, req);
-		refuse(c, GRPC_INTERNAL, "no answer"); /* frees the request; a given answer stays */
-		return;
-	}
-	if (pool.draining) {
-		refuse(c, GRPC_UNAVAILABLE, "the endpoint is stopping; try again");
-		return;
-	}
-	if (can_start(m) && !pool.wait_head[cls]) {
-		if (!start(c))
-			refuse(c, GRPC_UNAVAILABLE, "cannot start a thread for the call; try again");
-		return;
-	}
-	if (pool.waiting >= GRPC_MAX_WAITING) {
-		refuse(c, GRPC_RESOURCE_EXHAUSTED, "too many calls wait already; try again");
-		return;
-	}
-	c->qnext = NULL;
-	*pool.wait_tail[cls] = c;
-	pool.wait_tail[cls] = &c->qnext;
-	pool.waiting++;
-}
-
 /* The request of @c is complete: check its frame, unpack, hand it to a handler, or answer. */
 static void run_call(struct conn *k, struct grpc_call *c)
 {
@@ -563,7 +208,7 @@ static void run_call(struct conn *k, struct grpc_call *c)
 		nghttp2_nv hd[] = { NV(":status", "415") };
 
 		c->answered = true;
-		drop_input(c);
+		grpc_drop_input(c);
 		nghttp2_submit_response(k->h2, c->id, hd, ARRAY_SIZE(hd), NULL);
 		return;
 	}
@@ -599,10 +244,10 @@ static void run_call(struct conn *k, struct grpc_call *c)
 	else if (!(req = protobuf_c_message_unpack(m->request, NULL, len, c->in + 5)))
 		grpc_fail(c, GRPC_INTERNAL, "cannot parse the request as %s", m->request->name);
 	else
-		return take(k, c, m, req, len);
-	drop_input(c);
+		return grpc_take(k, c, m, req, len);
+	grpc_drop_input(c);
 	c->m = m;
-	finish(c);
+	grpc_finish(c);
 }
 
 /* --- nghttp2 callbacks ---------------------------------------------------- */
@@ -699,24 +344,24 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t
 		return 0;
 	if (len > 5 + (size_t)GRPC_MAX_MESSAGE - c->in_len) {
 		c->too_big = true;
-		drop_input(c);
+		grpc_drop_input(c);
 		return 0;
 	}
-	if (len > GRPC_MAX_BUFFERED - buffered) {
+	if (len > GRPC_MAX_BUFFERED - grpc_buffered) {
 		c->busy = true; /* every call's bytes together: the others come first */
-		drop_input(c);
+		grpc_drop_input(c);
 		return 0;
 	}
 	p = realloc(c->in, c->in_len + len);
 	if (!p) {
 		c->busy = true;
-		drop_input(c);
+		grpc_drop_input(c);
 		return 0;
 	}
 	memcpy(p + c->in_len, data, len);
 	c->in = p;
 	c->in_len += len;
-	buffered += len;
+	grpc_buffered += len;
 	return 0;
 }
 
@@ -748,7 +393,7 @@ static int on_close(nghttp2_session *h2, int32_t id, uint32_t error_code, void *
 			c->conn = NULL;
 			k->running--;
 		} else {
-			call_free(c);
+			grpc_call_free(c);
 		}
 		break;
 	}
@@ -768,7 +413,7 @@ static void conn_free(struct conn *k)
 		if (c->running)
 			c->conn = NULL; /* freed when its handler is done */
 		else
-			call_free(c);
+			grpc_call_free(c);
 	}
 	if (k->fd >= 0)
 		close(k->fd);
@@ -834,8 +479,8 @@ static void conn_timers(struct conn *k, uint64_t now)
 		c->code = GRPC_DEADLINE_EXCEEDED;
 		snprintf(c->msg, sizeof(c->msg), "the request did not arrive within %u ms",
 			 GRPC_REQUEST_MS);
-		drop_input(c);
-		submit_answer(k, c);
+		grpc_drop_input(c);
+		grpc_submit_answer(k, c);
 		k->last_ms = now; /* the answer is to go out before the stall timer may drop it */
 	}
 	if (k->running)
@@ -860,7 +505,7 @@ static void conn_io(struct conn *k, short revents)
 		r = nghttp2_session_recv(k->h2);
 		if (r != 0) {
 			if (r != NGHTTP2_ERR_EOF && r != NGHTTP2_ERR_CALLBACK_FAILURE)
-				logf_("connection dropped: %s", nghttp2_strerror(r));
+				grpc_logf("connection dropped: %s", nghttp2_strerror(r));
 			k->dead = true;
 			return;
 		}
@@ -868,7 +513,7 @@ static void conn_io(struct conn *k, short revents)
 	r = nghttp2_session_send(k->h2);
 	if (r != 0) {
 		if (r != NGHTTP2_ERR_CALLBACK_FAILURE) /* the socket: the peer went away */
-			logf_("connection dropped: %s", nghttp2_strerror(r));
+			grpc_logf("connection dropped: %s", nghttp2_strerror(r));
 		k->dead = true;
 		return;
 	}
@@ -967,7 +612,7 @@ static void accept_all(int lfd, struct conn **conns, const struct grpc_method *m
 		if (i == GRPC_MAX_CONNS)
 			i = evict(conns, fv_now_ms());
 		if (i == GRPC_MAX_CONNS) {
-			logf_("%d connections with calls in progress: refusing another",
+			grpc_logf("%d connections with calls in progress: refusing another",
 			      GRPC_MAX_CONNS);
 			close(fd);
 			continue;
@@ -978,88 +623,36 @@ static void accept_all(int lfd, struct conn **conns, const struct grpc_method *m
 	}
 }
 
-/* The handler threads' settings, the queues; once, before the first call. */
-static int pool_init(const struct grpc_method *methods, size_t n)
-{
-	sigset_t mask;
-	int r;
-
-	pool.methods = methods;
-	pool.nmethods = n;
-	pool.method_busy = calloc(n ? n : 1, sizeof(*pool.method_busy));
-	if (!pool.method_busy)
-		return -ENOMEM;
-	for (int k = 0; k < 2; k++)
-		pool.wait_tail[k] = &pool.wait_head[k];
-	pool.done_tail = &pool.done;
-	pool.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (pool.efd < 0)
-		return -errno;
-	r = pthread_attr_init(&pool.attr);
-	if (r == 0)
-		r = pthread_attr_setstacksize(&pool.attr, GRPC_THREAD_STACK);
-	/*
-	 * SIGTERM and SIGINT are the loop's (its poll() returns); a handler
-	 * keeps SIGALRM (the op layer's lock waits) and the faults.
-	 */
-	sigfillset(&mask);
-	sigdelset(&mask, SIGALRM);
-	sigdelset(&mask, SIGSEGV);
-	sigdelset(&mask, SIGBUS);
-	sigdelset(&mask, SIGFPE);
-	sigdelset(&mask, SIGILL);
-	sigdelset(&mask, SIGABRT);
-	if (r == 0)
-		r = pthread_attr_setsigmask_np(&pool.attr, &mask);
-	return -r;
-}
-
-static void pool_fini(void)
-{
-	pthread_attr_destroy(&pool.attr);
-	if (pool.efd >= 0)
-		close(pool.efd);
-	pool.efd = -1;
-	free(pool.method_busy);
-	pool.method_busy = NULL;
-}
-
-/* Calls in a handler now (waiting ones are refused once stopping). */
-static unsigned int pool_busy(void)
-{
-	return pool.busy[0] + pool.busy[1];
-}
-
 int grpc_serve(int lfd, const struct grpc_method *methods, size_t n,
 	       const volatile sig_atomic_t *stop)
 {
 	struct conn *conns[GRPC_MAX_CONNS] = { 0 };
 	struct pollfd pfd[GRPC_MAX_CONNS + 2];
 	uint64_t drain_end = 0;
-	int r = pool_init(methods, n);
+	int r = grpc_pool_init(methods, n);
 
 	while (r == 0) {
 		size_t np = 0, map[GRPC_MAX_CONNS];
 		bool flushed = true;
 		uint64_t now;
 
-		if (*stop && !pool.draining) {
+		if (*stop && !grpc_pool.draining) {
 			/* SIGTERM: no new connection, no new call; those in handlers finish */
-			pool.draining = true;
+			grpc_pool.draining = true;
 			drain_end = fv_now_ms() + GRPC_DRAIN_MS;
-			start_waiting();
+			grpc_start_waiting();
 		}
 		for (size_t i = 0; i < GRPC_MAX_CONNS; i++)
 			if (conns[i] && nghttp2_session_want_write(conns[i]->h2))
 				flushed = false;
-		if (pool.draining && ((!pool_busy() && flushed) || fv_now_ms() >= drain_end)) {
-			if (pool_busy())
-				logf_("stopping with %u calls still in their handlers after %u ms",
-				      pool_busy(), GRPC_DRAIN_MS);
+		if (grpc_pool.draining && ((!grpc_pool_busy() && flushed) || fv_now_ms() >= drain_end)) {
+			if (grpc_pool_busy())
+				grpc_logf("stopping with %u calls still in their handlers after %u ms",
+				      grpc_pool_busy(), GRPC_DRAIN_MS);
 			break;
 		}
-		pfd[np++] = (struct pollfd){ .fd = pool.efd, .events = POLLIN };
-		pfd[np++] = (struct pollfd){ .fd = pool.draining ? -1 : lfd, .events = POLLIN };
+		pfd[np++] = (struct pollfd){ .fd = grpc_pool.efd, .events = POLLIN };
+		pfd[np++] = (struct pollfd){ .fd = grpc_pool.draining ? -1 : lfd, .events = POLLIN };
 		for (size_t i = 0; i < GRPC_MAX_CONNS; i++) {
 			struct conn *k = conns[i];
 
@@ -1073,7 +666,7 @@ int grpc_serve(int lfd, const struct grpc_method *methods, size_t n,
 			map[np - 2] = i;
 			np++;
 		}
-		if (poll(pfd, np, pool.draining ? 100 : 1000) < 0 && errno != EINTR) {
+		if (poll(pfd, np, grpc_pool.draining ? 100 : 1000) < 0 && errno != EINTR) {
 			r = -errno;
 			break;
 		}
@@ -1086,7 +679,7 @@ int grpc_serve(int lfd, const struct grpc_method *methods, size_t n,
 				conn_io(k, pfd[p].revents);
 		}
 		if (pfd[0].revents & POLLIN)
-			take_done();
+			grpc_take_done();
 		now = fv_now_ms(); /* after the I/O, which stamps last_ms and start_ms */
 		for (size_t i = 0; i < GRPC_MAX_CONNS; i++) {
 			struct conn *k = conns[i];
@@ -1108,7 +701,7 @@ int grpc_serve(int lfd, const struct grpc_method *methods, size_t n,
 		if (conns[i])
 			conn_free(conns[i]);
 	/* handlers past the drain: left to the process's exit (their calls are orphans now) */
-	if (!pool_busy())
-		pool_fini();
+	if (!grpc_pool_busy())
+		grpc_pool_fini();
 	return r;
 }

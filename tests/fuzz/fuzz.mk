@@ -27,14 +27,14 @@ FV_CFLAGS += -Wno-error -Wno-unknown-warning-option
 endif
 
 # the handlers' objects: the provisioner's but main (the process), runner (the watch loop),
-# lease, httpd, agent (the node's files), migrate (a command of its own, with its own API
-# client) and kube (answered by the target itself)
+# lease, httpd, agent (the node's files) and migrate (a command of its own, with its own API
+# client), and lib's API helpers but the client (lib/kube.c: answered by the target itself)
 FUZZ_PROV_OBJS := $(filter-out $(addprefix $(O)/obj/provisioner/,main.o runner.o lease.o \
-	httpd.o agent.o migrate.o migrate-pv.o kube.o),$(PROV_OBJS))
+	httpd.o agent.o migrate.o migrate-pv.o),$(PROV_OBJS)) \
+	$(filter-out $(O)/obj/lib/kube.o,$(LIB_KUBE_OBJS))
 
-$(O)/fuzz/fuzz-watch: tests/fuzz/fuzz-watch.c $(O)/obj/provisioner/kube.o $(O)/obj/provisioner/decode.o \
-		$(O)/obj/provisioner/jsonutil.o $(O)/obj/provisioner/params.o $(PROV_NFS_OBJS) \
-		$(CORE_OBJS)
+$(O)/fuzz/fuzz-watch: tests/fuzz/fuzz-watch.c $(LIB_KUBE_OBJS) $(O)/obj/provisioner/params.o \
+		$(PROV_NFS_OBJS) $(CORE_OBJS)
 	@mkdir -p $(dir $@)
 	@[ -n "$(Q)" ] && echo "  FUZZ-LD $@" || true
 	$(Q)$(CC) $(FV_CFLAGS) $(CFLAGS) -Iprovisioner $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ \
@@ -63,15 +63,17 @@ check-fuzz-provisioner:
 #   make fuzz-csi                           only build them
 #
 # grpc-wire (a client connection's bytes) and grpc-request (one request message, framed by the
-# target) through csi/grpc.c, which tests/fuzz/fuzz-grpc.c includes, with stub handlers for
-# every method of the CSI services.  Needs ci/deps-csi's libraries and generated messages.
+# target) through csi/grpc.c and grpc-calls.c, which tests/fuzz/fuzz-grpc.c includes, with stub
+# handlers for every method of the CSI services.  Needs ci/deps-csi's libraries and generated
+# messages.
 
 FUZZ_CSI_TARGETS := grpc-wire grpc-request
 
 .PHONY: fuzz-csi check-fuzz-csi
 
 $(addprefix $(O)/fuzz/fuzz-,$(FUZZ_CSI_TARGETS)): $(O)/fuzz/fuzz-grpc-%: tests/fuzz/fuzz-grpc.c \
-		csi/grpc.c csi/grpc.h $(CSI_GEN_OBJS) $(CORE_OBJS) | $(CSI_GEN)/.stamp
+		csi/grpc.c csi/grpc-calls.c csi/grpc.h csi/grpc-int.h $(CSI_GEN_OBJS) $(CORE_OBJS) \
+		| $(CSI_GEN)/.stamp
 	@mkdir -p $(dir $@)
 	@[ -n "$(Q)" ] && echo "  FUZZ-LD $@" || true
 	$(Q)$(CC) $(FV_CFLAGS) $(CFLAGS) -I$(CSI_GEN) -Icsi $(CSI_CFLAGS) -DFUZZ_GRPC='"$*"' \
