@@ -164,6 +164,7 @@ class Case:
         self.iqn2 = self.f["FV_ISCSI_IQN2"]
         self.targets = {self.iqn1, self.iqn2}
         self.extra_cleanup = []
+        self.hide = []      # secret values a failure's output must not show
 
     def opts(self, vol, iqn=None, lun=1, ro=False, fstype="ext4", **user):
         u = {"targetPortal": self.portal, "iqn": iqn or self.iqn1, "lun": str(lun)}
@@ -249,12 +250,18 @@ class Case:
         settle()
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def redact(self, text):
+        for v in self.hide:
+            for form in (v, base64.b64encode(v.encode()).decode()):
+                text = text.replace(form, "<a secret value>")
+        return text
+
     def dump_log(self):
         try:
             with open(self.logfile) as f:
                 lines = f.readlines()
             print("--- last lines of the driver log")
-            sys.stdout.writelines(lines[-40:])
+            sys.stdout.writelines(self.redact(x) for x in lines[-40:])
         except OSError:
             pass
 
@@ -627,38 +634,62 @@ def stale_db_lock(c):
             os.unlink(DB_LOCK_TAKEN)
 
 
+class CsiEndpoint:
+    """flexvol-csi --driver iscsi of the case's build on a socket in the case's dir (the driver
+    log is the case's; the endpoint's own stdout and stderr go to endpoint.log), called with the
+    tests' client csi-call (tests/csi/build on the host)."""
+
+    def __init__(self, c):
+        self.c = c
+        sanity = run(os.path.join(WS, "tests", "csi", "build"), "--print").stdout.strip().splitlines()[-1]
+        self.call_bin = os.path.join(os.path.dirname(sanity), "csi-call")
+        check(os.access(self.call_bin, os.X_OK), "no csi-call at %s: run tests/csi/build on the host"
+              % self.call_bin)
+        self.sock = os.path.join(c.dir, "csi.sock")
+        self.logfile = os.path.join(c.dir, "endpoint.log")
+        self.log = open(self.logfile, "w")
+        self.proc = subprocess.Popen([os.path.join(c.build, "flexvol-csi"), "--endpoint", "unix://" + self.sock,
+                                      "--driver", "iscsi"], env=dict(c.env, FLEXVOL_NODE_NAME=c.node),
+                                     stdout=self.log, stderr=self.log)
+        end = time.monotonic() + 20
+        while not os.path.exists(self.sock):
+            if self.proc.poll() is not None or time.monotonic() >= end:
+                self.stop()
+                raise Fail("flexvol-csi did not start")
+            time.sleep(0.05)
+
+    def attempt(self, method, req):
+        """(exit status, the answer or csi-call's 'METHOD: code=N message=...' line)"""
+        svc = next((x for x in ("Node", "Controller") if method.startswith(x)), "Identity")
+        p = subprocess.run([self.call_bin, "-endpoint", "unix://" + self.sock, "/csi.v1.%s/%s" % (svc, method),
+                            json.dumps(req)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=300)
+        return p.returncode, (json.loads(p.stdout) if p.returncode == 0 else p.stderr.strip())
+
+    def __call__(self, method, req):
+        rc, out = self.attempt(method, req)
+        check(rc == 0, "%s: %s" % (method, self.c.redact(str(out))))
+        return out
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+        self.log.close()
+
+
 def csi_lifecycle(c):
     """iSCSI through flexvol-csi --driver iscsi on the real target (the CSI Controller and Node
     services on the op layer): ControllerPublishVolume answers the handle of the LUN's disk,
     touching nothing; NodeStageVolume logs in, formats and mounts; NodePublishVolume binds it into the pod's
     target; NodeUnpublishVolume and NodeUnstageVolume undo that and log out. Every call twice (a
     retry changes nothing); the data kept across a second stage; no session, mount or record left."""
-    sanity = run(os.path.join(WS, "tests", "csi", "build"), "--print").stdout.strip().splitlines()[-1]
-    call = os.path.join(os.path.dirname(sanity), "csi-call")
-    check(os.access(call, os.X_OK), "no csi-call at %s: run tests/csi/build on the host" % call)
-    sock = os.path.join(c.dir, "csi.sock")
     staging = os.path.join(c.dir, "staging")
     pods = os.path.join(c.dir, "pods")
     os.makedirs(staging)
     os.makedirs(pods)
-    eplog = open(os.path.join(c.dir, "endpoint.log"), "w")
-    ep = subprocess.Popen([os.path.join(c.build, "flexvol-csi"), "--endpoint", "unix://" + sock,
-                           "--driver", "iscsi"], env=dict(c.env, FLEXVOL_NODE_NAME=c.node),
-                          stdout=eplog, stderr=eplog)
+    csi = CsiEndpoint(c)
     try:
-        end = time.monotonic() + 20
-        while not os.path.exists(sock):
-            check(ep.poll() is None and time.monotonic() < end, "flexvol-csi did not start")
-            time.sleep(0.05)
-
-        def csi(method, req):
-            svc = next((x for x in ("Node", "Controller") if method.startswith(x)), "Identity")
-            p = subprocess.run([call, "-endpoint", "unix://" + sock, "/csi.v1.%s/%s" % (svc, method),
-                                json.dumps(req)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, timeout=300)
-            check(p.returncode == 0, "%s: %s" % (method, p.stderr.strip()))
-            return json.loads(p.stdout)
-
         vid = "pv-csi"
         cap = {"mount": {"fsType": "ext4"}, "accessMode": {"mode": "SINGLE_NODE_WRITER"}}
         ctx = {"targetPortal": c.portal, "iqn": c.iqn1, "lun": "1"}
@@ -703,10 +734,131 @@ def csi_lifecycle(c):
             log("round %d: controller publish, stage, publish, unpublish, unstage (each twice), "
                 "controller unpublish: ok" % (rnd + 1))
     finally:
-        ep.terminate()
-        ep.wait(timeout=30)
-        eplog.close()
-    check(not os.path.exists(sock), "flexvol-csi left its socket")
+        csi.stop()
+    check(not os.path.exists(csi.sock), "flexvol-csi left its socket")
+
+
+def session_chap_user(sid):
+    """the CHAP user name session @sid logged in with (the kernel's, sysfs, root only); "" if none"""
+    try:
+        with open("/sys/class/iscsi_session/session%d/username" % sid) as f:
+            v = f.read().strip()
+    except OSError:
+        return ""
+    return "" if v in ("", "(null)") else v
+
+
+def csi_chap(c):
+    """CHAP through flexvol-csi (issue 37 point 2): NodeStageVolume's node-stage secrets, with the
+    keys of the FlexVolume Secret (discovery.* and session.* username/password), log in to the
+    CHAP target: ControllerPublishVolume (external-attacher passes no secrets), stage (the session
+    authenticated as the secret's user), publish, the data written, unpublish, unstage, each twice;
+    a second round reads the data; nothing left, no secret on disk. Without secrets, with a wrong
+    password, with a key that is no CHAP setting: NodeStageVolume fails with a message naming no
+    value and leaves no session, no node or discovery record, no mount, no secret on disk. No
+    secret value, in clear or base64, in the driver log, the endpoint's output or any answer."""
+    user, secret = c.f["FV_ISCSI_CHAP_USER"], c.f["FV_ISCSI_CHAP_SECRET"]
+    bad = "not-the-secret-%d" % os.getpid()
+    disc = "disc-secret-%d" % os.getpid()
+    values = (secret, bad, disc)
+    c.hide = list(values)
+    staging = os.path.join(c.dir, "staging")
+    pods = os.path.join(c.dir, "pods")
+    os.makedirs(staging)
+    os.makedirs(pods)
+    vid = "pv-csi-chap"
+    cap = {"mount": {"fsType": "ext4"}, "accessMode": {"mode": "SINGLE_NODE_WRITER"}}
+    ctx = {"targetPortal": c.portal, "iqn": c.iqn2, "lun": "1"}
+    target = os.path.join(pods, "p1")
+    pub = {"volumeId": vid, "stagingTargetPath": staging, "targetPath": target,
+           "volumeCapability": cap, "volumeContext": ctx}
+    right = {"session.username": user, "session.password": secret,
+             "discovery.username": "disc-user", "discovery.password": disc}
+
+    def stage(secrets):
+        q = {"volumeId": vid, "stagingTargetPath": staging, "volumeCapability": cap, "volumeContext": ctx}
+        if secrets is not None:
+            q["secrets"] = secrets
+        return q
+
+    def secrets_on_disk():
+        hits = []
+        for v in values:
+            hits += files_containing(v)
+            for top in (c.state, os.path.join(c.dir, "run")):
+                for d, _, files in os.walk(top):
+                    for n in files:
+                        try:
+                            with open(os.path.join(d, n), "rb") as f:
+                                if v.encode() in f.read():
+                                    hits.append(os.path.join(d, n))
+                        except OSError:
+                            pass
+        return hits
+
+    def nothing_left(what):
+        check(not sessions(c.iqn2), "%s: session left: %r" % (what, sessions(c.iqn2)))
+        check(not node_records(), "%s: node records left: %r" % (what, node_records()))
+        check(not discovery_records(), "%s: discovery records left: %r" % (what, discovery_records()))
+        check(not mounts_under(c.dir), "%s: mounts left: %r" % (what, mounts_under(c.dir)))
+        check(not secrets_on_disk(), "%s: a secret value in %r" % (what, secrets_on_disk()))
+
+    csi = CsiEndpoint(c)
+    try:
+        # the right secrets
+        for rnd in range(2):
+            cpub = {"volumeId": vid, "nodeId": c.node, "volumeCapability": cap, "volumeContext": ctx}
+            csi("ControllerPublishVolume", cpub)
+            t = time.monotonic()
+            for _ in range(2):
+                csi("NodeStageVolume", stage(right))
+            c.record("csi-stage-chap", time.monotonic() - t)
+            sid = sessions(c.iqn2)
+            check(len(sid) == 1, "sessions after stage: %r" % sid)
+            check(session_chap_user(sid[0]) == user, "session %d logged in as %r, not with CHAP as %s"
+                  % (sid[0], session_chap_user(sid[0]), user))
+            dev = lun_disks(c.iqn2, 1)
+            m = mounted_at(os.path.join(staging, vid))
+            check(len(dev) == 1 and m and m[0][1] == dev[0], "staged mount %r, LUN 1 %r" % (m, dev))
+            for _ in range(2):
+                csi("NodePublishVolume", pub)
+            data = os.path.join(target, "data")
+            if rnd == 0:
+                with open(data, "w") as f:
+                    f.write("CHAP through CSI")
+            else:
+                with open(data) as f:
+                    check(f.read() == "CHAP through CSI", "the data is not there after a second stage")
+            for _ in range(2):
+                csi("NodeUnpublishVolume", {"volumeId": vid, "targetPath": target})
+            for _ in range(2):
+                csi("NodeUnstageVolume", {"volumeId": vid, "stagingTargetPath": staging})
+            csi("ControllerUnpublishVolume", {"volumeId": vid, "nodeId": c.node})
+            nothing_left("round %d" % (rnd + 1))
+            log("round %d: stage with the node-stage secrets (CHAP session as %s), publish, unpublish, "
+                "unstage (each twice): ok" % (rnd + 1, user))
+        # refused: each a clear error, nothing left behind
+        for what, secrets, words in (
+                ("no secrets", None, "authentication"),
+                ("a wrong password", dict(right, **{"session.password": bad}), "CHAP authentication failed"),
+                ("a key that is no CHAP setting", {"session.username": user, "session.passwd": secret},
+                 "Secret key 'session.passwd' is not a CHAP setting")):
+            t = time.monotonic()
+            rc, out = csi.attempt("NodeStageVolume", stage(secrets))
+            out = str(out)
+            check(c.redact(out) == out, "%s: a secret value in the answer" % what)
+            log("%s: exit %d after %.1f s: %s" % (what, rc, time.monotonic() - t, out))
+            check(rc != 0 and words in out, "%s: NodeStageVolume answered %d %r" % (what, rc, out))
+            nothing_left(what)
+    finally:
+        csi.stop()
+    with open(c.logfile) as f:
+        check(re.search(r"logged in to %s .*, CHAP\)" % re.escape(c.iqn2), f.read()),
+              "the driver log has no CHAP login to %s" % c.iqn2)
+    for path, what in ((c.logfile, "the driver log"), (csi.logfile, "the endpoint's output")):
+        with open(path, errors="replace") as f:
+            text = f.read()
+        check(c.redact(text) == text, "a secret value is in %s" % what)
 
 
 def state_wiped(c):
@@ -1378,7 +1530,7 @@ def own_lun_held_elsewhere(c):
 
 
 CASES = {f.__name__: f for f in (lifecycle, two_luns, chap, chap_failure, records, wrong_portal, expand,
-                                  sigkill_login, stale_db_lock, csi_lifecycle, state_wiped, relogin, measure, cycle_ab,
+                                  sigkill_login, stale_db_lock, csi_lifecycle, csi_chap, state_wiped, relogin, measure, cycle_ab,
                                   detach_unmounted,
                                   node_lifecycle,
                                   node_two_luns, node_chap_secret, gc, node_inline_names,
@@ -1402,7 +1554,7 @@ def main():
             log("%s: ok in %.1f s" % (n, time.monotonic() - t))
         except Exception as e:  # noqa: BLE001 - report any failure of the case
             failed += 1
-            print("%s: FAIL: %s: %s" % (n, type(e).__name__, e), file=sys.stderr, flush=True)
+            print("%s: FAIL: %s: %s" % (n, type(e).__name__, c.redact(str(e))), file=sys.stderr, flush=True)
             c.dump_log()
         finally:
             c.cleanup()
