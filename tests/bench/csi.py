@@ -14,10 +14,15 @@ Interleaved (each cycle of a round runs both, which goes first alternates), in a
 mount namespace.  Memory: the endpoint's resident set (VmRSS) when it starts and after
 every cycle, and its peak (VmHWM); a FlexVolume call's peak resident set (ru_maxrss of
 the call, or of a helper it waited for: mkfs, fsck, blkid; nothing stays resident
-between calls).  Nothing here asserts speed; a failed
-call fails the run.
+between calls).  Calls at once (issue 37): N NodeStageVolume of distinct volumes, each on a
+connection of its own (raw HTTP/2 frames from threads of this script), started together
+against the same N one after another (wall time from the first request to the last answer,
+the unstages between untimed), on fresh volumes (each
+stage makes its filesystem) and on the same volumes again (a mount).  Nothing here asserts
+speed; a failed call fails the run.
 
-  python3 tests/bench/csi.py --build build [--rounds 3] [--cycles 10] [--json out.json]
+  python3 tests/bench/csi.py --build build [--rounds 3] [--cycles 10] [--concurrent 4]
+                             [--json out.json]
 """
 
 import argparse
@@ -25,10 +30,12 @@ import json
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -73,6 +80,119 @@ def flex_cycle(loop, env, gmount, poddir, label):
         wall[op] = t * 1000
         peak = max(peak, ru.ru_maxrss)
     return wall, peak
+
+
+def pb_varint(n):
+    out = b""
+    while True:
+        out += bytes([(n & 0x7f) | (0x80 if n > 0x7f else 0)])
+        n >>= 7
+        if not n:
+            return out
+
+
+def pb_bytes(field, b):
+    """a length-delimited protobuf field"""
+    b = b.encode() if isinstance(b, str) else b
+    return pb_varint(field << 3 | 2) + pb_varint(len(b)) + b
+
+
+def stage_message(vid, staging):
+    """NodeStageVolumeRequest (csi.proto): volume_id 1, staging_target_path 3,
+    volume_capability 4 (mount 2 {fs_type 1}, access_mode 3 {mode 1}), volume_context 6"""
+    cap = pb_bytes(2, pb_bytes(1, "ext4")) + pb_bytes(3, pb_varint(1 << 3) + pb_varint(1))
+    ctx = pb_bytes(1, "file") + pb_bytes(2, vid + ".img")
+    return pb_bytes(1, vid) + pb_bytes(3, staging) + pb_bytes(4, cap) + pb_bytes(6, ctx)
+
+
+def h2_call(sock, path, msg):
+    """one unary call on a connection of its own, in raw HTTP/2 frames (literal headers):
+    the client side costs the same at once or in series, no process start in it"""
+    def fr(t, fl, sid, p):
+        return len(p).to_bytes(3, "big") + bytes([t, fl]) + sid.to_bytes(4, "big") + p
+
+    def lit(n, v):
+        return b"\0" + bytes([len(n)]) + n.encode() + bytes([len(v)]) + v.encode()
+
+    hdr = b"".join(lit(n, v) for n, v in ((":method", "POST"), (":scheme", "http"),
+                                          (":path", path), (":authority", "localhost"),
+                                          ("content-type", "application/grpc"),
+                                          ("te", "trailers")))
+    body = b"\0" + len(msg).to_bytes(4, "big") + msg
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(300)
+    s.connect(sock)
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + fr(4, 0, 0, b"") + fr(1, 4, 1, hdr) +
+              fr(0, 1, 1, body))
+    buf, data = b"", False
+    try:
+        while True:
+            while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+                n, t, fl = int.from_bytes(buf[:3], "big"), buf[3], buf[4]
+                sid = int.from_bytes(buf[5:9], "big")
+                buf = buf[9 + n:]
+                if t == 4 and not fl & 1:
+                    s.sendall(fr(4, 1, 0, b""))
+                data = data or (sid == 1 and t == 0 and n > 0)
+                if sid == 1 and t in (0, 1) and fl & 1:
+                    return data
+                if t == 7 or (sid == 1 and t == 3):
+                    return False
+            b = s.recv(65536)
+            if not b:
+                return False
+            buf += b
+    finally:
+        s.close()
+
+
+def stages(a, sock, msgs, together):
+    """wall ms of NodeStageVolume of each of @msgs, each on a connection of its own, all at
+    once (@together) or each after the last"""
+    def one(m):
+        if not h2_call(sock, "/csi.v1.Node/NodeStageVolume", m):
+            raise bench.BenchError("CSI NodeStageVolume failed (the endpoint's log says why)")
+
+    t0 = time.monotonic()
+    if together:
+        errs = []
+
+        def run(m):
+            try:
+                one(m)
+            except Exception as e:  # reported below, from the main thread
+                errs.append(e)
+        ts = [threading.Thread(target=run, args=(m,)) for m in msgs]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if errs:
+            raise errs[0]
+    else:
+        for m in msgs:
+            one(m)
+    return (time.monotonic() - t0) * 1000
+
+
+def at_once(a, sock, staging, script):
+    """{"fresh"|"again": {"series"|"together": [ms per round]}}: N stages of distinct volumes"""
+    out = {k: {"series": [], "together": []} for k in ("fresh", "again")}
+    for rnd in range(a.rounds):
+        for order in (("series", "together") if rnd % 2 == 0 else ("together", "series")):
+            vids = [f"pvc-bench-{order}-{rnd}-{i}" for i in range(a.concurrent)]
+            script([["/csi.v1.Controller/CreateVolume",
+                     {"name": v, "capacityRange": {"requiredBytes": str(64 << 20)},
+                      "volumeCapabilities": [CAP]}] for v in vids], "create-n")
+            reqs = [stage_message(v, staging) for v in vids]
+            unstage = [["/csi.v1.Node/NodeUnstageVolume",
+                        {"volumeId": v, "stagingTargetPath": staging}] for v in vids]
+            for kind in ("fresh", "again"):
+                out[kind][order].append(stages(a, sock, reqs, order == "together"))
+                script(unstage, "unstage-n")
+            script([["/csi.v1.Controller/DeleteVolume", {"volumeId": v}] for v in vids],
+                   "delete-n")
+    return out
 
 
 def inner(a):
@@ -140,6 +260,7 @@ def inner(a):
         result["rss_after_kb"] = max(rss)
         result["hwm_kb"] = status_kb(proc.pid, "VmHWM")
         script([["/csi.v1.Controller/DeleteVolume", {"volumeId": VID}]], "delete")
+        result["at_once"] = at_once(a, sock, staging, script)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
@@ -154,6 +275,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cycles", type=int, default=10)
+    ap.add_argument("--concurrent", type=int, default=4, help="stages at once (distinct volumes)")
     ap.add_argument("--json")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     for k in ("loop", "csi", "call", "scratch", "result"):
@@ -182,7 +304,8 @@ def main():
                          os.path.abspath(__file__), "--inner", "--loop", os.path.abspath(loop),
                          "--csi", os.path.abspath(csi), "--call", call, "--scratch", scratch,
                          "--result", result, "--rounds", str(a.rounds),
-                         "--cycles", str(a.cycles)]).returncode
+                         "--cycles", str(a.cycles),
+                         "--concurrent", str(a.concurrent)]).returncode
     if rc == 0:
         with open(result) as f:
             res = json.load(f)
@@ -203,6 +326,12 @@ def main():
               f"{res['rss_after_kb']} KiB at most after a cycle, peak {res['hwm_kb']} KiB; "
               f"a FlexVolume call's peak {peak} KiB (the call or a helper it waited for, "
               f"ru_maxrss; nothing resident between calls)")
+        print(f"{a.concurrent} NodeStageVolume of distinct volumes, a connection each; median wall "
+              f"ms of {a.rounds} rounds:")
+        for kind, what in (("fresh", "fresh volumes (mkfs)"), ("again", "formatted (mount)")):
+            se, to = (med(res["at_once"][kind][k]) for k in ("series", "together"))
+            print(f"  {what:<22} one after another {se:>8.1f}   at once {to:>8.1f}   "
+                  f"({se / to:.2f}x)")
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(res, f, indent=1)
