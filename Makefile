@@ -23,9 +23,13 @@ CORE_SRCS := $(sort $(wildcard src/*.c))
 DRV_SRCS  := $(sort $(foreach d,$(DRIVERS),$(wildcard drivers/$(d)/*.c)))
 FV_SRCS   := $(CORE_SRCS) $(DRV_SRCS) drivers/registry.c
 # lib/: what the programs share above the op layer and the drivers (docs/design.md, "Layout"):
-# flexvol-provisioner and flexvol-csi link it, the FlexVolume program does not need it
-LIB_SRCS  := $(sort $(wildcard lib/*.c))
+# flexvol-provisioner and flexvol-csi link it, the FlexVolume program does not need it; its
+# kube* group (the API client, on libcurl) is linked by the programs that talk to the API
+# server only (flexvol-provisioner, flexvol-migrate)
+LIB_KUBE_SRCS := $(sort $(wildcard lib/kube*.c))
+LIB_SRCS  := $(filter-out $(LIB_KUBE_SRCS),$(sort $(wildcard lib/*.c)))
 LIB_OBJS  := $(patsubst %.c,$(O)/obj/%.o,$(LIB_SRCS))
+LIB_KUBE_OBJS := $(patsubst %.c,$(O)/obj/%.o,$(LIB_KUBE_SRCS))
 FV_DRIVER_LIST := $(foreach d,$(DRIVERS),X($(d)))
 
 # The version (docs/design.md, "Versions and logs"): in a git checkout `git describe`

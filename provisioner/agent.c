@@ -34,8 +34,8 @@
 #include "fv/image.h"
 #include "api.h"
 #include "controller.h"
-#include "jsonutil.h"
-#include "kube.h"
+#include "fv/kubejson.h"
+#include "fv/kube.h"
 #include "loop.h"
 #include "metrics.h"
 #include "params.h"
@@ -54,32 +54,32 @@ static int ensure_image(int rootfd, const char *img, const char *pv, uint64_t si
 }
 
 /* Delete PV @pv, by uid (never a PV re-created under the same name). */
-static int delete_pv(struct fvp_kube *k, json_object *pv)
+static int delete_pv(struct fv_kube *k, json_object *pv)
 {
-	const char *name = fvp_jstr2(pv, "metadata", "name");
+	const char *name = fv_json_str_in(pv, "metadata", "name");
 	json_object *reply = NULL;
-	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
+	char path[FVP_API_PATH_MAX], err[FV_KUBE_ERR_MAX];
 	int st;
 
 	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
-	st = fvp_kube_delete_uid(k, path, fvp_jstr2(pv, "metadata", "uid"), &reply, err, sizeof(err));
+	st = fv_kube_delete_uid(k, path, fv_json_str_in(pv, "metadata", "uid"), &reply, err, sizeof(err));
 	if (st == 200 || st == 202 || st == 404)
 		fvp_log_info("PV %s deleted", name);
 	else
-		fvp_log_warning("PV %s: delete failed: %s", name, st < 0 ? err : fvp_kube_status_message(reply));
+		fvp_log_warning("PV %s: delete failed: %s", name, st < 0 ? err : fv_kube_status_message(reply));
 	json_object_put(reply);
 	return st == 200 || st == 202 || st == 404 ? 0 : -EIO;
 }
 
 /* Remove the deletion-protection finalizer from @pv (if it has it): its asset is gone. */
-static int drop_finalizer(struct fvp_kube *k, json_object *pv)
+static int drop_finalizer(struct fv_kube *k, json_object *pv)
 {
-	json_object *f = fvp_jget(fvp_jget(pv, "metadata"), "finalizers"), *nf, *m, *body, *reply = NULL;
-	const char *name = fvp_jstr2(pv, "metadata", "name");
-	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
+	json_object *f = fv_json_get(fv_json_get(pv, "metadata"), "finalizers"), *nf, *m, *body, *reply = NULL;
+	const char *name = fv_json_str_in(pv, "metadata", "name");
+	char path[FVP_API_PATH_MAX], err[FV_KUBE_ERR_MAX];
 	int st;
 
-	if (!fvp_jarray_has(f, FVP_PV_FINALIZER))
+	if (!fv_json_array_has(f, FVP_PV_FINALIZER))
 		return 0;
 	body = json_object_new_object();
 	m = json_object_new_object();
@@ -98,15 +98,15 @@ static int drop_finalizer(struct fvp_kube *k, json_object *pv)
 			json_object_array_add(nf, json_object_get(v));
 	}
 	/* the resourceVersion makes a concurrent change a 409: the next pass tries again */
-	fvp_jset(m, "resourceVersion", fvp_jstr2(pv, "metadata", "resourceVersion"));
+	fv_json_set_str(m, "resourceVersion", fv_json_str_in(pv, "metadata", "resourceVersion"));
 	json_object_object_add(m, "finalizers", nf);
 	json_object_object_add(body, "metadata", m);
 	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
-	st = fvp_kube_request(k, "PATCH", path, body, &reply, err, sizeof(err));
+	st = fv_kube_request(k, "PATCH", path, body, &reply, err, sizeof(err));
 	json_object_put(body);
 	if (st != 200 && st != 404)
 		fvp_log_warning("PV %s: removing its finalizer: %s", name,
-			 st < 0 ? err : fvp_kube_status_message(reply));
+			 st < 0 ? err : fv_kube_status_message(reply));
 	json_object_put(reply);
 	return st == 200 || st == 404 ? 0 : -EIO;
 }
@@ -117,10 +117,10 @@ static int drop_finalizer(struct fvp_kube *k, json_object *pv)
  * with a warning event on the PV; an image held by a loop device is tried
  * again at the next pass (kubelet is still tearing down).
  */
-static int reclaim(struct fvp_agent *a, struct fvp_kube *k, int rootfd, json_object *pv,
+static int reclaim(struct fvp_agent *a, struct fv_kube *k, int rootfd, json_object *pv,
 		   const char *img)
 {
-	const char *name = fvp_jstr2(pv, "metadata", "name");
+	const char *name = fv_json_str_in(pv, "metadata", "name");
 	char msg[512];
 	int r;
 
@@ -141,55 +141,55 @@ static int reclaim(struct fvp_agent *a, struct fvp_kube *k, int rootfd, json_obj
 
 static bool pv_reclaimable(json_object *pv)
 {
-	const char *phase = fvp_jstr2(pv, "status", "phase"),
-		   *policy = fvp_jstr2(pv, "spec", "persistentVolumeReclaimPolicy");
+	const char *phase = fv_json_str_in(pv, "status", "phase"),
+		   *policy = fv_json_str_in(pv, "spec", "persistentVolumeReclaimPolicy");
 
 	if (!policy || !streq(policy, "Delete"))
 		return false;
 	if (phase && (streq(phase, "Released") || streq(phase, "Failed")))
 		return true;
 	/* deleted while not bound (the finalizer keeps it for us) */
-	return fvp_jget(fvp_jget(pv, "metadata"), "deletionTimestamp") && (!phase || !streq(phase, "Bound"));
+	return fv_json_get(fv_json_get(pv, "metadata"), "deletionTimestamp") && (!phase || !streq(phase, "Bound"));
 }
 
 /* Every PV of this node's label: images made, preallocated, reclaimed. */
-static int pvs_pass(struct fvp_agent *a, struct fvp_kube *k, int rootfd)
+static int pvs_pass(struct fvp_agent *a, struct fv_kube *k, int rootfd)
 {
 	json_object *list = NULL, *items;
-	char path[FVP_API_PATH_MAX], label[80], err[FVP_KUBE_ERR_MAX];
+	char path[FVP_API_PATH_MAX], label[80], err[FV_KUBE_ERR_MAX];
 	int st, ret = 0;
 
 	fvp_node_label(a->node, label, sizeof(label));
 	fvp_api_select(path, sizeof(path), FVP_API_PV, FVP_LOOP_LABEL_NODE, label);
-	st = fvp_kube_request(k, "GET", path, NULL, &list, err, sizeof(err));
+	st = fv_kube_request(k, "GET", path, NULL, &list, err, sizeof(err));
 	if (st != 200 || !list) {
-		fvp_log_warning("listing this node's PVs: %s", st < 0 ? err : fvp_kube_status_message(list));
+		fvp_log_warning("listing this node's PVs: %s", st < 0 ? err : fv_kube_status_message(list));
 		json_object_put(list);
 		return -EIO;
 	}
-	items = fvp_jget(list, "items");
+	items = fv_json_get(list, "items");
 	for (size_t i = 0; items && json_object_is_type(items, json_type_array) &&
 			   i < json_object_array_length(items);
 	     i++) {
-		json_object *pv = json_object_array_get_idx(items, i), *spec = fvp_jget(pv, "spec");
+		json_object *pv = json_object_array_get_idx(items, i), *spec = fv_json_get(pv, "spec");
 		json_object *opts = fvp_pv_driver_options(pv, FVP_LOOP_DRIVER);
-		const char *name = fvp_jstr2(pv, "metadata", "name"), *img = fvp_jstr(opts, "file"),
-			   *by = fvp_jstr(fvp_jget(fvp_jget(pv, "metadata"), "annotations"), FVP_ANN_PROVISIONED_BY),
-			   *phase = fvp_jstr2(pv, "status", "phase"), *pre = fvp_jstr(opts, "preallocate");
+		const char *name = fv_json_str_in(pv, "metadata", "name"), *img = fv_json_str(opts, "file"),
+			   *by = fv_json_str(fv_json_get(fv_json_get(pv, "metadata"), "annotations"), FVP_ANN_PROVISIONED_BY),
+			   *phase = fv_json_str_in(pv, "status", "phase"), *pre = fv_json_str(opts, "preallocate");
 		uint64_t size = 0, cap = 0;
 		int r;
 
-		if (!by || !streq(by, FVP_LOOP_PROVISIONER) || !opts || !fvp_safe_name(name) ||
+		if (!by || !streq(by, FVP_LOOP_PROVISIONER) || !opts || !fv_kube_name_ok(name) ||
 		    !fv_image_name_ok(img))
 			continue;
 		if (pv_reclaimable(pv)) {
 			r = reclaim(a, k, rootfd, pv, img);
-		} else if (fvp_jget(fvp_jget(pv, "metadata"), "deletionTimestamp") ||
+		} else if (fv_json_get(fv_json_get(pv, "metadata"), "deletionTimestamp") ||
 			   (phase && (streq(phase, "Released") || streq(phase, "Failed")))) {
 			continue; /* Retain: the image stays as it is */
 		} else {
-			(void)fvp_quantity(fvp_jstr(opts, "size"), &size);
-			(void)fvp_jquantity(fvp_jget(spec, "capacity"), "storage", &cap);
+			(void)fv_quantity(fv_json_str(opts, "size"), &size);
+			(void)fv_json_quantity(fv_json_get(spec, "capacity"), "storage", &cap);
 			size = size > cap ? size : cap;
 			/* what no file can be (the controller never writes it): left alone */
 			if (size < 1024 * 1024 || size > INT64_MAX - 511)
@@ -237,33 +237,33 @@ static json_object *report(struct fvp_agent *a, int rootfd)
 			continue;
 		snprintf(num, sizeof(num), "%lld %llu", (long long)st.st_size,
 			 (unsigned long long)st.st_blocks * 512);
-		fvp_jset(data, e->d_name, num);
+		fv_json_set_str(data, e->d_name, num);
 	}
 	closedir(d);
 	snprintf(num, sizeof(num), "%llu", (unsigned long long)vfs.f_bavail * vfs.f_frsize);
-	fvp_jset(data, "free", num);
+	fv_json_set_str(data, "free", num);
 	snprintf(num, sizeof(num), "%llu", (unsigned long long)vfs.f_blocks * vfs.f_frsize);
-	fvp_jset(data, "size", num);
+	fv_json_set_str(data, "size", num);
 	snprintf(num, sizeof(num), "%lld", (long long)time(NULL));
-	fvp_jset(data, "time", num);
-	fvp_jset(data, "root", a->loop_root);
+	fv_json_set_str(data, "time", num);
+	fv_json_set_str(data, "root", a->loop_root);
 	return data;
 }
 
 /* Create or replace the ConfigMap named after the node with @data (taken). */
-static int publish(struct fvp_agent *a, struct fvp_kube *k, json_object *data)
+static int publish(struct fvp_agent *a, struct fv_kube *k, json_object *data)
 {
 	json_object *cm = NULL, *reply = NULL, *m, *labels;
-	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
+	char path[FVP_API_PATH_MAX], err[FV_KUBE_ERR_MAX];
 	int st;
 
 	fvp_api_path(path, sizeof(path), FVP_API_CONFIGMAP, a->capacity_ns, a->node, NULL);
-	st = fvp_kube_request(k, "GET", path, NULL, &cm, err, sizeof(err));
+	st = fv_kube_request(k, "GET", path, NULL, &cm, err, sizeof(err));
 	if (st == 200 && !cm)
 		snprintf(err, sizeof(err), "the answer is not an object");
 	if ((st != 200 && st != 404) || (st == 200 && !cm)) {
 		fvp_log_warning("reading ConfigMap %s/%s: %s", a->capacity_ns, a->node,
-			 st < 0 || st == 200 ? err : fvp_kube_status_message(cm));
+			 st < 0 || st == 200 ? err : fv_kube_status_message(cm));
 		json_object_put(cm);
 		json_object_put(data);
 		return -EIO;
@@ -280,26 +280,26 @@ static int publish(struct fvp_agent *a, struct fvp_kube *k, json_object *data)
 			json_object_put(data);
 			return -ENOMEM;
 		}
-		fvp_jset(cm, "apiVersion", "v1");
-		fvp_jset(cm, "kind", "ConfigMap");
-		fvp_jset(m, "name", a->node);
-		fvp_jset(m, "namespace", a->capacity_ns);
-		fvp_jset(labels, "app.kubernetes.io/part-of", "flexvol");
-		fvp_jset(labels, "app.kubernetes.io/component", "loop-capacity");
+		fv_json_set_str(cm, "apiVersion", "v1");
+		fv_json_set_str(cm, "kind", "ConfigMap");
+		fv_json_set_str(m, "name", a->node);
+		fv_json_set_str(m, "namespace", a->capacity_ns);
+		fv_json_set_str(labels, "app.kubernetes.io/part-of", "flexvol");
+		fv_json_set_str(labels, "app.kubernetes.io/component", "loop-capacity");
 		json_object_object_add(m, "labels", labels);
 		json_object_object_add(cm, "metadata", m);
 	}
 	json_object_object_add(cm, "data", data);
 	if (st == 404) {
 		fvp_api_path(path, sizeof(path), FVP_API_CONFIGMAP, a->capacity_ns, NULL, NULL);
-		st = fvp_kube_request(k, "POST", path, cm, &reply, err, sizeof(err));
+		st = fv_kube_request(k, "POST", path, cm, &reply, err, sizeof(err));
 	} else {
 		/* a whole replacement: images gone since the last report drop out */
-		st = fvp_kube_request(k, "PUT", path, cm, &reply, err, sizeof(err));
+		st = fv_kube_request(k, "PUT", path, cm, &reply, err, sizeof(err));
 	}
 	if (st != 200 && st != 201)
 		fvp_log_warning("publishing ConfigMap %s/%s: %s", a->capacity_ns, a->node,
-			 st < 0 ? err : fvp_kube_status_message(reply));
+			 st < 0 ? err : fv_kube_status_message(reply));
 	json_object_put(reply);
 	json_object_put(cm);
 	return st == 200 || st == 201 ? 0 : -EIO;
@@ -320,7 +320,7 @@ static time_t last_t;
 
 static bool unchanged(json_object *data)
 {
-	unsigned long long f = strtoull(fvp_jstr(data, "free") ?: "0", NULL, 10);
+	unsigned long long f = strtoull(fv_json_str(data, "free") ?: "0", NULL, 10);
 	uint64_t sig = 0;
 	bool same;
 
@@ -352,7 +352,7 @@ static int mono_s(void)
 	return (int)ts.tv_sec;
 }
 
-int fvp_agent_pass(struct fvp_agent *a, struct fvp_kube *k)
+int fvp_agent_pass(struct fvp_agent *a, struct fv_kube *k)
 {
 	_cleanup_close_ int rootfd = open(a->loop_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	json_object *data;
@@ -400,7 +400,7 @@ int fvp_agent_health(void *ud, bool ready, char *msg, size_t len)
 	return 0;
 }
 
-int fvp_agent_run(struct fvp_agent *a, struct fvp_kube *k, volatile int *stopping)
+int fvp_agent_run(struct fvp_agent *a, struct fv_kube *k, volatile int *stopping)
 {
 	fvp_log_info("node agent on %s: loop root %s, report in ConfigMap %s/%s every %u s", a->node,
 		 a->loop_root, a->capacity_ns, a->node, a->interval_s);

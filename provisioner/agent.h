@@ -32,7 +32,7 @@
 
 #include "events.h"
 
-struct fvp_kube;
+struct fv_kube;
 
 struct fvp_agent {
 	const char *node;	 /* this node's name */
@@ -47,10 +47,10 @@ struct fvp_agent {
 };
 
 /* One pass.  Returns 0, or <0 when the API or the loop root failed (logged). */
-int fvp_agent_pass(struct fvp_agent *a, struct fvp_kube *k);
+int fvp_agent_pass(struct fvp_agent *a, struct fv_kube *k);
 
 /* Passes every interval_s until *stopping. */
-int fvp_agent_run(struct fvp_agent *a, struct fvp_kube *k, volatile int *stopping);
+int fvp_agent_run(struct fvp_agent *a, struct fv_kube *k, volatile int *stopping);
 
 /*
  * The probes' answer (struct fvp_httpd_config's health, @ud the agent): 0,

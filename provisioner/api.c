@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Request paths, the PV finalizer and quantities: see api.h. */
+/* Request paths and label selectors: see api.h. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The Kubernetes API as the controller and the node agent address it: the
- * one place a request path is built, the finalizer that guards our PVs, and
- * the quantities objects carry.  No I/O (kube.c sends the requests).
+ * one place a request path is built (api.c), the finalizer that guards our
+ * PVs, and the room a quantity or a time we write takes.  No I/O (lib/kube.c
+ * sends the requests).
  */
 #ifndef FVP_API_H
 #define FVP_API_H
@@ -20,13 +21,13 @@
 
 /*
  * A request path: the longest is a namespaced object's subresource, two
- * names of at most 253 bytes (fvp_safe_name()) and fewer than 100 fixed bytes.
+ * names of at most 253 bytes (fv_kube_name_ok()) and fewer than 100 fixed bytes.
  */
 #define FVP_API_PATH_MAX 600
 
 /* A quantity we write, "<bytes / 2^20>Mi": at most 20 digits and the suffix. */
 #define FVP_QUANTITY_MAX 32
-/* A time as fvp_rfc3339() writes it, "2026-01-02T03:04:05Z". */
+/* A time as fv_time_rfc3339() writes it, "2026-01-02T03:04:05Z". */
 #define FVP_TIME_MAX 32
 
 /* The kinds of object the provisioner reads or writes. */
@@ -43,7 +44,7 @@ enum fvp_api_kind {
 /*
  * fvp_api_path() - the path of object @name of @kind in namespace @ns (NULL
  * for a cluster-wide kind), or of the collection when @name is NULL, with
- * "/@sub" appended when @sub is not NULL ("status").  Names that fvp_safe_name()
+ * "/@sub" appended when @sub is not NULL ("status").  Names that fv_kube_name_ok()
  * accepts always fit in FVP_API_PATH_MAX; a longer one is cut as snprintf()
  * cuts.
  * Returns: @buf.
@@ -59,6 +60,6 @@ const char *fvp_api_path(char *buf, size_t len, enum fvp_api_kind kind, const ch
 const char *fvp_api_select(char *buf, size_t len, enum fvp_api_kind kind, const char *key,
 			   const char *value);
 
-/* Quantities are read by fvp_quantity() in jsonutil.h, the API's own grammar. */
+/* Quantities are read by fv_quantity() (fv/kubejson.h), the API's own grammar. */
 
 #endif

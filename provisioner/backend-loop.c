@@ -24,8 +24,8 @@
 #include "api.h"
 #include "backend.h"
 #include "events.h"
-#include "jsonutil.h"
-#include "kube.h"
+#include "fv/kubejson.h"
+#include "fv/kube.h"
 #include "loop.h"
 #include "params.h"
 
@@ -44,7 +44,7 @@ void fvp_node_label(const char *node, char *buf, size_t len)
 
 	/* a label value: at most 63 of [a-z0-9.-], alphanumeric at both ends; a node name
 	 * (a DNS subdomain) is one when short enough, a hash stands in for a longer one */
-	if (n <= 63 && fvp_safe_name(node))
+	if (n <= 63 && fv_kube_name_ok(node))
 		snprintf(buf, len, "%s", node);
 	else
 		snprintf(buf, len, "h-%016llx", (unsigned long long)fv_hash64(node));
@@ -65,11 +65,11 @@ static int parse_bool(const char *s, bool *ret)
 
 static int loop_class_parse(json_object *sc, struct loop_class *c, char *err, size_t errlen)
 {
-	json_object *params = fvp_jobj(sc, "parameters"), *mo = fvp_jget(sc, "mountOptions");
-	const char *mode = fvp_jstr(sc, "volumeBindingMode"), *fstype = NULL;
+	json_object *params = fv_json_obj(sc, "parameters"), *mo = fv_json_get(sc, "mountOptions");
+	const char *mode = fv_json_str(sc, "volumeBindingMode"), *fstype = NULL;
 
 	memset(c, 0, sizeof(*c));
-	c->name = fvp_jstr2(sc, "metadata", "name");
+	c->name = fv_json_str_in(sc, "metadata", "name");
 	if (!mode || !streq(mode, "WaitForFirstConsumer"))
 		return fvp_fail(err, errlen, -EINVAL,
 				 "volumeBindingMode must be WaitForFirstConsumer: a loop volume lives "
@@ -130,13 +130,13 @@ static int get(const struct fvp_site *s, const char *path, json_object **ret, ch
 	int st;
 
 	*ret = NULL;
-	st = fvp_kube_request(s->k, "GET", path, NULL, ret, e, sizeof(e));
+	st = fv_kube_request(s->k, "GET", path, NULL, ret, e, sizeof(e));
 	if (st == 200 && *ret)
 		return 0;
 	if (st < 0)
 		return fvp_fail(err, errlen, -EIO, "GET %s: %s", path, e);
 	st = st == 404 ? 1 : fvp_fail(err, errlen, -EIO, "GET %s: HTTP %d %s", path, st,
-					   fvp_kube_status_message(*ret));
+					   fv_kube_status_message(*ret));
 	json_object_put(*ret);
 	*ret = NULL;
 	return st;
@@ -145,23 +145,23 @@ static int get(const struct fvp_site *s, const char *path, json_object **ret, ch
 /* Does @node match one term of the class's allowedTopologies (or has it none)? */
 static bool in_topology(json_object *sc, json_object *node)
 {
-	json_object *terms = fvp_jget(sc, "allowedTopologies"),
-		    *labels = fvp_jget(fvp_jget(node, "metadata"), "labels");
+	json_object *terms = fv_json_get(sc, "allowedTopologies"),
+		    *labels = fv_json_get(fv_json_get(node, "metadata"), "labels");
 
 	if (!terms || !json_object_is_type(terms, json_type_array) ||
 	    !json_object_array_length(terms))
 		return true;
 	for (size_t i = 0; i < json_object_array_length(terms); i++) {
-		json_object *exprs = fvp_jget(json_object_array_get_idx(terms, i), "matchLabelExpressions");
+		json_object *exprs = fv_json_get(json_object_array_get_idx(terms, i), "matchLabelExpressions");
 		bool all = true;
 
 		for (size_t j = 0; exprs && json_object_is_type(exprs, json_type_array) &&
 				   j < json_object_array_length(exprs);
 		     j++) {
 			json_object *e = json_object_array_get_idx(exprs, j);
-			const char *key = fvp_jstr(e, "key"), *have = key ? fvp_jstr(labels, key) : NULL;
+			const char *key = fv_json_str(e, "key"), *have = key ? fv_json_str(labels, key) : NULL;
 
-			if (!have || !fvp_jarray_has(fvp_jget(e, "values"), have))
+			if (!have || !fv_json_array_has(fv_json_get(e, "values"), have))
 				all = false;
 		}
 		if (all)
@@ -177,12 +177,12 @@ static bool in_topology(json_object *sc, json_object *node)
  */
 static const char *report_problem(json_object *data, uint64_t *free_b, char *buf, size_t len)
 {
-	const char *f = fvp_jstr(data, "free"), *t = fvp_jstr(data, "time");
+	const char *f = fv_json_str(data, "free"), *t = fv_json_str(data, "time");
 	uint64_t when, now = (uint64_t)time(NULL);
 
 	if (!data)
 		return "empty";
-	if (fvp_quantity(f, free_b) < 0) {
+	if (fv_quantity(f, free_b) < 0) {
 		snprintf(buf, len, "unreadable: its free space '%.40s' is not a byte count", f ?: "");
 		return buf;
 	}
@@ -228,7 +228,7 @@ static int check_room(const struct fvp_site *s, const struct loop_class *c, cons
 				 "node %s has not reported its loop root's space (ConfigMap %s/%s "
 				 "missing: is the flexvol node agent running there?)",
 				 node, s->capacity_ns, node);
-	data = fvp_jobj(cm, "data");
+	data = fv_json_obj(cm, "data");
 	problem = report_problem(data, &free_b, why, sizeof(why));
 	if (problem) {
 		r = fvp_fail(err, errlen, -ENOSPC,
@@ -246,20 +246,20 @@ static int check_room(const struct fvp_site *s, const struct loop_class *c, cons
 			json_object_put(cm);
 			return r < 0 ? r : fvp_fail(err, errlen, -EIO, "cannot list PVs");
 		}
-		items = fvp_jget(list, "items");
+		items = fv_json_get(list, "items");
 		for (size_t i = 0; items && json_object_is_type(items, json_type_array) &&
 				   i < json_object_array_length(items);
 		     i++) {
 			json_object *pv = json_object_array_get_idx(items, i);
-			json_object *opts = fvp_jget(fvp_jget(fvp_jget(pv, "spec"), "flexVolume"), "options");
-			const char *name = fvp_jstr2(pv, "metadata", "name"), *img = fvp_jstr(opts, "file"),
-				   *rec = img ? fvp_jstr(data, img) : NULL;
+			json_object *opts = fv_json_get(fv_json_get(fv_json_get(pv, "spec"), "flexVolume"), "options");
+			const char *name = fv_json_str_in(pv, "metadata", "name"), *img = fv_json_str(opts, "file"),
+				   *rec = img ? fv_json_str(data, img) : NULL;
 			uint64_t cap;
 
 			if (!name || streq(name, pv_name) ||
-			    !streq(fvp_jstr(fvp_jget(fvp_jget(pv, "metadata"), "annotations"),
+			    !streq(fv_json_str(fv_json_get(fv_json_get(pv, "metadata"), "annotations"),
 					"pv.kubernetes.io/provisioned-by") ?: "", FVP_LOOP_PROVISIONER) ||
-			    fvp_jquantity(fvp_jget(fvp_jget(pv, "spec"), "capacity"), "storage", &cap) < 0)
+			    fv_json_quantity(fv_json_get(fv_json_get(pv, "spec"), "capacity"), "storage", &cap) < 0)
 				continue;
 			allocated = rec && sscanf(rec, "%llu %llu", &a, &b) == 2 ? b : 0;
 			/* saturating: many huge PVs (hand-made ones too) must not wrap to room */
@@ -298,8 +298,8 @@ static json_object *node_affinity(const char *hostname)
 		json_object_put(vals);
 		return NULL;
 	}
-	fvp_jset(e, "key", "kubernetes.io/hostname");
-	fvp_jset(e, "operator", "In");
+	fv_json_set_str(e, "key", "kubernetes.io/hostname");
+	fv_json_set_str(e, "operator", "In");
 	json_object_array_add(vals, json_object_new_string(hostname));
 	json_object_object_add(e, "values", vals);
 	json_object_array_add(exprs, e);
@@ -313,10 +313,10 @@ static json_object *node_affinity(const char *hostname)
 static int loop_prepare(const struct fvp_site *s, json_object *sc, json_object *pvc,
 			const char *pv_name, struct fvp_volume *vol, char *err, size_t errlen)
 {
-	json_object *meta = fvp_jget(pvc, "metadata"), *node = NULL, *opts;
-	const char *nodename = fvp_jstr(fvp_jget(meta, "annotations"), "volume.kubernetes.io/selected-node"),
-		   *uid = fvp_jstr(meta, "uid"), *host,
-		   *req = fvp_jstr(fvp_jget(fvp_jget(fvp_jget(pvc, "spec"), "resources"), "requests"), "storage");
+	json_object *meta = fv_json_get(pvc, "metadata"), *node = NULL, *opts;
+	const char *nodename = fv_json_str(fv_json_get(meta, "annotations"), "volume.kubernetes.io/selected-node"),
+		   *uid = fv_json_str(meta, "uid"), *host,
+		   *req = fv_json_str(fv_json_get(fv_json_get(fv_json_get(pvc, "spec"), "resources"), "requests"), "storage");
 	char path[FVP_API_PATH_MAX], label[80], num[32], msg[FVP_ERR_MAX];
 	struct loop_class c;
 	uint64_t size;
@@ -328,13 +328,13 @@ static int loop_prepare(const struct fvp_site *s, json_object *sc, json_object *
 		return fvp_fail(err, errlen, r, "StorageClass '%s': %s", c.name, msg);
 	if (!nodename || !*nodename)
 		return fvp_fail(err, errlen, -EINVAL, "the claim has no selected node");
-	if (!fvp_safe_name(nodename))
+	if (!fv_kube_name_ok(nodename))
 		return fvp_fail(err, errlen, -EINVAL,
 				 "the selected node '%.253s' is not a node name (a DNS subdomain): "
 				 "annotation %s", nodename, "volume.kubernetes.io/selected-node");
-	if (!uid || !fvp_safe_name(uid) || strlen(uid) > 64)
+	if (!uid || !fv_kube_name_ok(uid) || strlen(uid) > 64)
 		return fvp_fail(err, errlen, -EINVAL, "the claim has no usable uid");
-	r = fvp_quantity(req, &size);
+	r = fv_quantity(req, &size);
 	if (r == -ERANGE || (r == 0 && size > FVP_SIZE_MAX))
 		return fvp_fail(err, errlen, -EINVAL,
 				 "the claim's storage request %s is too large: a loop image holds at "
@@ -358,7 +358,7 @@ static int loop_prepare(const struct fvp_site *s, json_object *sc, json_object *
 				 "node %s is not in StorageClass '%s' allowedTopologies", nodename,
 				 c.name);
 	}
-	host = fvp_jstr(fvp_jget(fvp_jget(node, "metadata"), "labels"), "kubernetes.io/hostname");
+	host = fv_json_str(fv_json_get(fv_json_get(node, "metadata"), "labels"), "kubernetes.io/hostname");
 	vol->node_affinity = node_affinity(host ? host : nodename);
 	json_object_put(node);
 	r = check_room(s, &c, nodename, pv_name, size, err, errlen);
@@ -376,15 +376,15 @@ static int loop_prepare(const struct fvp_site *s, json_object *sc, json_object *
 	}
 	snprintf(vol->asset, sizeof(vol->asset), "pvc-%s.img", uid);
 	snprintf(num, sizeof(num), "%llu", (unsigned long long)size);
-	fvp_jset(opts, "file", vol->asset);
-	fvp_jset(opts, "size", num);
+	fv_json_set_str(opts, "file", vol->asset);
+	fv_json_set_str(opts, "size", num);
 	if (c.preallocate)
-		fvp_jset(opts, "preallocate", "true");
-	fvp_jset(vol->flex_volume, "driver", FVP_LOOP_DRIVER);
-	fvp_jset(vol->flex_volume, "fsType", c.fstype);
+		fv_json_set_str(opts, "preallocate", "true");
+	fv_json_set_str(vol->flex_volume, "driver", FVP_LOOP_DRIVER);
+	fv_json_set_str(vol->flex_volume, "fsType", c.fstype);
 	json_object_object_add(vol->flex_volume, "options", opts);
 	fvp_node_label(nodename, label, sizeof(label));
-	fvp_jset(vol->labels, FVP_LOOP_LABEL_NODE, label);
+	fv_json_set_str(vol->labels, FVP_LOOP_LABEL_NODE, label);
 	snprintf(vol->capacity, sizeof(vol->capacity), "%lluMi", (unsigned long long)(size / MiB));
 	vol->on_delete = "delete";
 	snprintf(vol->where, sizeof(vol->where), "image %s of %s on node %s (%s)", vol->asset,

@@ -12,7 +12,7 @@
 #include "backend.h"
 #include "fv/ownerdir.h"
 #include "events.h"
-#include "jsonutil.h"
+#include "fv/kubejson.h"
 #include "params.h"
 
 /* Is this class on the share this instance serves (--share)? */
@@ -78,7 +78,7 @@ static int nfs_prepare(const struct fvp_site *s, json_object *sc, json_object *p
 		json_object_put(options);
 		return -ENOMEM;
 	}
-	fvp_jset(vol->flex_volume, "driver", FVP_PROVISIONER);
+	fv_json_set_str(vol->flex_volume, "driver", FVP_PROVISIONER);
 	if (c.read_only)
 		json_object_object_add(vol->flex_volume, "readOnly", json_object_new_boolean(1));
 	json_object_object_add(vol->flex_volume, "options", options);
@@ -130,8 +130,8 @@ static int dir_fail(char *err, size_t errlen, int r, const char *what, const cha
 static int nfs_create(const struct fvp_site *s, json_object *sc, json_object *pvc,
 		      const struct fvp_volume *vol, enum fvp_made *made, char *err, size_t errlen)
 {
-	const char *ns = fvp_jstr2(pvc, "metadata", "namespace"), *name = fvp_jstr2(pvc, "metadata", "name"),
-		   *uid = fvp_jstr2(pvc, "metadata", "uid");
+	const char *ns = fv_json_str_in(pvc, "metadata", "namespace"), *name = fv_json_str_in(pvc, "metadata", "name"),
+		   *uid = fv_json_str_in(pvc, "metadata", "uid");
 	struct fv_owner other;
 	struct fvp_class c;
 	enum fv_ownerdir_made m = FV_OWNERDIR_NEW;
@@ -164,7 +164,7 @@ static int nfs_create(const struct fvp_site *s, json_object *sc, json_object *pv
 static int nfs_cleanup(const struct fvp_site *s, json_object *sc, json_object *pvc,
 		       const char *pv_name, char *err, size_t errlen)
 {
-	const char *uid = fvp_jstr2(pvc, "metadata", "uid");
+	const char *uid = fv_json_str_in(pvc, "metadata", "uid");
 	char sub[FVP_PATH_MAX + 1];
 	struct fv_owner other;
 	struct fvp_class c;
@@ -191,8 +191,8 @@ static int nfs_cleanup(const struct fvp_site *s, json_object *sc, json_object *p
 static int nfs_reclaim(const struct fvp_site *s, json_object *pv, const char *on_delete,
 		       char *done, size_t donelen, char *err, size_t errlen)
 {
-	json_object *spec = fvp_jget(pv, "spec"), *opts = fvp_pv_driver_options(pv, FVP_PROVISIONER);
-	const char *sub = fvp_jstr(opts, "subPath"), *claim = fvp_jstr2(spec, "claimRef", "uid");
+	json_object *spec = fv_json_get(pv, "spec"), *opts = fvp_pv_driver_options(pv, FVP_PROVISIONER);
+	const char *sub = fv_json_str(opts, "subPath"), *claim = fv_json_str_in(spec, "claimRef", "uid");
 	char archived[FVP_PATH_MAX + 64] = "";
 	enum fvp_on_delete action = FVP_ARCHIVE;
 	struct fv_owner other;
@@ -200,7 +200,7 @@ static int nfs_reclaim(const struct fvp_site *s, json_object *pv, const char *on
 
 	if (!opts)
 		return fvp_fail(err, errlen, 1, "not a %s volume", FVP_PROVISIONER);
-	if (!our_share(s, fvp_jstr(opts, "server"), fvp_jstr(opts, "share")))
+	if (!our_share(s, fv_json_str(opts, "server"), fv_json_str(opts, "share")))
 		return fvp_fail(err, errlen, 1, "not on this instance's share");
 	if (!fvp_check_subpath(sub))
 		return fvp_fail(err, errlen, -EINVAL,
@@ -236,13 +236,13 @@ static int nfs_reclaim(const struct fvp_site *s, json_object *pv, const char *on
 
 static int nfs_record_owner(const struct fvp_site *s, json_object *pv, char *err, size_t errlen)
 {
-	json_object *spec = fvp_jget(pv, "spec"), *opts = fvp_pv_driver_options(pv, FVP_PROVISIONER);
-	const char *sub = fvp_jstr(opts, "subPath"), *claim = fvp_jstr2(spec, "claimRef", "uid"),
-		   *name = fvp_jstr2(pv, "metadata", "name");
+	json_object *spec = fv_json_get(pv, "spec"), *opts = fvp_pv_driver_options(pv, FVP_PROVISIONER);
+	const char *sub = fv_json_str(opts, "subPath"), *claim = fv_json_str_in(spec, "claimRef", "uid"),
+		   *name = fv_json_str_in(pv, "metadata", "name");
 	struct fv_owner other;
 	int r;
 
-	if (!opts || !our_share(s, fvp_jstr(opts, "server"), fvp_jstr(opts, "share")) || !fvp_check_subpath(sub) ||
+	if (!opts || !our_share(s, fv_json_str(opts, "server"), fv_json_str(opts, "share")) || !fvp_check_subpath(sub) ||
 	    !claim || !*claim || !name)
 		return 0;
 	r = fv_ownerdir_record(s->rootfd, sub, claim, name, &other);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "jsonutil.h"
+#include "fv/kubejson.h"
 
 extern const struct fvp_backend fvp_backend_nfs;
 extern const struct fvp_backend fvp_backend_loop;
@@ -66,10 +66,10 @@ void fvp_volume_done(struct fvp_volume *vol)
 
 json_object *fvp_pv_driver_options(json_object *pv, const char *driver)
 {
-	json_object *spec = fvp_jget(pv, "spec"), *fx = fvp_jget(spec, "flexVolume");
+	json_object *spec = fv_json_get(pv, "spec"), *fx = fv_json_get(spec, "flexVolume");
 
 	if (fx)
-		return fvp_jstr(fx, "driver") && streq(fvp_jstr(fx, "driver"), driver) ?
-			       fvp_jget(fx, "options") : NULL;
-	return fvp_jget(fvp_jget(spec, "csi"), "volumeAttributes");
+		return fv_json_str(fx, "driver") && streq(fv_json_str(fx, "driver"), driver) ?
+			       fv_json_get(fx, "options") : NULL;
+	return fv_json_get(fv_json_get(spec, "csi"), "volumeAttributes");
 }

@@ -31,12 +31,12 @@
 #include "params.h"
 
 /* What this process was given on its command line, for the backends. */
-struct fvp_kube;
+struct fv_kube;
 
 struct fvp_site {
 	int rootfd;	   /* --root (O_PATH): the share, mounted into the pod; -1 without nfs */
 	const char *share; /* --share SERVER:PATH, or NULL: every class */
-	struct fvp_kube *k;	   /* the API, for reads only */
+	struct fv_kube *k;	   /* the API, for reads only */
 	const char *capacity_ns; /* --capacity-namespace: where node agents publish */
 	const char *root;  /* --root as given: opened again by a deadline child (childcall.c) */
 	unsigned int fs_timeout_s; /* deadline of one create/cleanup/reclaim; 0: in-process */

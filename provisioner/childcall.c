@@ -13,7 +13,7 @@
 #include "fv/exec.h"
 #include "childcall.h"
 #include "fv/ownerdir.h"
-#include "jsonutil.h"
+#include "fv/kubejson.h"
 #include "metrics.h"
 
 enum call { CREATE, CLEANUP, RECLAIM, RECORD_OWNER };
@@ -137,21 +137,21 @@ int fvp_childcall_main(const char *fdstr)
 	}
 	job = json_tokener_parse(text);
 	free(text);
-	which = json_object_get_int(fvp_jget(job, "call"));
+	which = json_object_get_int(fv_json_get(job, "call"));
 	for (size_t i = 0; fvp_backends[i]; i++)
-		if (streq(fvp_backends[i]->name, fvp_jstr(job, "backend") ?: ""))
+		if (streq(fvp_backends[i]->name, fv_json_str(job, "backend") ?: ""))
 			j.b = fvp_backends[i];
 	if (!job || !j.b || which < CREATE || which > RECORD_OWNER)
 		return 127;
 	j.call = (enum call)which;
-	s.root = fvp_jstr(job, "root");
-	s.share = fvp_jstr(job, "share");
-	j.sc = fvp_jget(job, "sc");
-	j.obj = fvp_jget(job, "obj");
-	j.pv_name = fvp_jstr(job, "pv_name");
-	j.on_delete = fvp_jstr(job, "on_delete");
-	if (fvp_jstr(job, "asset")) {
-		snprintf(vol.asset, sizeof(vol.asset), "%s", fvp_jstr(job, "asset"));
+	s.root = fv_json_str(job, "root");
+	s.share = fv_json_str(job, "share");
+	j.sc = fv_json_get(job, "sc");
+	j.obj = fv_json_get(job, "obj");
+	j.pv_name = fv_json_str(job, "pv_name");
+	j.on_delete = fv_json_str(job, "on_delete");
+	if (fv_json_str(job, "asset")) {
+		snprintf(vol.asset, sizeof(vol.asset), "%s", fv_json_str(job, "asset"));
 		j.vol = &vol;
 	}
 	if (s.root) {

@@ -30,8 +30,8 @@
 #include "fv/macro.h"
 #include "api.h"
 #include "controller.h"
-#include "jsonutil.h"
-#include "kube.h"
+#include "fv/kubejson.h"
+#include "fv/kube.h"
 #include "store.h"
 
 double fvp_ctl_now_s(void)
@@ -60,13 +60,13 @@ const struct fvp_backend *fvp_ctl_backend(const char *name)
 int fvp_ctl_get_class(struct fvp_prov *p, const char *name, json_object **ret,
 		      const struct fvp_backend **ret_b)
 {
-	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
+	char path[FVP_API_PATH_MAX], err[FV_KUBE_ERR_MAX];
 	json_object *sc = NULL;
 	const struct fvp_backend *b;
 	int st;
 
 	*ret = NULL;
-	if (!fvp_safe_name(name))
+	if (!fv_kube_name_ok(name))
 		return 0;
 	/* the class watch's copy: only classes of our backends are kept */
 	st = fvp_store_class(p->store, name, &sc);
@@ -75,7 +75,7 @@ int fvp_ctl_get_class(struct fvp_prov *p, const char *name, json_object **ret,
 	if (st == 1)
 		goto found;
 	fvp_api_path(path, sizeof(path), FVP_API_CLASS, NULL, name, NULL);
-	st = fvp_kube_request(p->k, "GET", path, NULL, &sc, err, sizeof(err));
+	st = fv_kube_request(p->k, "GET", path, NULL, &sc, err, sizeof(err));
 	if (st < 0) {
 		fvp_log_warning("cannot read StorageClass %s: %s", name, err);
 		return st;
@@ -86,12 +86,12 @@ int fvp_ctl_get_class(struct fvp_prov *p, const char *name, json_object **ret,
 	}
 	if (st != 200 || !sc) {
 		fvp_log_warning("cannot read StorageClass %s: HTTP %d %s", name, st,
-			 fvp_kube_status_message(sc));
+			 fv_kube_status_message(sc));
 		json_object_put(sc);
 		return -EIO;
 	}
 found:
-	b = fvp_ctl_backend(fvp_jstr(sc, "provisioner"));
+	b = fvp_ctl_backend(fv_json_str(sc, "provisioner"));
 	if (!b) {
 		json_object_put(sc);
 		return 0;
@@ -115,13 +115,13 @@ int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *f
 			     json_object **ret)
 {
 	json_object *patch, *meta, *f, *nf, *reply = NULL;
-	const char *ns = fvp_jstr2(obj, "metadata", "namespace"), *name = fvp_jstr2(obj, "metadata", "name");
-	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
+	const char *ns = fv_json_str_in(obj, "metadata", "namespace"), *name = fv_json_str_in(obj, "metadata", "name");
+	char path[FVP_API_PATH_MAX], err[FV_KUBE_ERR_MAX];
 	int st;
 
 	if (ret)
 		*ret = NULL;
-	if ((ns && !fvp_safe_name(ns)) || !fvp_safe_name(name))
+	if ((ns && !fv_kube_name_ok(ns)) || !fv_kube_name_ok(name))
 		return -EINVAL;
 	/*
 	 * A merge patch of the finalizers alone, with the resourceVersion read as
@@ -131,7 +131,7 @@ int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *f
 	 */
 	patch = json_object_new_object();
 	meta = json_object_new_object();
-	f = fvp_jget(fvp_jget(obj, "metadata"), "finalizers");
+	f = fv_json_get(fv_json_get(obj, "metadata"), "finalizers");
 	nf = json_object_new_array();
 	if (!patch || !meta || !nf) {
 		json_object_put(patch);
@@ -140,7 +140,7 @@ int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *f
 		return -ENOMEM;
 	}
 	json_object_object_add(patch, "metadata", meta);
-	fvp_jset(meta, "resourceVersion", fvp_jstr2(obj, "metadata", "resourceVersion"));
+	fv_json_set_str(meta, "resourceVersion", fv_json_str_in(obj, "metadata", "resourceVersion"));
 	for (size_t i = 0; f && json_object_is_type(f, json_type_array) &&
 			   i < json_object_array_length(f);
 	     i++) {
@@ -154,7 +154,7 @@ int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *f
 		json_object_array_add(nf, json_object_new_string(fin));
 	json_object_object_add(meta, "finalizers", nf);
 	fvp_api_path(path, sizeof(path), ns ? FVP_API_PVC : FVP_API_PV, ns, name, NULL);
-	st = fvp_kube_request(p->k, "PATCH", path, patch, &reply, err, sizeof(err));
+	st = fv_kube_request(p->k, "PATCH", path, patch, &reply, err, sizeof(err));
 	json_object_put(patch);
 	if (st == 200) {
 		if (ret)
@@ -173,7 +173,7 @@ int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *f
 	else if (st != 409)
 		fvp_log_warning("%s %s%s%s: %s finalizer %s: HTTP %d %s", ns ? "claim" : "PV", ns ? ns : "",
 			 ns ? "/" : "", name, on ? "adding the" : "removing the", fin, st,
-			 fvp_kube_status_message(reply));
+			 fv_kube_status_message(reply));
 	json_object_put(reply);
 	return st == 409 ? -EAGAIN : -EIO;
 }
@@ -185,17 +185,17 @@ int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *f
 int fvp_ctl_patch(struct fvp_prov *p, const char *path, json_object *patch, const char *what)
 {
 	json_object *reply = NULL;
-	char err[FVP_KUBE_ERR_MAX];
+	char err[FV_KUBE_ERR_MAX];
 	int st;
 
 	if (!patch)
 		return -ENOMEM;
-	st = fvp_kube_request(p->k, "PATCH", path, patch, &reply, err, sizeof(err));
+	st = fv_kube_request(p->k, "PATCH", path, patch, &reply, err, sizeof(err));
 	json_object_put(patch);
 	if (st < 0)
 		fvp_log_warning("%s: %s", what, err);
 	else if (st != 200)
-		fvp_log_warning("%s: HTTP %d %s", what, st, fvp_kube_status_message(reply));
+		fvp_log_warning("%s: HTTP %d %s", what, st, fv_kube_status_message(reply));
 	json_object_put(reply);
 	return st;
 }
@@ -245,21 +245,21 @@ static json_object *trim_meta(json_object *meta, const char *const *keys)
 /* Is claim @pvc inert: nothing any handler does with it, changed or deleted (fvp_ctl_trim())? */
 static bool claim_inert(const struct fvp_prov *p, json_object *pvc)
 {
-	json_object *meta = fvp_jget(pvc, "metadata"), *ann = fvp_jget(meta, "annotations"),
-		    *spec = fvp_jget(pvc, "spec");
-	const char *prov = fvp_jstr(ann, FVP_ANN_SP) ?: fvp_jstr(ann, FVP_ANN_SP_BETA),
-		   *vol = fvp_jstr(spec, "volumeName"), *phase = fvp_jstr2(pvc, "status", "phase"),
-		   *uid = fvp_jstr(meta, "uid");
+	json_object *meta = fv_json_get(pvc, "metadata"), *ann = fv_json_get(meta, "annotations"),
+		    *spec = fv_json_get(pvc, "spec");
+	const char *prov = fv_json_str(ann, FVP_ANN_SP) ?: fv_json_str(ann, FVP_ANN_SP_BETA),
+		   *vol = fv_json_str(spec, "volumeName"), *phase = fv_json_str_in(pvc, "status", "phase"),
+		   *uid = fv_json_str(meta, "uid");
 	bool pending = (!phase || streq(phase, "Pending")) && !(vol && *vol);
 	char pv_name[FVP_PV_NAME_MAX];
 	uint64_t req, cap;
 
-	if (fvp_jarray_has(fvp_jget(meta, "finalizers"), FVP_CLAIM_FINALIZER))
+	if (fv_json_array_has(fv_json_get(meta, "finalizers"), FVP_CLAIM_FINALIZER))
 		return false;
 	/* bound, asking for more than it has: the resize flow looks at its PV */
 	if (vol && *vol &&
-	    fvp_jquantity(fvp_jget(fvp_jget(spec, "resources"), "requests"), "storage", &req) == 0 &&
-	    fvp_jquantity(fvp_jget(fvp_jget(pvc, "status"), "capacity"), "storage", &cap) == 0 &&
+	    fv_json_quantity(fv_json_get(fv_json_get(spec, "resources"), "requests"), "storage", &req) == 0 &&
+	    fv_json_quantity(fv_json_get(fv_json_get(pvc, "status"), "capacity"), "storage", &cap) == 0 &&
 	    req > cap)
 		return false;
 	if (!prov || !fvp_ctl_backend(prov))
@@ -278,14 +278,14 @@ static bool claim_inert(const struct fvp_prov *p, json_object *pvc)
 /* Is PV @pv inert (fvp_ctl_trim())?  What fvp_ctl_pv_changed() and _deleted() act on, negated. */
 static bool pv_inert(const struct fvp_prov *p, json_object *pv)
 {
-	json_object *meta = fvp_jget(pv, "metadata");
-	const char *phase = fvp_jstr2(pv, "status", "phase"),
-		   *policy = fvp_jstr2(pv, "spec", "persistentVolumeReclaimPolicy");
+	json_object *meta = fv_json_get(pv, "metadata");
+	const char *phase = fv_json_str_in(pv, "status", "phase"),
+		   *policy = fv_json_str_in(pv, "spec", "persistentVolumeReclaimPolicy");
 	bool del = policy && streq(policy, "Delete"),
-	     fin = fvp_jarray_has(fvp_jget(meta, "finalizers"), FVP_PV_FINALIZER),
-	     deleting = fvp_jget(meta, "deletionTimestamp") != NULL;
+	     fin = fv_json_array_has(fv_json_get(meta, "finalizers"), FVP_PV_FINALIZER),
+	     deleting = fv_json_get(meta, "deletionTimestamp") != NULL;
 
-	if (!fvp_ctl_backend(fvp_jstr(fvp_jget(meta, "annotations"), FVP_ANN_PROVISIONED_BY)))
+	if (!fvp_ctl_backend(fv_json_str(fv_json_get(meta, "annotations"), FVP_ANN_PROVISIONED_BY)))
 		return true;
 	if (p->record_owners || (del && phase && streq(phase, "Released")))
 		return false;
@@ -306,7 +306,7 @@ int fvp_ctl_trim(const struct fvp_prov *p, bool is_pv, json_object *obj, json_ob
 	if (is_pv ? pv_inert(p, obj) : claim_inert(p, obj))
 		return 0;
 	t = json_object_new_object();
-	m = trim_meta(fvp_jget(obj, "metadata"), meta_keys);
+	m = trim_meta(fv_json_get(obj, "metadata"), meta_keys);
 	if (!t || !m || json_object_object_add(t, "metadata", m) < 0) {
 		json_object_put(t);
 		json_object_put(m);
@@ -329,7 +329,7 @@ json_object *fvp_ctl_trim_class(json_object *sc)
 	if (!json_object_is_type(sc, json_type_object))
 		return NULL;
 	t = json_object_new_object();
-	m = trim_meta(fvp_jget(sc, "metadata"), meta_keys);
+	m = trim_meta(fv_json_get(sc, "metadata"), meta_keys);
 	if (!t || !m || json_object_object_add(t, "metadata", m) < 0) {
 		json_object_put(t);
 		json_object_put(m);

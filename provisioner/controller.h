@@ -34,11 +34,11 @@
 /* A log line's subject: a claim, a PV and a quantity, names of up to 253 bytes. */
 #define FVP_CTL_WHAT_MAX 800
 
-struct fvp_kube;
+struct fv_kube;
 struct fvp_queue;
 
 struct fvp_prov {
-	struct fvp_kube *k;
+	struct fv_kube *k;
 	struct fvp_site site;
 	bool record_owners;  /* --record-owners: write missing owner records of our PVs */
 	struct fvp_events ev;

@@ -11,8 +11,8 @@
 
 #include "api.h"
 #include "events.h"
-#include "jsonutil.h"
-#include "kube.h"
+#include "fv/kubejson.h"
+#include "fv/kube.h"
 #include "metrics.h"
 
 /* An event's message, cut at 1 kB: the length events.k8s.io/v1 allows a note. */
@@ -169,7 +169,7 @@ struct event_item {
 };
 
 struct fvp_event_sender {
-	struct fvp_kube *k;
+	struct fv_kube *k;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct event_item *head, **tail; /* FIFO: an object's events are posted in their order */
@@ -213,17 +213,17 @@ static struct event_item *item_new(const char *path, const char *body, const cha
 }
 
 /* POST @it; a refusal or a failure is a warning line (from here: the event's own line said what) */
-static void post(struct fvp_kube *k, const struct event_item *it)
+static void post(struct fv_kube *k, const struct event_item *it)
 {
-	char err[FVP_KUBE_ERR_MAX];
+	char err[FV_KUBE_ERR_MAX];
 	json_object *reply = NULL;
-	int st = fvp_kube_request_text(k, "POST", it->path, it->body, &reply, err, sizeof(err));
+	int st = fv_kube_request_text(k, "POST", it->path, it->body, &reply, err, sizeof(err));
 
 	if (st < 0)
 		fvp_log_warning("event %s for %s/%s not sent: %s", it->reason, it->ns, it->name, err);
 	else if (st != 201 && st != 200)
 		fvp_log_warning("event %s for %s/%s not sent: HTTP %d %s", it->reason, it->ns, it->name,
-				st, fvp_kube_status_message(reply));
+				st, fv_kube_status_message(reply));
 	json_object_put(reply);
 }
 
@@ -353,9 +353,9 @@ size_t fvp_events_queued(struct fvp_events *ev)
 void fvp_event_at(const char *file, int line, struct fvp_events *evs, json_object *obj,
 		  bool warning, const char *reason, const char *fmt, ...)
 {
-	json_object *meta = fvp_jget(obj, "metadata"), *ev, *m, *io, *src;
-	const char *ns = fvp_jstr(meta, "namespace"), *name = fvp_jstr(meta, "name"),
-		   *uid = fvp_jstr(meta, "uid");
+	json_object *meta = fv_json_get(obj, "metadata"), *ev, *m, *io, *src;
+	const char *ns = fv_json_str(meta, "namespace"), *name = fv_json_str(meta, "name"),
+		   *uid = fv_json_str(meta, "uid");
 	/* a claim has a namespace; a PV has none and its events go to "default", as client-go's */
 	bool is_pv = !ns;
 	const char *evns = is_pv ? "default" : ns;
@@ -377,10 +377,10 @@ void fvp_event_at(const char *file, int line, struct fvp_events *evs, json_objec
 				      warning ? "Warning" : "Normal", "reason", reason, "message",
 				      msg },
 		    10);
-	if (!evs->k || !fvp_safe_name(evns) || !name || !uid || event_repeated(evs, uid, reason, msg))
+	if (!evs->k || !fv_kube_name_ok(evns) || !name || !uid || event_repeated(evs, uid, reason, msg))
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	fvp_rfc3339(now, sizeof(now));
+	fv_time_rfc3339(now, sizeof(now));
 	/* client-go's naming: <object>.<unix nanoseconds in hex> */
 	snprintf(evname, sizeof(evname), "%.200s.%llx", name,
 		 (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
@@ -395,28 +395,28 @@ void fvp_event_at(const char *file, int line, struct fvp_events *evs, json_objec
 		json_object_put(src);
 		return;
 	}
-	fvp_jset(ev, "apiVersion", "v1");
-	fvp_jset(ev, "kind", "Event");
-	fvp_jset(m, "name", evname);
-	fvp_jset(m, "namespace", evns);
+	fv_json_set_str(ev, "apiVersion", "v1");
+	fv_json_set_str(ev, "kind", "Event");
+	fv_json_set_str(m, "name", evname);
+	fv_json_set_str(m, "namespace", evns);
 	json_object_object_add(ev, "metadata", m);
-	fvp_jset(io, "apiVersion", "v1");
-	fvp_jset(io, "kind", is_pv ? "PersistentVolume" : "PersistentVolumeClaim");
-	fvp_jset(io, "namespace", ns);
-	fvp_jset(io, "name", name);
-	fvp_jset(io, "uid", uid);
-	fvp_jset(io, "resourceVersion", fvp_jstr(meta, "resourceVersion"));
+	fv_json_set_str(io, "apiVersion", "v1");
+	fv_json_set_str(io, "kind", is_pv ? "PersistentVolume" : "PersistentVolumeClaim");
+	fv_json_set_str(io, "namespace", ns);
+	fv_json_set_str(io, "name", name);
+	fv_json_set_str(io, "uid", uid);
+	fv_json_set_str(io, "resourceVersion", fv_json_str(meta, "resourceVersion"));
 	json_object_object_add(ev, "involvedObject", io);
-	fvp_jset(ev, "reason", reason);
-	fvp_jset(ev, "message", msg);
-	fvp_jset(ev, "type", warning ? "Warning" : "Normal");
-	fvp_jset(src, "component", FVP_COMPONENT);
+	fv_json_set_str(ev, "reason", reason);
+	fv_json_set_str(ev, "message", msg);
+	fv_json_set_str(ev, "type", warning ? "Warning" : "Normal");
+	fv_json_set_str(src, "component", FVP_COMPONENT);
 	json_object_object_add(ev, "source", src);
-	fvp_jset(ev, "firstTimestamp", now);
-	fvp_jset(ev, "lastTimestamp", now);
+	fv_json_set_str(ev, "firstTimestamp", now);
+	fv_json_set_str(ev, "lastTimestamp", now);
 	json_object_object_add(ev, "count", json_object_new_int(1));
-	fvp_jset(ev, "reportingComponent", FVP_COMPONENT);
-	fvp_jset(ev, "reportingInstance", evs->identity);
+	fv_json_set_str(ev, "reportingComponent", FVP_COMPONENT);
+	fv_json_set_str(ev, "reportingInstance", evs->identity);
 	fvp_api_path(path, sizeof(path), FVP_API_EVENT, evns, NULL, NULL);
 	it = item_new(path, json_object_to_json_string_ext(ev, JSON_C_TO_STRING_PLAIN), reason,
 		      evns, name);

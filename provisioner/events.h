@@ -44,11 +44,11 @@
 /* at the stop, the sender posts what is queued for this long at most; the rest is dropped */
 #define FVP_EVENT_DRAIN_S 5
 
-struct fvp_kube;
+struct fv_kube;
 struct fvp_event_sender;
 
 struct fvp_events {
-	struct fvp_kube *k;
+	struct fv_kube *k;
 	char identity[256]; /* the pod's host name: reportingInstance */
 	struct {
 		char key[96];	     /* the object's uid */

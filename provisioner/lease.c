@@ -16,13 +16,13 @@
 #include "api.h"
 #include "fv/util.h"
 #include "events.h"
-#include "jsonutil.h"
-#include "kube.h"
+#include "fv/kubejson.h"
+#include "fv/kube.h"
 #include "lease.h"
 #include "metrics.h"
 
 struct fvp_lease {
-	struct fvp_kube *k;
+	struct fv_kube *k;
 	struct fvp_lease_config cfg;
 	volatile int *stop;
 	void (*lost)(void *ud);
@@ -93,10 +93,10 @@ static json_object *new_spec(struct fvp_lease *l, const char *holder, unsigned i
 	if (!spec)
 		return NULL;
 	micro_time(now, sizeof(now));
-	fvp_jset(spec, "holderIdentity", holder);
+	fv_json_set_str(spec, "holderIdentity", holder);
 	json_object_object_add(spec, "leaseDurationSeconds", json_object_new_int((int)duration));
-	fvp_jset(spec, "acquireTime", acquired ? acquired : now);
-	fvp_jset(spec, "renewTime", now);
+	fv_json_set_str(spec, "acquireTime", acquired ? acquired : now);
+	fv_json_set_str(spec, "renewTime", now);
 	json_object_object_add(spec, "leaseTransitions", json_object_new_int(transitions));
 	(void)l;
 	return spec;
@@ -105,9 +105,9 @@ static json_object *new_spec(struct fvp_lease *l, const char *holder, unsigned i
 /* Remember @lease's record; when it differs from the last one seen, it changed now. */
 static void observe(struct fvp_lease *l, json_object *lease)
 {
-	json_object *spec = fvp_jget(lease, "spec");
-	const char *h = fvp_jstr(spec, "holderIdentity") ?: "", *rt = fvp_jstr(spec, "renewTime") ?: "",
-		   *rv = fvp_jstr2(lease, "metadata", "resourceVersion") ?: "";
+	json_object *spec = fv_json_get(lease, "spec");
+	const char *h = fv_json_str(spec, "holderIdentity") ?: "", *rt = fv_json_str(spec, "renewTime") ?: "",
+		   *rv = fv_json_str_in(lease, "metadata", "resourceVersion") ?: "";
 
 	uint64_t sig = fv_hash64(h) ^ (fv_hash64(rt) * 0x9e3779b97f4a7c15ULL) ^
 		       (fv_hash64(rv) * 0xff51afd7ed558ccdULL);
@@ -135,13 +135,13 @@ static void observe(struct fvp_lease *l, json_object *lease)
  */
 static int try_once(struct fvp_lease *l, bool release)
 {
-	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
+	char path[FVP_API_PATH_MAX], err[FV_KUBE_ERR_MAX];
 	json_object *lease = NULL, *reply = NULL, *spec, *ls;
 	const char *holder, *acquired;
 	int st, dur, transitions;
 
 	fvp_api_path(path, sizeof(path), FVP_API_LEASE, l->cfg.ns, l->cfg.name, NULL);
-	st = fvp_kube_request(l->k, "GET", path, NULL, &lease, err, sizeof(err));
+	st = fv_kube_request(l->k, "GET", path, NULL, &lease, err, sizeof(err));
 	if (st == 404 && !release) {
 		json_object *m = json_object_new_object();
 
@@ -154,14 +154,14 @@ static int try_once(struct fvp_lease *l, bool release)
 			json_object_put(spec);
 			return -ENOMEM;
 		}
-		fvp_jset(lease, "apiVersion", "coordination.k8s.io/v1");
-		fvp_jset(lease, "kind", "Lease");
-		fvp_jset(m, "name", l->cfg.name);
-		fvp_jset(m, "namespace", l->cfg.ns);
+		fv_json_set_str(lease, "apiVersion", "coordination.k8s.io/v1");
+		fv_json_set_str(lease, "kind", "Lease");
+		fv_json_set_str(m, "name", l->cfg.name);
+		fv_json_set_str(m, "namespace", l->cfg.ns);
 		json_object_object_add(lease, "metadata", m);
 		json_object_object_add(lease, "spec", spec);
 		fvp_api_path(path, sizeof(path), FVP_API_LEASE, l->cfg.ns, NULL, NULL);
-		st = fvp_kube_request(l->k, "POST", path, lease, &reply, err, sizeof(err));
+		st = fv_kube_request(l->k, "POST", path, lease, &reply, err, sizeof(err));
 		json_object_put(lease);
 		if (st == 201 || st == 200)
 			observe(l, reply);
@@ -175,15 +175,15 @@ static int try_once(struct fvp_lease *l, bool release)
 			fvp_log_warning("lease %s/%s: %s", l->cfg.ns, l->cfg.name, err);
 		else if (st != 404)
 			fvp_log_warning("lease %s/%s: HTTP %d %s", l->cfg.ns, l->cfg.name, st,
-				 fvp_kube_status_message(lease));
+				 fv_kube_status_message(lease));
 		json_object_put(lease);
 		return st == 404 ? 0 : st < 0 ? st : -EIO;
 	}
 	observe(l, lease);
-	spec = fvp_jget(lease, "spec");
-	holder = fvp_jstr(spec, "holderIdentity") ?: "";
-	dur = fvp_jget(spec, "leaseDurationSeconds") ?
-		      json_object_get_int(fvp_jget(spec, "leaseDurationSeconds")) :
+	spec = fv_json_get(lease, "spec");
+	holder = fv_json_str(spec, "holderIdentity") ?: "";
+	dur = fv_json_get(spec, "leaseDurationSeconds") ?
+		      json_object_get_int(fv_json_get(spec, "leaseDurationSeconds")) :
 		      (int)l->cfg.duration_s;
 	if (release) {
 		if (!streq(holder, l->cfg.identity)) {
@@ -195,10 +195,10 @@ static int try_once(struct fvp_lease *l, bool release)
 		json_object_put(lease);
 		return 0; /* held, and renewed within its duration as far as we have seen */
 	}
-	transitions = fvp_jget(spec, "leaseTransitions") ?
-			      json_object_get_int(fvp_jget(spec, "leaseTransitions")) :
+	transitions = fv_json_get(spec, "leaseTransitions") ?
+			      json_object_get_int(fv_json_get(spec, "leaseTransitions")) :
 			      0;
-	acquired = streq(holder, l->cfg.identity) ? fvp_jstr(spec, "acquireTime") : NULL;
+	acquired = streq(holder, l->cfg.identity) ? fv_json_str(spec, "acquireTime") : NULL;
 	/* an int32 the API checks is not negative: it stays at its maximum, never wraps */
 	if (!release && !streq(holder, l->cfg.identity) && transitions >= 0 && transitions < INT_MAX)
 		transitions++;
@@ -212,7 +212,7 @@ static int try_once(struct fvp_lease *l, bool release)
 	}
 	/* the whole object back, with the resourceVersion read: a concurrent writer makes it 409 */
 	json_object_object_add(lease, "spec", ls);
-	st = fvp_kube_request(l->k, "PUT", path, lease, &reply, err, sizeof(err));
+	st = fv_kube_request(l->k, "PUT", path, lease, &reply, err, sizeof(err));
 	json_object_put(lease);
 	if (st == 200)
 		observe(l, reply);
@@ -220,7 +220,7 @@ static int try_once(struct fvp_lease *l, bool release)
 		fvp_log_warning("lease %s/%s: update: %s", l->cfg.ns, l->cfg.name, err);
 	else if (st != 409)
 		fvp_log_warning("lease %s/%s: update: HTTP %d %s", l->cfg.ns, l->cfg.name, st,
-			 fvp_kube_status_message(reply));
+			 fv_kube_status_message(reply));
 	json_object_put(reply);
 	if (release)
 		return st == 200 ? 0 : st < 0 ? st : -EIO;
@@ -254,7 +254,7 @@ static void *renewer(void *arg)
 	return NULL;
 }
 
-int fvp_lease_acquire(struct fvp_kube *k, const struct fvp_lease_config *cfg, volatile int *stop,
+int fvp_lease_acquire(struct fv_kube *k, const struct fvp_lease_config *cfg, volatile int *stop,
 		      void (*lost)(void *ud), void *ud, struct fvp_lease **ret)
 {
 	struct fvp_lease *l = calloc(1, sizeof(*l));

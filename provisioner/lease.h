@@ -23,7 +23,7 @@
 
 #include <stdbool.h>
 
-struct fvp_kube;
+struct fv_kube;
 
 struct fvp_lease_config {
 	const char *ns, *name, *identity;
@@ -41,7 +41,7 @@ struct fvp_lease;
  * renewals fail for the renew deadline, @lost(@ud) is called from the
  * renewing thread (it should end the process).
  */
-int fvp_lease_acquire(struct fvp_kube *k, const struct fvp_lease_config *cfg, volatile int *stop,
+int fvp_lease_acquire(struct fv_kube *k, const struct fvp_lease_config *cfg, volatile int *stop,
 		      void (*lost)(void *ud), void *ud, struct fvp_lease **ret);
 
 /* Stop renewing and release the Lease (best effort); frees @l. */

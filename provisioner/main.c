@@ -23,8 +23,8 @@
 #include "controller.h"
 #include "fv/ownerdir.h"
 #include "httpd.h"
-#include "jsonutil.h"
-#include "kube.h"
+#include "fv/kubejson.h"
+#include "fv/kube.h"
 #include "lease.h"
 #include "loop.h"
 #include "metrics.h"
@@ -187,7 +187,7 @@ static void usage(FILE *f)
 
 /* What the command line asks for, besides the settings kept in p (parse_options()). */
 struct options {
-	struct fvp_kube_config kc;
+	struct fv_kube_config kc;
 	const char *root;		/* --root: the share, mounted */
 	const char *http;		/* --http-endpoint ("": none), NULL: the mode's default */
 	struct fvp_lease_config lc;
@@ -333,7 +333,7 @@ static int run_agent(struct options *o)
 {
 	struct fvp_httpd_config hc = { .health = fvp_agent_health, .ud = &o->ag };
 	struct fvp_httpd *httpd = NULL;
-	char err[FVP_KUBE_ERR_MAX];
+	char err[FV_KUBE_ERR_MAX];
 	int r;
 
 	o->ag.capacity_ns = p.site.capacity_ns;
@@ -346,7 +346,7 @@ static int run_agent(struct options *o)
 		r = fvp_httpd_start(&hc, &httpd, err, sizeof(err));
 		if (r < 0) {
 			fprintf(stderr, "flexvol-provisioner: %s\n", err);
-			fvp_kube_free(p.k);
+			fv_kube_free(p.k);
 			return 2;
 		}
 	}
@@ -357,7 +357,7 @@ static int run_agent(struct options *o)
 	r = fvp_agent_run(&o->ag, p.k, &stopping);
 	fvp_events_stop(&o->ag.ev);
 	fvp_httpd_stop(httpd);
-	fvp_kube_free(p.k);
+	fv_kube_free(p.k);
 	return r < 0 ? 1 : 0;
 }
 
@@ -368,11 +368,11 @@ static int run_controller(struct options *o)
 	struct fvp_httpd_config hc = { .health = health };
 	struct fvp_httpd *httpd = NULL;
 	struct fvp_lease *lease = NULL;
-	struct fvp_kube_config lkc;
-	struct fvp_kube *lk = NULL;
+	struct fv_kube_config lkc;
+	struct fv_kube *lk = NULL;
 	int exit_code = 0;
 	bool need_root = false;
-	char err[FVP_KUBE_ERR_MAX];
+	char err[FV_KUBE_ERR_MAX];
 	int r;
 
 	p.site.k = p.k;
@@ -384,7 +384,7 @@ static int run_controller(struct options *o)
 	if (need_root && p.site.rootfd < 0) {
 		fprintf(stderr, "flexvol-provisioner: cannot open --root '%s': %s\n", o->root,
 			strerror(-p.site.rootfd));
-		fvp_kube_free(p.k);
+		fv_kube_free(p.k);
 		return 2;
 	}
 	fvp_flag_set(&p.healthy_at, mono_s());
@@ -398,7 +398,7 @@ static int run_controller(struct options *o)
 			fprintf(stderr, "flexvol-provisioner: %s\n", err);
 			if (p.site.rootfd >= 0)
 				close(p.site.rootfd);
-			fvp_kube_free(p.k);
+			fv_kube_free(p.k);
 			return 2;
 		}
 	}
@@ -420,7 +420,7 @@ static int run_controller(struct options *o)
 			snprintf(lid, sizeof(lid), "%s", pod && *pod ? pod : p.ev.identity);
 			o->lc.identity = lid;
 		}
-		if (!fvp_safe_name(o->lc.ns) || !fvp_safe_name(o->lc.name)) {
+		if (!fv_kube_name_ok(o->lc.ns) || !fv_kube_name_ok(o->lc.name)) {
 			fprintf(stderr, "flexvol-provisioner: the lease namespace and name must be DNS "
 					"names: '%s' '%s'\n", o->lc.ns, o->lc.name);
 			return 2;
@@ -428,7 +428,7 @@ static int run_controller(struct options *o)
 		/* its own client: a lease request never waits longer than the renew deadline */
 		lkc = o->kc;
 		lkc.timeout_s = o->lc.renew_deadline_s;
-		r = fvp_kube_new(&lkc, &lk, err, sizeof(err));
+		r = fv_kube_new(&lkc, &lk, err, sizeof(err));
 		if (r < 0) {
 			fprintf(stderr, "flexvol-provisioner: %s\n", r == -ENOMEM ? "out of memory" : err);
 			return 2;
@@ -462,10 +462,10 @@ static int run_controller(struct options *o)
 	fvp_events_stop(&p.ev);
 	fvp_httpd_stop(httpd);
 	fvp_metrics_set_gauges(NULL, NULL);
-	fvp_kube_free(lk);
+	fv_kube_free(lk);
 	if (p.site.rootfd >= 0)
 		close(p.site.rootfd);
-	fvp_kube_free(p.k);
+	fv_kube_free(p.k);
 	return exit_code;
 }
 
@@ -478,7 +478,7 @@ int main(int argc, char **argv)
 	};
 	_cleanup_free_ char *incluster = NULL;
 	struct sigaction sa = { .sa_handler = on_signal };
-	char err[FVP_KUBE_ERR_MAX];
+	char err[FV_KUBE_ERR_MAX];
 	int r;
 
 	/* a backend call under its deadline: this program exec'd again (childcall.h) */
@@ -501,13 +501,13 @@ int main(int argc, char **argv)
 	setvbuf(stderr, NULL, _IOLBF, 0);
 	if (!p.site.capacity_ns)
 		p.site.capacity_ns = FVP_LOOP_CAPACITY_NS;
-	if (!fvp_safe_name(p.site.capacity_ns)) {
+	if (!fv_kube_name_ok(p.site.capacity_ns)) {
 		fprintf(stderr, "flexvol-provisioner: --capacity-namespace is not a namespace name\n");
 		return 2;
 	}
 	if (o.agent && !o.ag.node)
 		o.ag.node = getenv("NODE_NAME");
-	if (o.agent && (!o.ag.node || !fvp_safe_name(o.ag.node))) {
+	if (o.agent && (!o.ag.node || !fv_kube_name_ok(o.ag.node))) {
 		fprintf(stderr, "flexvol-provisioner: --node-agent needs --node or $NODE_NAME (a node "
 				"name)\n");
 		return 2;
@@ -531,7 +531,7 @@ int main(int argc, char **argv)
 			o.kc.ca_file = SA_DIR "/ca.crt";
 	}
 	o.kc.stop = &stopping;
-	r = fvp_kube_new(&o.kc, &p.k, err, sizeof(err));
+	r = fv_kube_new(&o.kc, &p.k, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "flexvol-provisioner: %s\n", r == -ENOMEM ? "out of memory" : err);
 		return 2;

@@ -23,8 +23,8 @@
 #include "fv/macro.h"
 #include "fv/ownerdir.h"
 #include "fv/util.h"
-#include "jsonutil.h"
-#include "kube.h"
+#include "fv/kubejson.h"
+#include "fv/kube.h"
 #include "migrate.h"
 
 #define MIGRATE_PREFIX "flexvol/"
@@ -38,12 +38,12 @@
 
 const char *fvp_mig_flex_driver(json_object *pv)
 {
-	return fvp_jstr2(fvp_jobj(pv, "spec"), "flexVolume", "driver");
+	return fv_json_str_in(fv_json_obj(pv, "spec"), "flexVolume", "driver");
 }
 
 const char *fvp_mig_csi_driver(json_object *pv)
 {
-	return fvp_jstr2(fvp_jobj(pv, "spec"), "csi", "driver");
+	return fv_json_str_in(fv_json_obj(pv, "spec"), "csi", "driver");
 }
 
 int fvp_mig_csi_name(struct fvp_mig *m, const char *flexdrv, char *buf, size_t len)
@@ -66,7 +66,7 @@ int fvp_mig_csi_name(struct fvp_mig *m, const char *flexdrv, char *buf, size_t l
 /* Copy member @key of @from into @to (deep), if present. */
 static void copy_member(json_object *to, json_object *from, const char *key)
 {
-	json_object *v = fvp_jget(from, key), *c = NULL;
+	json_object *v = fv_json_get(from, key), *c = NULL;
 
 	if (v && json_object_deep_copy(v, &c, NULL) == 0)
 		json_object_object_add(to, key, c);
@@ -74,7 +74,7 @@ static void copy_member(json_object *to, json_object *from, const char *key)
 
 const char *fvp_mig_provisioned_by(json_object *pv)
 {
-	return fvp_jstr(fvp_jobj(fvp_jobj(pv, "metadata"), "annotations"), PROVISIONED_BY);
+	return fv_json_str(fv_json_obj(fv_json_obj(pv, "metadata"), "annotations"), PROVISIONED_BY);
 }
 
 const char *fvp_mig_nfs_dir(json_object *saved)
@@ -83,7 +83,7 @@ const char *fvp_mig_nfs_dir(json_object *saved)
 
 	if (!by || !streq(by, "flexvol/nfs") || !drv || !streq(drv, "flexvol/nfs"))
 		return NULL;
-	return fvp_jstr(fvp_jobj(fvp_jobj(fvp_jobj(saved, "spec"), "flexVolume"), "options"),
+	return fv_json_str(fv_json_obj(fv_json_obj(fv_json_obj(saved, "spec"), "flexVolume"), "options"),
 			"subPath");
 }
 
@@ -114,7 +114,7 @@ bool fvp_mig_nfs_handover(struct fvp_mig *m, json_object *saved)
 int fvp_mig_move_record(struct fvp_mig *m, json_object *saved, bool to_csi, bool check)
 {
 	const char *dir = fvp_mig_nfs_dir(saved),
-		   *uid = fvp_jstr2(fvp_jobj(saved, "spec"), "claimRef", "uid") ?: "";
+		   *uid = fv_json_str_in(fv_json_obj(saved, "spec"), "claimRef", "uid") ?: "";
 	const char *from = to_csi ? uid : dir, *to = to_csi ? dir : uid;
 	struct fv_owner o, other;
 	int r;
@@ -159,7 +159,7 @@ int fvp_mig_move_record(struct fvp_mig *m, json_object *saved, bool to_csi, bool
  */
 static int add_topology_term(struct fvp_mig *m, json_object *spec, const char *drv)
 {
-	json_object *terms = fvp_jget(fvp_jobj(fvp_jobj(spec, "nodeAffinity"), "required"),
+	json_object *terms = fv_json_get(fv_json_obj(fv_json_obj(spec, "nodeAffinity"), "required"),
 				      "nodeSelectorTerms");
 	_cleanup_json_ json_object *nodes = NULL;
 	json_object *names, *expr, *term, *exprs;
@@ -170,14 +170,14 @@ static int add_topology_term(struct fvp_mig *m, json_object *spec, const char *d
 		return 0;
 	names = json_object_new_array();
 	for (size_t i = 0; i < json_object_array_length(terms); i++) {
-		json_object *ex = fvp_jget(json_object_array_get_idx(terms, i), "matchExpressions");
+		json_object *ex = fv_json_get(json_object_array_get_idx(terms, i), "matchExpressions");
 
 		for (size_t j = 0; ex && json_object_is_type(ex, json_type_array) &&
 				   j < json_object_array_length(ex); j++) {
-			json_object *e = json_object_array_get_idx(ex, j), *vals = fvp_jget(e, "values");
+			json_object *e = json_object_array_get_idx(ex, j), *vals = fv_json_get(e, "values");
 
-			if (!fvp_jstr(e, "key") || !streq(fvp_jstr(e, "key"), HOSTNAME_KEY) ||
-			    !fvp_jstr(e, "operator") || !streq(fvp_jstr(e, "operator"), "In"))
+			if (!fv_json_str(e, "key") || !streq(fv_json_str(e, "key"), HOSTNAME_KEY) ||
+			    !fv_json_str(e, "operator") || !streq(fv_json_str(e, "operator"), "In"))
 				continue;
 			for (size_t k = 0; vals && json_object_is_type(vals, json_type_array) &&
 					   k < json_object_array_length(vals); k++) {
@@ -192,15 +192,15 @@ static int add_topology_term(struct fvp_mig *m, json_object *spec, const char *d
 					}
 				}
 				/* the node of that hostname label; none (gone): kubelet's default name */
-				for (size_t n = 0; n < json_object_array_length(fvp_jget(nodes, "items")); n++) {
-					json_object *md = fvp_jobj(json_object_array_get_idx(
-						fvp_jget(nodes, "items"), n), "metadata");
-					const char *h = fvp_jstr(fvp_jobj(md, "labels"), HOSTNAME_KEY);
+				for (size_t n = 0; n < json_object_array_length(fv_json_get(nodes, "items")); n++) {
+					json_object *md = fv_json_obj(json_object_array_get_idx(
+						fv_json_get(nodes, "items"), n), "metadata");
+					const char *h = fv_json_str(fv_json_obj(md, "labels"), HOSTNAME_KEY);
 
-					if (h && host && streq(h, host) && fvp_jstr(md, "name"))
-						name = fvp_jstr(md, "name");
+					if (h && host && streq(h, host) && fv_json_str(md, "name"))
+						name = fv_json_str(md, "name");
 				}
-				if (name && !fvp_jarray_has(names, name))
+				if (name && !fv_json_array_has(names, name))
 					json_object_array_add(names, json_object_new_string(name));
 			}
 		}
@@ -211,8 +211,8 @@ static int add_topology_term(struct fvp_mig *m, json_object *spec, const char *d
 	}
 	snprintf(key, sizeof(key), "topology.%s/node", drv);
 	expr = json_object_new_object();
-	fvp_jset(expr, "key", key);
-	fvp_jset(expr, "operator", "In");
+	fv_json_set_str(expr, "key", key);
+	fv_json_set_str(expr, "operator", "In");
 	json_object_object_add(expr, "values", names);
 	exprs = json_object_new_array();
 	json_object_array_add(exprs, expr);
@@ -234,54 +234,54 @@ json_object *fvp_mig_new_pv(struct fvp_mig *m, json_object *saved, json_object *
 {
 	json_object *pv = json_object_new_object(), *md = json_object_new_object();
 	json_object *spec = NULL, *ref = json_object_new_object(), *ann;
-	json_object *flex = fvp_jobj(fvp_jobj(saved, "spec"), "flexVolume");
+	json_object *flex = fv_json_obj(fv_json_obj(saved, "spec"), "flexVolume");
 	const char *by = fvp_mig_provisioned_by(saved);
 	char drv[128];
 
-	json_object_deep_copy(fvp_jobj(saved, "spec"), &spec, NULL);
+	json_object_deep_copy(fv_json_obj(saved, "spec"), &spec, NULL);
 	json_object_object_add(pv, "spec", spec);
-	fvp_jset(pv, "apiVersion", "v1");
-	fvp_jset(pv, "kind", "PersistentVolume");
-	fvp_jset(md, "name", m->pv);
-	copy_member(md, fvp_jobj(saved, "metadata"), "labels");
-	copy_member(md, fvp_jobj(saved, "metadata"), "annotations");
+	fv_json_set_str(pv, "apiVersion", "v1");
+	fv_json_set_str(pv, "kind", "PersistentVolume");
+	fv_json_set_str(md, "name", m->pv);
+	copy_member(md, fv_json_obj(saved, "metadata"), "labels");
+	copy_member(md, fv_json_obj(saved, "metadata"), "annotations");
 	if (!to_csi)
-		copy_member(md, fvp_jobj(saved, "metadata"), "finalizers");
+		copy_member(md, fv_json_obj(saved, "metadata"), "finalizers");
 	/* the binding below is ours, not the controller's: it must not undo it */
-	ann = fvp_jobj(md, "annotations");
+	ann = fv_json_obj(md, "annotations");
 	if (ann)
 		json_object_object_del(ann, "pv.kubernetes.io/bound-by-controller");
 	json_object_object_add(pv, "metadata", md);
-	fvp_jset(ref, "apiVersion", "v1");
-	fvp_jset(ref, "kind", "PersistentVolumeClaim");
-	fvp_jset(ref, "namespace", fvp_jstr2(claim, "metadata", "namespace"));
-	fvp_jset(ref, "name", fvp_jstr2(claim, "metadata", "name"));
-	fvp_jset(ref, "uid", fvp_jstr2(claim, "metadata", "uid"));
+	fv_json_set_str(ref, "apiVersion", "v1");
+	fv_json_set_str(ref, "kind", "PersistentVolumeClaim");
+	fv_json_set_str(ref, "namespace", fv_json_str_in(claim, "metadata", "namespace"));
+	fv_json_set_str(ref, "name", fv_json_str_in(claim, "metadata", "name"));
+	fv_json_set_str(ref, "uid", fv_json_str_in(claim, "metadata", "uid"));
 	json_object_object_add(spec, "claimRef", ref);
 	if (to_csi) {
 		json_object *csi = json_object_new_object(), *attrs = NULL, *secret;
 		bool nfs = fvp_mig_nfs_handover(m, saved),
-		     loop = streq(fvp_jstr(flex, "driver") ?: "", MIGRATE_PREFIX "loop");
+		     loop = streq(fv_json_str(flex, "driver") ?: "", MIGRATE_PREFIX "loop");
 
-		fvp_mig_csi_name(m, fvp_jstr(flex, "driver"), drv, sizeof(drv));
-		fvp_jset(csi, "driver", drv);
-		fvp_jset(csi, "volumeHandle", nfs ? fvp_mig_nfs_dir(saved) : m->pv);
-		fvp_jset(csi, "fsType", fvp_jstr(flex, "fsType"));
-		if (fvp_jget(flex, "readOnly"))
+		fvp_mig_csi_name(m, fv_json_str(flex, "driver"), drv, sizeof(drv));
+		fv_json_set_str(csi, "driver", drv);
+		fv_json_set_str(csi, "volumeHandle", nfs ? fvp_mig_nfs_dir(saved) : m->pv);
+		fv_json_set_str(csi, "fsType", fv_json_str(flex, "fsType"));
+		if (fv_json_get(flex, "readOnly"))
 			json_object_object_add(csi, "readOnly",
 					       json_object_new_boolean(
-						       json_object_get_boolean(fvp_jget(flex, "readOnly"))));
-		if (fvp_jget(flex, "options") &&
-		    json_object_deep_copy(fvp_jget(flex, "options"), &attrs, NULL) == 0)
+						       json_object_get_boolean(fv_json_get(flex, "readOnly"))));
+		if (fv_json_get(flex, "options") &&
+		    json_object_deep_copy(fv_json_get(flex, "options"), &attrs, NULL) == 0)
 			json_object_object_add(csi, "volumeAttributes", attrs);
 		/* a FlexVolume secret reaches the node's mount: CSI's stage secret */
-		secret = fvp_jobj(flex, "secretRef");
+		secret = fv_json_obj(flex, "secretRef");
 		if (secret) {
 			json_object *s = json_object_new_object();
 
-			fvp_jset(s, "name", fvp_jstr(secret, "name"));
-			fvp_jset(s, "namespace", fvp_jstr(secret, "namespace") ?
-				 fvp_jstr(secret, "namespace") : fvp_jstr2(claim, "metadata", "namespace"));
+			fv_json_set_str(s, "name", fv_json_str(secret, "name"));
+			fv_json_set_str(s, "namespace", fv_json_str(secret, "namespace") ?
+				 fv_json_str(secret, "namespace") : fv_json_str_in(claim, "metadata", "namespace"));
 			json_object_object_add(csi, "nodeStageSecretRef", s);
 		}
 		json_object_object_del(spec, "flexVolume");
@@ -290,7 +290,7 @@ json_object *fvp_mig_new_pv(struct fvp_mig *m, json_object *saved, json_object *
 				       json_object_new_string("Retain"));
 		/* flexvol-provisioner's PV, handed over: its CSI driver reclaims it now */
 		if (ann && by && ((loop && streq(by, MIGRATE_PREFIX "loop")) || nfs))
-			fvp_jset(ann, PROVISIONED_BY, drv);
+			fv_json_set_str(ann, PROVISIONED_BY, drv);
 		if (loop && add_topology_term(m, spec, drv) < 0) {
 			json_object_put(pv);
 			return NULL;
@@ -335,7 +335,7 @@ bool fvp_mig_our_finalizer(const char *f, const char *csidrv)
 
 const char *fvp_mig_finalizers(json_object *pv, char *buf, size_t len)
 {
-	json_object *fin = fvp_jget(fvp_jobj(pv, "metadata"), "finalizers");
+	json_object *fin = fv_json_get(fv_json_obj(pv, "metadata"), "finalizers");
 	size_t n = 0;
 
 	buf[0] = '\0';

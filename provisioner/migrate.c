@@ -38,8 +38,8 @@
 #include "fv/macro.h"
 #include "fv/ownerdir.h"
 #include "fv/util.h"
-#include "jsonutil.h"
-#include "kube.h"
+#include "fv/kubejson.h"
+#include "fv/kube.h"
 #include "migrate.h"
 
 #define PV_PATH FVP_MIG_PV_PATH
@@ -67,7 +67,7 @@ static double now_s(void)
 int fvp_mig_get(struct fvp_mig *m, const char *path, json_object **ret)
 {
 	json_object *o = NULL;
-	int r = fvp_kube_request(m->k, "GET", path, NULL, &o, m->err, sizeof(m->err));
+	int r = fv_kube_request(m->k, "GET", path, NULL, &o, m->err, sizeof(m->err));
 
 	if (r < 0)
 		return r;
@@ -76,7 +76,7 @@ int fvp_mig_get(struct fvp_mig *m, const char *path, json_object **ret)
 		return 1;
 	}
 	if (r != 200 || !o) {
-		fvp_mig_fail(m, -EIO, "GET %s: HTTP %d: %s", path, r, fvp_kube_status_message(o));
+		fvp_mig_fail(m, -EIO, "GET %s: HTTP %d: %s", path, r, fv_kube_status_message(o));
 		fvp_mig_jput(&o);
 		return -EIO;
 	}
@@ -88,7 +88,7 @@ int fvp_mig_get(struct fvp_mig *m, const char *path, json_object **ret)
 static int send(struct fvp_mig *m, const char *method, const char *path, json_object *body)
 {
 	_cleanup_json_ json_object *o = NULL;
-	int r = fvp_kube_request(m->k, method, path, body, &o, m->err, sizeof(m->err));
+	int r = fv_kube_request(m->k, method, path, body, &o, m->err, sizeof(m->err));
 
 	if (body)
 		json_object_put(body);
@@ -96,7 +96,7 @@ static int send(struct fvp_mig *m, const char *method, const char *path, json_ob
 		return r;
 	if (r < 200 || r > 299)
 		return fvp_mig_fail(m, r == 409 ? -EEXIST : r == 404 ? -ENOENT : -EIO, "%s %s: HTTP %d: %s",
-			    method, path, r, fvp_kube_status_message(o));
+			    method, path, r, fv_kube_status_message(o));
 	return 0;
 }
 
@@ -125,30 +125,30 @@ static int check_idle(struct fvp_mig *m, const char *ns, const char *claim)
 	r = fvp_mig_get(m, path, &pods);
 	if (r)
 		return r < 0 ? r : fvp_mig_fail(m, -EIO, "GET %s: not found", path);
-	for (i = 0; i < json_object_array_length(fvp_jget(pods, "items")); i++) {
-		json_object *p = json_object_array_get_idx(fvp_jget(pods, "items"), i);
-		json_object *vols = fvp_jget(fvp_jobj(p, "spec"), "volumes");
-		const char *ph = fvp_jstr2(p, "status", "phase");
+	for (i = 0; i < json_object_array_length(fv_json_get(pods, "items")); i++) {
+		json_object *p = json_object_array_get_idx(fv_json_get(pods, "items"), i);
+		json_object *vols = fv_json_get(fv_json_obj(p, "spec"), "volumes");
+		const char *ph = fv_json_str_in(p, "status", "phase");
 
 		if (ph && (streq(ph, "Succeeded") || streq(ph, "Failed")))
 			continue;
 		for (j = 0; vols && j < json_object_array_length(vols); j++) {
-			const char *c = fvp_jstr2(json_object_array_get_idx(vols, j),
+			const char *c = fv_json_str_in(json_object_array_get_idx(vols, j),
 						  "persistentVolumeClaim", "claimName");
 
 			if (c && streq(c, claim))
 				return fvp_mig_fail(m, -EBUSY, "claim %s/%s is used by pod %s (phase %s): stop "
-					    "it first", ns, claim, fvp_jstr2(p, "metadata", "name"),
+					    "it first", ns, claim, fv_json_str_in(p, "metadata", "name"),
 					    ph ? ph : "unknown");
 		}
 	}
 	r = fvp_mig_get(m, "/api/v1/nodes", &nodes);
 	if (r)
 		return r < 0 ? r : fvp_mig_fail(m, -EIO, "GET /api/v1/nodes: not found");
-	for (i = 0; i < json_object_array_length(fvp_jget(nodes, "items")); i++) {
-		json_object *n = json_object_array_get_idx(fvp_jget(nodes, "items"), i);
-		json_object *st = fvp_jobj(n, "status");
-		json_object *use = fvp_jget(st, "volumesInUse"), *att = fvp_jget(st, "volumesAttached");
+	for (i = 0; i < json_object_array_length(fv_json_get(nodes, "items")); i++) {
+		json_object *n = json_object_array_get_idx(fv_json_get(nodes, "items"), i);
+		json_object *st = fv_json_obj(n, "status");
+		json_object *use = fv_json_get(st, "volumesInUse"), *att = fv_json_get(st, "volumesAttached");
 
 		for (j = 0; use && j < json_object_array_length(use); j++) {
 			const char *v = json_object_get_string(json_object_array_get_idx(use, j));
@@ -156,26 +156,26 @@ static int check_idle(struct fvp_mig *m, const char *ns, const char *claim)
 			if (v && names_pv(v, m->pv))
 				return fvp_mig_fail(m, -EBUSY, "node %s still has volume %s in use (%s): wait "
 					    "until its kubelet has unmounted it",
-					    fvp_jstr2(n, "metadata", "name"), m->pv, v);
+					    fv_json_str_in(n, "metadata", "name"), m->pv, v);
 		}
 		for (j = 0; att && j < json_object_array_length(att); j++) {
-			const char *v = fvp_jstr(json_object_array_get_idx(att, j), "name");
+			const char *v = fv_json_str(json_object_array_get_idx(att, j), "name");
 
 			if (v && names_pv(v, m->pv))
 				return fvp_mig_fail(m, -EBUSY, "volume %s is still attached to node %s (%s): wait "
-					    "for the detach", m->pv, fvp_jstr2(n, "metadata", "name"), v);
+					    "for the detach", m->pv, fv_json_str_in(n, "metadata", "name"), v);
 		}
 	}
 	r = fvp_mig_get(m, "/apis/storage.k8s.io/v1/volumeattachments", &vas);
 	if (r < 0)
 		return r;
-	for (i = 0; !r && i < json_object_array_length(fvp_jget(vas, "items")); i++) {
-		json_object *va = json_object_array_get_idx(fvp_jget(vas, "items"), i);
-		const char *s = fvp_jstr2(fvp_jobj(va, "spec"), "source", "persistentVolumeName");
+	for (i = 0; !r && i < json_object_array_length(fv_json_get(vas, "items")); i++) {
+		json_object *va = json_object_array_get_idx(fv_json_get(vas, "items"), i);
+		const char *s = fv_json_str_in(fv_json_obj(va, "spec"), "source", "persistentVolumeName");
 
 		if (s && streq(s, m->pv))
 			return fvp_mig_fail(m, -EBUSY, "VolumeAttachment %s still attaches %s: wait for the "
-				    "detach", fvp_jstr2(va, "metadata", "name"), m->pv);
+				    "detach", fv_json_str_in(va, "metadata", "name"), m->pv);
 	}
 	return 0;
 }
@@ -183,22 +183,22 @@ static int check_idle(struct fvp_mig *m, const char *ns, const char *claim)
 /* The claim @pv is bound to, checked against the claim itself: 0 and *ret, <0 otherwise. */
 static int bound_claim(struct fvp_mig *m, json_object *pv, json_object **ret)
 {
-	json_object *ref = fvp_jobj(fvp_jobj(pv, "spec"), "claimRef");
-	const char *ns = fvp_jstr(ref, "namespace"), *name = fvp_jstr(ref, "name"),
-		   *uid = fvp_jstr(ref, "uid");
+	json_object *ref = fv_json_obj(fv_json_obj(pv, "spec"), "claimRef");
+	const char *ns = fv_json_str(ref, "namespace"), *name = fv_json_str(ref, "name"),
+		   *uid = fv_json_str(ref, "uid");
 	_cleanup_json_ json_object *c = NULL;
 	char path[600];
 	int r;
 
-	if (!ns || !name || !uid || !fvp_safe_name(ns) || !fvp_safe_name(name))
+	if (!ns || !name || !uid || !fv_kube_name_ok(ns) || !fv_kube_name_ok(name))
 		return fvp_mig_fail(m, -EINVAL, "PV %s is not bound to a claim", m->pv);
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
 	r = fvp_mig_get(m, path, &c);
 	if (r)
 		return r < 0 ? r : fvp_mig_fail(m, -ENOENT, "claim %s/%s of PV %s does not exist", ns, name,
 					 m->pv);
-	if (!fvp_jstr2(c, "metadata", "uid") || !streq(fvp_jstr2(c, "metadata", "uid"), uid) ||
-	    !fvp_jstr2(c, "spec", "volumeName") || !streq(fvp_jstr2(c, "spec", "volumeName"), m->pv))
+	if (!fv_json_str_in(c, "metadata", "uid") || !streq(fv_json_str_in(c, "metadata", "uid"), uid) ||
+	    !fv_json_str_in(c, "spec", "volumeName") || !streq(fv_json_str_in(c, "spec", "volumeName"), m->pv))
 		return fvp_mig_fail(m, -EINVAL, "claim %s/%s is not the one PV %s is bound to (uid or "
 			    "volumeName differ)", ns, name, m->pv);
 	*ret = TAKE_PTR(c);
@@ -242,7 +242,7 @@ static int read_saved(struct fvp_mig *m, json_object **ret)
 	}
 	o = json_object_from_file(m->save);
 	if (!o || !json_object_is_type(o, json_type_object) ||
-	    !fvp_jstr2(o, "metadata", "name") || !streq(fvp_jstr2(o, "metadata", "name"), m->pv) ||
+	    !fv_json_str_in(o, "metadata", "name") || !streq(fv_json_str_in(o, "metadata", "name"), m->pv) ||
 	    !fvp_mig_flex_driver(o)) {
 		fvp_mig_jput(&o);
 		return fvp_mig_fail(m, -EINVAL, "'%s' is not a saved FlexVolume PV named %s", m->save, m->pv);
@@ -293,12 +293,12 @@ static int both_bound(struct fvp_mig *m, void *ud)
 	if (r)
 		return r < 0 ? r : 0;
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s",
-		 fvp_jstr2(claim, "metadata", "namespace"), fvp_jstr2(claim, "metadata", "name"));
+		 fv_json_str_in(claim, "metadata", "namespace"), fv_json_str_in(claim, "metadata", "name"));
 	r = fvp_mig_get(m, path, &c);
 	if (r)
 		return r < 0 ? r : fvp_mig_fail(m, -ENOENT, "the claim was deleted");
-	return fvp_jstr2(pv, "status", "phase") && streq(fvp_jstr2(pv, "status", "phase"), "Bound") &&
-	       fvp_jstr2(c, "status", "phase") && streq(fvp_jstr2(c, "status", "phase"), "Bound");
+	return fv_json_str_in(pv, "status", "phase") && streq(fv_json_str_in(pv, "status", "phase"), "Bound") &&
+	       fv_json_str_in(c, "status", "phase") && streq(fv_json_str_in(c, "status", "phase"), "Bound");
 }
 
 /*
@@ -308,21 +308,21 @@ static int both_bound(struct fvp_mig *m, void *ud)
 static int remove_pv(struct fvp_mig *m, json_object *pv)
 {
 	_cleanup_json_ json_object *o = NULL;
-	json_object *fin = fvp_jget(fvp_jobj(pv, "metadata"), "finalizers"), *keep, *patch, *pm;
+	json_object *fin = fv_json_get(fv_json_obj(pv, "metadata"), "finalizers"), *keep, *patch, *pm;
 	const char *drv = fvp_mig_csi_driver(pv);
 	char path[512], left[512];
 	size_t i;
 	int r;
 
 	snprintf(path, sizeof(path), PV_PATH "%s", m->pv);
-	if (!fvp_jstr2(pv, "metadata", "deletionTimestamp")) {
-		r = fvp_kube_delete_uid(m->k, path, fvp_jstr2(pv, "metadata", "uid"), &o, m->err,
+	if (!fv_json_str_in(pv, "metadata", "deletionTimestamp")) {
+		r = fv_kube_delete_uid(m->k, path, fv_json_str_in(pv, "metadata", "uid"), &o, m->err,
 					sizeof(m->err));
 		if (r < 0)
 			return r;
 		if (r != 200 && r != 202 && r != 404)
 			return fvp_mig_fail(m, -EIO, "DELETE %s: HTTP %d: %s", path, r,
-				    fvp_kube_status_message(o));
+				    fv_kube_status_message(o));
 		printf("deleted the PV %s (its claim is Lost until the new PV is bound)\n", m->pv);
 	}
 	keep = json_object_new_array();
@@ -336,7 +336,7 @@ static int remove_pv(struct fvp_mig *m, json_object *pv)
 		patch = json_object_new_object();
 		pm = json_object_new_object();
 		json_object_object_add(pm, "finalizers", keep);
-		fvp_jset(pm, "uid", fvp_jstr2(pv, "metadata", "uid"));
+		fv_json_set_str(pm, "uid", fv_json_str_in(pv, "metadata", "uid"));
 		json_object_object_add(patch, "metadata", pm);
 		r = send(m, "PATCH", path, patch);
 		if (r < 0 && r != -ENOENT)
@@ -365,7 +365,7 @@ static int remove_pv(struct fvp_mig *m, json_object *pv)
 static int take_down(struct fvp_mig *m, json_object *pv, json_object **saved, json_object **claim)
 {
 	bool is_flex = fvp_mig_flex_driver(pv) != NULL, is_csi = fvp_mig_csi_driver(pv) != NULL;
-	bool deleting = fvp_jstr2(pv, "metadata", "deletionTimestamp") != NULL;
+	bool deleting = fv_json_str_in(pv, "metadata", "deletionTimestamp") != NULL;
 	json_object *src;
 	char path[512], drv[128];
 	int r;
@@ -380,8 +380,8 @@ static int take_down(struct fvp_mig *m, json_object *pv, json_object **saved, js
 		if (r < 0)
 			return r;
 		printf("PV %s is %s and bound to %s/%s: nothing to do\n", m->pv,
-		       is_csi ? "a CSI PV" : "a FlexVolume PV", fvp_jstr2(*claim, "metadata", "namespace"),
-		       fvp_jstr2(*claim, "metadata", "name"));
+		       is_csi ? "a CSI PV" : "a FlexVolume PV", fv_json_str_in(*claim, "metadata", "namespace"),
+		       fv_json_str_in(*claim, "metadata", "name"));
 		return 1;
 	}
 	if (m->rollback && !*saved)
@@ -393,14 +393,14 @@ static int take_down(struct fvp_mig *m, json_object *pv, json_object **saved, js
 		r = fvp_mig_csi_name(m, fvp_mig_flex_driver(pv), drv, sizeof(drv));
 		if (r < 0)
 			return r;
-		if (*saved && !streq(fvp_jstr2(*saved, "metadata", "uid") ?: "",
-				     fvp_jstr2(pv, "metadata", "uid") ?: ""))
+		if (*saved && !streq(fv_json_str_in(*saved, "metadata", "uid") ?: "",
+				     fv_json_str_in(pv, "metadata", "uid") ?: ""))
 			return fvp_mig_fail(m, -EEXIST, "'%s' holds another PV %s (uid %s): move it away first",
-				    m->save, m->pv, fvp_jstr2(*saved, "metadata", "uid"));
+				    m->save, m->pv, fv_json_str_in(*saved, "metadata", "uid"));
 	}
 	if (!deleting) {
-		r = check_idle(m, fvp_jstr2(*claim, "metadata", "namespace"),
-			       fvp_jstr2(*claim, "metadata", "name"));
+		r = check_idle(m, fv_json_str_in(*claim, "metadata", "namespace"),
+			       fv_json_str_in(*claim, "metadata", "name"));
 		if (r < 0)
 			return r;
 	}
@@ -423,11 +423,11 @@ static int take_down(struct fvp_mig *m, json_object *pv, json_object **saved, js
 		printf("saved the FlexVolume PV %s in %s\n", m->pv, m->save);
 	}
 	snprintf(path, sizeof(path), PV_PATH "%s", m->pv);
-	if (!deleting && !streq(fvp_jstr(fvp_jobj(pv, "spec"), "persistentVolumeReclaimPolicy") ?: "",
+	if (!deleting && !streq(fv_json_str(fv_json_obj(pv, "spec"), "persistentVolumeReclaimPolicy") ?: "",
 				"Retain")) {
 		json_object *p = json_object_new_object(), *sp = json_object_new_object();
 
-		fvp_jset(sp, "persistentVolumeReclaimPolicy", "Retain");
+		fv_json_set_str(sp, "persistentVolumeReclaimPolicy", "Retain");
 		json_object_object_add(p, "spec", sp);
 		r = send(m, "PATCH", path, p);
 		if (r < 0)
@@ -446,12 +446,12 @@ static int take_down(struct fvp_mig *m, json_object *pv, json_object **saved, js
 /* The PV is gone (a run stopped between the deletion and the creation): its claim, from the copy. */
 static int claim_of_saved(struct fvp_mig *m, json_object *saved, json_object **claim)
 {
-	json_object *ref = fvp_jobj(fvp_jobj(saved, "spec"), "claimRef");
-	const char *ns = fvp_jstr(ref, "namespace"), *name = fvp_jstr(ref, "name");
+	json_object *ref = fv_json_obj(fv_json_obj(saved, "spec"), "claimRef");
+	const char *ns = fv_json_str(ref, "namespace"), *name = fv_json_str(ref, "name");
 	char path[600];
 	int r;
 
-	if (!ns || !fvp_safe_name(ns) || !name || !fvp_safe_name(name))
+	if (!ns || !fv_kube_name_ok(ns) || !name || !fv_kube_name_ok(name))
 		return fvp_mig_fail(m, -EINVAL, "the saved PV in '%s' has no claim", m->save);
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
 	r = fvp_mig_get(m, path, claim);
@@ -473,8 +473,8 @@ static void nudge_claim(struct fvp_mig *m, json_object *claim)
 	char path[600];
 
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s",
-		 fvp_jstr2(claim, "metadata", "namespace"), fvp_jstr2(claim, "metadata", "name"));
-	fvp_jset(ann, MIGRATED_TO, m->rollback ? "flexvolume" : "csi");
+		 fv_json_str_in(claim, "metadata", "namespace"), fv_json_str_in(claim, "metadata", "name"));
+	fv_json_set_str(ann, MIGRATED_TO, m->rollback ? "flexvolume" : "csi");
 	json_object_object_add(md, "annotations", ann);
 	json_object_object_add(p, "metadata", md);
 	if (send(m, "PATCH", path, p) < 0) {
@@ -514,13 +514,13 @@ static int run(struct fvp_mig *m)
 	if (r < 0)
 		return r;
 	printf("created PV %s as a %s PV bound to claim %s/%s (uid %s)\n", m->pv,
-	       m->rollback ? "FlexVolume" : "CSI", fvp_jstr2(claim, "metadata", "namespace"),
-	       fvp_jstr2(claim, "metadata", "name"), fvp_jstr2(claim, "metadata", "uid"));
+	       m->rollback ? "FlexVolume" : "CSI", fv_json_str_in(claim, "metadata", "namespace"),
+	       fv_json_str_in(claim, "metadata", "name"), fv_json_str_in(claim, "metadata", "uid"));
 	nudge_claim(m, claim);
 	r = wait_until(m, "the PV and its claim Bound", both_bound, claim);
 	if (r == 0)
 		printf("PV %s and claim %s/%s are Bound (%.1f s)\n", m->pv,
-		       fvp_jstr2(claim, "metadata", "namespace"), fvp_jstr2(claim, "metadata", "name"),
+		       fv_json_str_in(claim, "metadata", "namespace"), fv_json_str_in(claim, "metadata", "name"),
 		       now_s() - t0);
 	return r;
 }
@@ -539,7 +539,7 @@ int fvp_migrate_main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct fvp_kube_config kc = { .timeout_s = 30 };
+	struct fv_kube_config kc = { .timeout_s = 30 };
 	struct fvp_mig m = { .timeout_s = 120, .rootfd = -1 };
 	char *end;
 	int opt, r;
@@ -574,7 +574,7 @@ int fvp_migrate_main(int argc, char **argv)
 		}
 	}
 	if (optind != argc - 1 || !kc.server || !m.save || !m.timeout_s ||
-	    !fvp_safe_name(argv[optind])) {
+	    !fv_kube_name_ok(argv[optind])) {
 		fprintf(stderr, "flexvol-provisioner migrate: need --server, --save, a --timeout of "
 				"1..3600 and one PV name (--help)\n");
 		return 2;
@@ -588,11 +588,11 @@ int fvp_migrate_main(int argc, char **argv)
 			return 2;
 		}
 	}
-	r = fvp_kube_new(&kc, &m.k, m.err, sizeof(m.err));
+	r = fv_kube_new(&kc, &m.k, m.err, sizeof(m.err));
 	if (r >= 0)
 		r = run(&m);
 	if (m.k)
-		fvp_kube_free(m.k);
+		fv_kube_free(m.k);
 	if (m.rootfd >= 0)
 		close(m.rootfd);
 	if (r < 0) {

@@ -12,13 +12,13 @@
 #include <stddef.h>
 
 #include "fv/macro.h"
-#include "kube.h"
+#include "fv/kube.h"
 
 #define FVP_MIG_PV_PATH "/api/v1/persistentvolumes/"
 
 /* One run of the command. */
 struct fvp_mig {
-	struct fvp_kube *k;
+	struct fv_kube *k;
 	const char *pv;		/* the PV's name */
 	const char *save;	/* the saved copy of the FlexVolume PV */
 	const char *csi_name;	/* or NULL: <driver>.csi.flexvol */
@@ -26,7 +26,7 @@ struct fvp_mig {
 	int rootfd;		/* its descriptor, or -1 */
 	bool rollback;
 	unsigned int timeout_s;
-	char err[FVP_KUBE_ERR_MAX];
+	char err[FV_KUBE_ERR_MAX];
 };
 
 static inline void fvp_mig_jput(json_object **o)

@@ -13,6 +13,9 @@
 
 #include "fv/macro.h"
 
+/* The largest volume a provisioner makes: whole MiB that an off_t holds (an image's size). */
+#define FVP_SIZE_MAX ((uint64_t)INT64_MAX >> 20 << 20)
+
 /* Write a printf-style message to @err (@len bytes) and return @r: every error path of the provisioner. */
 int fvp_fail(char *err, size_t len, int r, const char *fmt, ...) _printf_(4, 5);
 

@@ -12,8 +12,8 @@
 #include "api.h"
 #include "childcall.h"
 #include "controller.h"
-#include "jsonutil.h"
-#include "kube.h"
+#include "fv/kubejson.h"
+#include "fv/kube.h"
 #include "metrics.h"
 #include "store.h"
 
@@ -21,16 +21,16 @@
 
 static const char *claim_class(json_object *pvc)
 {
-	const char *c = fvp_jstr2(pvc, "spec", "storageClassName");
+	const char *c = fv_json_str_in(pvc, "spec", "storageClassName");
 
-	return c && *c ? c : fvp_jstr(fvp_jget(fvp_jget(pvc, "metadata"), "annotations"), FVP_ANN_CLASS_BETA);
+	return c && *c ? c : fv_json_str(fv_json_get(fv_json_get(pvc, "metadata"), "annotations"), FVP_ANN_CLASS_BETA);
 }
 
 /* --- the claim's finalizer ------------------------------------------------------------------- */
 
 static bool has_finalizer(json_object *pvc)
 {
-	return fvp_jarray_has(fvp_jget(fvp_jget(pvc, "metadata"), "finalizers"), FINALIZER);
+	return fv_json_array_has(fv_json_get(fv_json_get(pvc, "metadata"), "finalizers"), FINALIZER);
 }
 
 static int set_finalizer(struct fvp_prov *p, json_object *pvc, bool on, json_object **ret)
@@ -48,10 +48,10 @@ static int set_finalizer(struct fvp_prov *p, json_object *pvc, bool on, json_obj
  */
 static void reschedule(struct fvp_prov *p, json_object *pvc)
 {
-	const char *ns = fvp_jstr2(pvc, "metadata", "namespace"), *name = fvp_jstr2(pvc, "metadata", "name");
+	const char *ns = fv_json_str_in(pvc, "metadata", "namespace"), *name = fv_json_str_in(pvc, "metadata", "name");
 	char path[FVP_API_PATH_MAX], what[FVP_CTL_WHAT_MAX];
 
-	if (!fvp_safe_name(ns) || !fvp_safe_name(name))
+	if (!fv_kube_name_ok(ns) || !fv_kube_name_ok(name))
 		return;
 	fvp_api_path(path, sizeof(path), FVP_API_PVC, ns, name, NULL);
 	snprintf(what, sizeof(what), "claim %s/%s: removing %s", ns, name, FVP_ANN_SELECTED_NODE);
@@ -63,11 +63,11 @@ static void reschedule(struct fvp_prov *p, json_object *pvc)
 static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, json_object *pvc,
 			     json_object *sc, struct fvp_volume *vol)
 {
-	json_object *meta = fvp_jget(pvc, "metadata"), *spec = fvp_jget(pvc, "spec");
+	json_object *meta = fv_json_get(pvc, "metadata"), *spec = fv_json_get(pvc, "spec");
 	json_object *pv = json_object_new_object(), *m = json_object_new_object(),
 		    *ann = json_object_new_object(), *s = json_object_new_object(),
 		    *cap = json_object_new_object(), *ref = json_object_new_object();
-	const char *policy = fvp_jstr(sc, "reclaimPolicy");
+	const char *policy = fv_json_str(sc, "reclaimPolicy");
 
 	if (!pv || !m || !ann || !s || !cap || !ref) {
 		json_object_put(pv);
@@ -78,11 +78,11 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 		json_object_put(ref);
 		return NULL;
 	}
-	fvp_jset(pv, "apiVersion", "v1");
-	fvp_jset(pv, "kind", "PersistentVolume");
-	fvp_jset(m, "name", pv_name);
-	fvp_jset(ann, FVP_ANN_PROVISIONED_BY, b->name);
-	fvp_jset(ann, FVP_ANN_ON_DELETE, vol->on_delete);
+	fv_json_set_str(pv, "apiVersion", "v1");
+	fv_json_set_str(pv, "kind", "PersistentVolume");
+	fv_json_set_str(m, "name", pv_name);
+	fv_json_set_str(ann, FVP_ANN_PROVISIONED_BY, b->name);
+	fv_json_set_str(ann, FVP_ANN_ON_DELETE, vol->on_delete);
 	json_object_object_add(m, "annotations", ann);
 	if (vol->labels)
 		json_object_object_add(m, "labels", TAKE_PTR(vol->labels));
@@ -96,19 +96,19 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 	}
 	json_object_object_add(pv, "metadata", m);
 
-	fvp_jset(cap, "storage", vol->capacity[0] ? vol->capacity :
-			     fvp_jstr(fvp_jget(fvp_jget(spec, "resources"), "requests"), "storage"));
+	fv_json_set_str(cap, "storage", vol->capacity[0] ? vol->capacity :
+			     fv_json_str(fv_json_get(fv_json_get(spec, "resources"), "requests"), "storage"));
 	json_object_object_add(s, "capacity", cap);
-	json_object_object_add(s, "accessModes", json_object_get(fvp_jget(spec, "accessModes")));
-	fvp_jset(s, "persistentVolumeReclaimPolicy", policy ? policy : "Delete");
-	fvp_jset(s, "storageClassName", fvp_jstr2(sc, "metadata", "name"));
-	fvp_jset(s, "volumeMode", "Filesystem");
-	fvp_jset(ref, "apiVersion", "v1");
-	fvp_jset(ref, "kind", "PersistentVolumeClaim");
-	fvp_jset(ref, "namespace", fvp_jstr(meta, "namespace"));
-	fvp_jset(ref, "name", fvp_jstr(meta, "name"));
-	fvp_jset(ref, "uid", fvp_jstr(meta, "uid"));
-	fvp_jset(ref, "resourceVersion", fvp_jstr(meta, "resourceVersion"));
+	json_object_object_add(s, "accessModes", json_object_get(fv_json_get(spec, "accessModes")));
+	fv_json_set_str(s, "persistentVolumeReclaimPolicy", policy ? policy : "Delete");
+	fv_json_set_str(s, "storageClassName", fv_json_str_in(sc, "metadata", "name"));
+	fv_json_set_str(s, "volumeMode", "Filesystem");
+	fv_json_set_str(ref, "apiVersion", "v1");
+	fv_json_set_str(ref, "kind", "PersistentVolumeClaim");
+	fv_json_set_str(ref, "namespace", fv_json_str(meta, "namespace"));
+	fv_json_set_str(ref, "name", fv_json_str(meta, "name"));
+	fv_json_set_str(ref, "uid", fv_json_str(meta, "uid"));
+	fv_json_set_str(ref, "resourceVersion", fv_json_str(meta, "resourceVersion"));
 	json_object_object_add(s, "claimRef", ref);
 	json_object_object_add(s, "flexVolume", TAKE_PTR(vol->flex_volume));
 	if (vol->node_affinity)
@@ -125,22 +125,22 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 static bool refused(struct fvp_prov *p, const struct fvp_backend *b, json_object *pvc,
 		    json_object *sc)
 {
-	json_object *spec = fvp_jget(pvc, "spec"), *mo = fvp_jget(sc, "mountOptions"),
-		    *ave = fvp_jget(sc, "allowVolumeExpansion"),
-		    *src = fvp_jget(spec, "dataSourceRef") ?: fvp_jget(spec, "dataSource");
-	const char *cls = fvp_jstr2(sc, "metadata", "name");
+	json_object *spec = fv_json_get(pvc, "spec"), *mo = fv_json_get(sc, "mountOptions"),
+		    *ave = fv_json_get(sc, "allowVolumeExpansion"),
+		    *src = fv_json_get(spec, "dataSourceRef") ?: fv_json_get(spec, "dataSource");
+	const char *cls = fv_json_str_in(sc, "metadata", "name");
 
 	if (src) {
-		const char *kind = fvp_jstr(src, "kind") ?: "?", *group = fvp_jstr(src, "apiGroup");
+		const char *kind = fv_json_str(src, "kind") ?: "?", *group = fv_json_str(src, "apiGroup");
 
 		fvp_event(&p->ev, pvc, true, "ProvisioningFailed",
 		      "the claim's data source (%s%s%s %s) is not supported: %s volumes are made "
 		      "empty; cloning a claim or restoring a snapshot cannot be done",
 		      group && *group ? group : "", group && *group ? "/" : "", kind,
-		      fvp_jstr(src, "name") ?: "?", b->name);
+		      fv_json_str(src, "name") ?: "?", b->name);
 		return true;
 	}
-	if (fvp_jget(spec, "selector")) {
+	if (fv_json_get(spec, "selector")) {
 		fvp_event(&p->ev, pvc, true, "ProvisioningFailed",
 		      "the claim has a selector: claim Selector is not supported for dynamic "
 		      "provisioning (it can only match existing PVs)");
@@ -169,8 +169,8 @@ static bool refused(struct fvp_prov *p, const struct fvp_backend *b, json_object
  */
 static bool for_populator(json_object *pvc)
 {
-	json_object *ref = fvp_jget(fvp_jget(pvc, "spec"), "dataSourceRef");
-	const char *group = fvp_jstr(ref, "apiGroup");
+	json_object *ref = fv_json_get(fv_json_get(pvc, "spec"), "dataSourceRef");
+	const char *group = fv_json_str(ref, "apiGroup");
 
 	return ref && group && *group && !streq(group, "snapshot.storage.k8s.io");
 }
@@ -183,9 +183,9 @@ static bool for_populator(json_object *pvc)
 static int provision(struct fvp_prov *p, const struct fvp_backend *b, json_object *pvc,
 		     json_object *sc, const char *pv_name)
 {
-	json_object *spec = fvp_jget(pvc, "spec"), *meta = fvp_jget(pvc, "metadata"), *pv = NULL,
+	json_object *spec = fv_json_get(pvc, "spec"), *meta = fv_json_get(pvc, "metadata"), *pv = NULL,
 		    *reply = NULL, *modes, *updated = NULL;
-	const char *ns = fvp_jstr(meta, "namespace"), *name = fvp_jstr(meta, "name"), *size, *vm;
+	const char *ns = fv_json_str(meta, "namespace"), *name = fv_json_str(meta, "name"), *size, *vm;
 	char err[FVP_ERR_MAX], path[FVP_API_PATH_MAX];
 	struct fvp_volume vol = { 0 };
 	enum fvp_made made;
@@ -204,30 +204,30 @@ static int provision(struct fvp_prov *p, const struct fvp_backend *b, json_objec
 		  b->name, ns, name);
 	if (r < 0) {
 		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "StorageClass '%s': %s",
-		      fvp_jstr2(sc, "metadata", "name"), err);
+		      fv_json_str_in(sc, "metadata", "name"), err);
 		return -EINVAL;
 	}
 	if (refused(p, b, pvc, sc))
 		return -EINVAL;
-	vm = fvp_jstr(spec, "volumeMode");
+	vm = fv_json_str(spec, "volumeMode");
 	if (vm && !streq(vm, "Filesystem")) {
 		fvp_event(&p->ev, pvc, true, "ProvisioningFailed",
 		      "volumeMode %s is not supported: %s volumes are filesystems", vm, b->name);
 		return -EINVAL;
 	}
-	size = fvp_jstr(fvp_jget(fvp_jget(spec, "resources"), "requests"), "storage");
+	size = fv_json_str(fv_json_get(fv_json_get(spec, "resources"), "requests"), "storage");
 	if (!size || !*size) {
 		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "the claim requests no storage size");
 		return -EINVAL;
 	}
-	modes = fvp_jget(spec, "accessModes");
+	modes = fv_json_get(spec, "accessModes");
 	if (!modes || !json_object_is_type(modes, json_type_array) ||
 	    !json_object_array_length(modes)) {
 		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "the claim has no accessModes");
 		return -EINVAL;
 	}
 	r = b->prepare(&p->site, sc, pvc, pv_name, &vol, err, sizeof(err));
-	if (r == -ENOSPC && fvp_jstr(fvp_jget(meta, "annotations"), FVP_ANN_SELECTED_NODE)) {
+	if (r == -ENOSPC && fv_json_str(fv_json_get(meta, "annotations"), FVP_ANN_SELECTED_NODE)) {
 		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "%s; handing the claim back to the "
 		      "scheduler", err);
 		reschedule(p, pvc);
@@ -262,7 +262,7 @@ static int provision(struct fvp_prov *p, const struct fvp_backend *b, json_objec
 		json_object_put(updated);
 		return -ENOMEM;
 	}
-	st = fvp_kube_request(p->k, "POST", fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, NULL, NULL),
+	st = fv_kube_request(p->k, "POST", fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, NULL, NULL),
 			  pv, &reply, err, sizeof(err));
 	/* known at once: the claim's next event must not make it again before the watch says so */
 	if (st == 201 || st == 200 || st == 409)
@@ -279,7 +279,7 @@ static int provision(struct fvp_prov *p, const struct fvp_backend *b, json_objec
 			 name, pv_name, err);
 	} else {
 		fvp_event(&p->ev, pvc, true, "ProvisioningFailed", "creating PV %s failed: HTTP %d %s",
-		      pv_name, st, fvp_kube_status_message(reply));
+		      pv_name, st, fv_kube_status_message(reply));
 	}
 	/*
 	 * The PV carries the claim's lifecycle from here.  Its finalizer comes off
@@ -297,13 +297,13 @@ static int provision(struct fvp_prov *p, const struct fvp_backend *b, json_objec
 /* 1 when PV @name exists (as the PV watch has it, or the API without one), 0 when not, <0. */
 static int pv_exists(struct fvp_prov *p, const char *name)
 {
-	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
+	char path[FVP_API_PATH_MAX], err[FV_KUBE_ERR_MAX];
 	int st = fvp_store_pv_exists(p->store, name);
 
 	if (st != -ENOENT)
 		return st;
 	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
-	st = fvp_kube_request(p->k, "GET", path, NULL, NULL, err, sizeof(err));
+	st = fv_kube_request(p->k, "GET", path, NULL, NULL, err, sizeof(err));
 	if (st < 0)
 		fvp_log_warning("GET PV %s: %s", name, err);
 	return st == 200 ? 1 : st == 404 ? 0 : st < 0 ? st : -EIO;
@@ -319,8 +319,8 @@ static int pv_exists(struct fvp_prov *p, const char *name)
 static int claim_is_ours(struct fvp_prov *p, json_object *pvc, json_object **ret_sc,
 			 const struct fvp_backend **ret_b, char *why, size_t whylen)
 {
-	json_object *ann = fvp_jget(fvp_jget(pvc, "metadata"), "annotations");
-	const char *prov = fvp_jstr(ann, FVP_ANN_SP), *cls;
+	json_object *ann = fv_json_get(fv_json_get(pvc, "metadata"), "annotations");
+	const char *prov = fv_json_str(ann, FVP_ANN_SP), *cls;
 	const struct fvp_backend *b = NULL;
 	int r;
 
@@ -328,7 +328,7 @@ static int claim_is_ours(struct fvp_prov *p, json_object *pvc, json_object **ret
 	if (why)
 		why[0] = '\0';
 	if (!prov)
-		prov = fvp_jstr(ann, FVP_ANN_SP_BETA);
+		prov = fv_json_str(ann, FVP_ANN_SP_BETA);
 	/*
 	 * Only what the controller-manager handed to us: it sets the annotation
 	 * once no existing PV matched the claim (static PVs win), and so only
@@ -367,13 +367,13 @@ static int claim_is_ours(struct fvp_prov *p, json_object *pvc, json_object **ret
  */
 static int remove_unused_asset(struct fvp_prov *p, json_object *pvc)
 {
-	json_object *meta = fvp_jget(pvc, "metadata"), *sc = NULL;
-	const char *uid = fvp_jstr(meta, "uid");
+	json_object *meta = fv_json_get(pvc, "metadata"), *sc = NULL;
+	const char *uid = fv_json_str(meta, "uid");
 	const struct fvp_backend *b;
 	char pv_name[FVP_PV_NAME_MAX], err[FVP_ERR_MAX];
 	int r;
 
-	if (!uid || !fvp_safe_name(uid) || strlen(uid) > 64)
+	if (!uid || !fv_kube_name_ok(uid) || strlen(uid) > 64)
 		return 0;
 	r = claim_is_ours(p, pvc, &sc, &b, NULL, 0);
 	if (r <= 0)
@@ -385,10 +385,10 @@ static int remove_unused_asset(struct fvp_prov *p, json_object *pvc)
 		r = fvp_backend_cleanup(&p->site, b, sc, pvc, pv_name, err, sizeof(err));
 		if (r == 0)
 			fvp_log_info("claim %s/%s deleted before its PV was made: %s",
-				 fvp_jstr(meta, "namespace"), fvp_jstr(meta, "name"), err);
+				 fv_json_str(meta, "namespace"), fv_json_str(meta, "name"), err);
 		else if (r < 0)
-			fvp_log_warning("claim %s/%s deleted: %s", fvp_jstr(meta, "namespace"),
-				 fvp_jstr(meta, "name"), err);
+			fvp_log_warning("claim %s/%s deleted: %s", fv_json_str(meta, "namespace"),
+				 fv_json_str(meta, "name"), err);
 	}
 	json_object_put(sc);
 	return r < 0 ? r : 0;
@@ -408,27 +408,27 @@ static int claim_finish_deleted(struct fvp_prov *p, json_object *pvc)
 	r = set_finalizer(p, pvc, false, NULL);
 	if (r == 0)
 		fvp_log_info("claim %s/%s deleted before its PV: finalizer removed",
-			 fvp_jstr2(pvc, "metadata", "namespace"), fvp_jstr2(pvc, "metadata", "name"));
+			 fv_json_str_in(pvc, "metadata", "namespace"), fv_json_str_in(pvc, "metadata", "name"));
 	return r == 1 || r == -EAGAIN ? 0 : r;
 }
 
 int fvp_ctl_claim_changed(struct fvp_prov *p, json_object *pvc)
 {
-	json_object *meta = fvp_jget(pvc, "metadata"), *sc = NULL;
-	const char *uid = fvp_jstr(meta, "uid"), *phase = fvp_jstr2(pvc, "status", "phase"),
-		   *vol = fvp_jstr2(pvc, "spec", "volumeName");
+	json_object *meta = fv_json_get(pvc, "metadata"), *sc = NULL;
+	const char *uid = fv_json_str(meta, "uid"), *phase = fv_json_str_in(pvc, "status", "phase"),
+		   *vol = fv_json_str_in(pvc, "spec", "volumeName");
 	const struct fvp_backend *b = NULL;
 	char pv_name[FVP_PV_NAME_MAX], why[FVP_ERR_MAX];
 	int r;
 
-	if (!uid || strlen(uid) > 64 || !fvp_safe_name(uid))
+	if (!uid || strlen(uid) > 64 || !fv_kube_name_ok(uid))
 		return 0;
-	if (fvp_jget(meta, "deletionTimestamp"))
+	if (fv_json_get(meta, "deletionTimestamp"))
 		return has_finalizer(pvc) ? claim_finish_deleted(p, pvc) : 0;
 	if ((phase && !streq(phase, "Pending")) || (vol && *vol)) {
 		if (has_finalizer(pvc) && set_finalizer(p, pvc, false, NULL) == 0)
-			fvp_log_info("claim %s/%s is bound: finalizer removed", fvp_jstr(meta, "namespace"),
-				 fvp_jstr(meta, "name"));
+			fvp_log_info("claim %s/%s is bound: finalizer removed", fv_json_str(meta, "namespace"),
+				 fv_json_str(meta, "name"));
 		if (phase && streq(phase, "Bound") && vol && *vol)
 			return fvp_ctl_claim_resize(p, pvc);
 		return 0;
@@ -448,8 +448,8 @@ int fvp_ctl_claim_changed(struct fvp_prov *p, json_object *pvc)
 		return 0;
 	}
 	/* WaitForFirstConsumer: the scheduler picks the node first (the annotation says so) */
-	if (fvp_jstr(sc, "volumeBindingMode") && streq(fvp_jstr(sc, "volumeBindingMode"), "WaitForFirstConsumer") &&
-	    !fvp_jstr(fvp_jget(meta, "annotations"), FVP_ANN_SELECTED_NODE)) {
+	if (fv_json_str(sc, "volumeBindingMode") && streq(fv_json_str(sc, "volumeBindingMode"), "WaitForFirstConsumer") &&
+	    !fv_json_str(fv_json_get(meta, "annotations"), FVP_ANN_SELECTED_NODE)) {
 		json_object_put(sc);
 		return 0;
 	}
@@ -459,7 +459,7 @@ int fvp_ctl_claim_changed(struct fvp_prov *p, json_object *pvc)
 		double t0 = fvp_ctl_now_s();
 
 		r = provision(p, b, pvc, sc, pv_name);
-		fvp_metrics_observe(FVP_M_PROVISION, b->name, fvp_jstr2(sc, "metadata", "name"), r == 0,
+		fvp_metrics_observe(FVP_M_PROVISION, b->name, fv_json_str_in(sc, "metadata", "name"), r == 0,
 				    fvp_ctl_now_s() - t0);
 	} else if (r == 1) {
 		r = has_finalizer(pvc) && set_finalizer(p, pvc, false, NULL) == -EIO ? -EIO : 0;

@@ -31,7 +31,7 @@ PROV_NFS_SRCS := $(or $(wildcard drivers/nfs/*.c),$(wildcard drivers/nfs.c))
 PROV_NFS_OBJS := $(patsubst %.c,$(O)/obj/%.o,$(PROV_NFS_SRCS))
 # params.o and what it needs: shared with the unit test
 PROV_LIB_OBJS := $(O)/obj/provisioner/api.o $(O)/obj/provisioner/params.o $(LIB_OBJS) \
-	$(O)/obj/provisioner/jsonutil.o $(O)/obj/provisioner/decode.o \
+	$(O)/obj/lib/kubejson.o $(O)/obj/lib/kubedecode.o \
 	$(O)/obj/provisioner/queue.o $(O)/obj/provisioner/metrics.o $(PROV_NFS_OBJS) \
 	$(CORE_OBJS)
 PROV_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PROV_PKGS) 2>/dev/null)
@@ -41,13 +41,13 @@ PROV_LIBS  ?= $(shell $(PKG_CONFIG) --libs $(PROV_PKGS) 2>/dev/null)
 
 all: $(O)/flexvol-provisioner
 
-# only kube.c includes curl (its -I may name the host's multiarch include dir)
-$(O)/obj/provisioner/kube.o: FV_CFLAGS += $(PROV_CFLAGS)
+# only lib/kube.c includes curl (its -I may name the host's multiarch include dir)
+$(O)/obj/lib/kube.o: FV_CFLAGS += $(PROV_CFLAGS)
 
-$(O)/flexvol-provisioner: $(PROV_OBJS) $(LIB_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS)
+$(O)/flexvol-provisioner: $(PROV_OBJS) $(LIB_OBJS) $(LIB_KUBE_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS)
 	@[ -n "$(Q)" ] && echo "  LD      $@" || true
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(PROV_OBJS) $(LIB_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS) \
-		$(PROV_LIBS) $(FV_LIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(PROV_OBJS) $(LIB_OBJS) $(LIB_KUBE_OBJS) $(PROV_NFS_OBJS) \
+		$(CORE_OBJS) $(PROV_LIBS) $(FV_LIBS)
 
 $(O)/tests/test-provisioner: tests/unit/test-provisioner.c $(PROV_LIB_OBJS) tests/unit/unit.h
 	@mkdir -p $(dir $@)

@@ -8,8 +8,8 @@
 #include "api.h"
 #include "childcall.h"
 #include "controller.h"
-#include "jsonutil.h"
-#include "kube.h"
+#include "fv/kubejson.h"
+#include "fv/kube.h"
 #include "metrics.h"
 
 /* An onDelete value (archive, delete, retain): a longer one, cut, is still refused. */
@@ -17,7 +17,7 @@
 
 static bool has_pv_finalizer(json_object *pv)
 {
-	return fvp_jarray_has(fvp_jget(fvp_jget(pv, "metadata"), "finalizers"), FVP_PV_FINALIZER);
+	return fv_json_array_has(fv_json_get(fv_json_get(pv, "metadata"), "finalizers"), FVP_PV_FINALIZER);
 }
 
 /*
@@ -31,18 +31,18 @@ static int pv_on_delete(struct fvp_prov *p, json_object *pv, char *buf, size_t l
 	const char *od, *cls;
 	int r;
 
-	od = fvp_jstr(fvp_jget(fvp_jget(pv, "metadata"), "annotations"), FVP_ANN_ON_DELETE);
+	od = fv_json_str(fv_json_get(fv_json_get(pv, "metadata"), "annotations"), FVP_ANN_ON_DELETE);
 	*ret = NULL;
 	if (od) {
 		snprintf(buf, len, "%s", od);
 		*ret = buf;
 		return 0;
 	}
-	cls = fvp_jstr2(pv, "spec", "storageClassName");
+	cls = fv_json_str_in(pv, "spec", "storageClassName");
 	r = cls && *cls ? fvp_ctl_get_class(p, cls, &sc, NULL) : 0;
 	if (r < 0)
 		return r;
-	od = fvp_jstr(fvp_jget(sc, "parameters"), "onDelete");
+	od = fv_json_str(fv_json_get(sc, "parameters"), "onDelete");
 	if (od) {
 		snprintf(buf, len, "%s", od);
 		*ret = buf;
@@ -55,12 +55,12 @@ static int pv_on_delete(struct fvp_prov *p, json_object *pv, char *buf, size_t l
 static int delete_pv(struct fvp_prov *p, const char *name, const char *uid, json_object **ret)
 {
 	json_object *reply = NULL;
-	char err[FVP_KUBE_ERR_MAX], path[FVP_API_PATH_MAX];
+	char err[FV_KUBE_ERR_MAX], path[FVP_API_PATH_MAX];
 	int st;
 
 	*ret = NULL;
 	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
-	st = fvp_kube_delete_uid(p->k, path, uid, &reply, err, sizeof(err));
+	st = fv_kube_delete_uid(p->k, path, uid, &reply, err, sizeof(err));
 	if (st == 200 || st == 202) {
 		fvp_log_info("PV %s deleted", name);
 		*ret = reply;
@@ -80,7 +80,7 @@ static int delete_pv(struct fvp_prov *p, const char *name, const char *uid, json
 	if (st < 0)
 		fvp_log_warning("PV %s: delete failed: %s", name, err);
 	else
-		fvp_log_warning("PV %s: delete failed: HTTP %d %s", name, st, fvp_kube_status_message(reply));
+		fvp_log_warning("PV %s: delete failed: HTTP %d %s", name, st, fv_kube_status_message(reply));
 	json_object_put(reply);
 	return st < 0 ? st : -EIO;
 }
@@ -92,15 +92,15 @@ static int delete_pv(struct fvp_prov *p, const char *name, const char *uid, json
  */
 static const char *pv_hostname(json_object *pv)
 {
-	json_object *t = fvp_jget(fvp_jget(fvp_jget(fvp_jget(pv, "spec"), "nodeAffinity"), "required"),
+	json_object *t = fv_json_get(fv_json_get(fv_json_get(fv_json_get(pv, "spec"), "nodeAffinity"), "required"),
 			      "nodeSelectorTerms"), *e, *v;
 
 	t = t && json_object_is_type(t, json_type_array) ? json_object_array_get_idx(t, 0) : NULL;
-	e = fvp_jget(t, "matchExpressions");
+	e = fv_json_get(t, "matchExpressions");
 	e = e && json_object_is_type(e, json_type_array) ? json_object_array_get_idx(e, 0) : NULL;
-	if (!fvp_jstr(e, "key") || !streq(fvp_jstr(e, "key"), "kubernetes.io/hostname"))
+	if (!fv_json_str(e, "key") || !streq(fv_json_str(e, "key"), "kubernetes.io/hostname"))
 		return NULL;
-	v = fvp_jget(e, "values");
+	v = fv_json_get(e, "values");
 	v = v && json_object_is_type(v, json_type_array) ? json_object_array_get_idx(v, 0) : NULL;
 	return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
 }
@@ -113,26 +113,26 @@ static const char *pv_hostname(json_object *pv)
  */
 static int reclaim_on_node(struct fvp_prov *p, json_object *pv)
 {
-	const char *host = pv_hostname(pv), *name = fvp_jstr2(pv, "metadata", "name");
+	const char *host = pv_hostname(pv), *name = fv_json_str_in(pv, "metadata", "name");
 	json_object *list = NULL;
-	char path[FVP_API_PATH_MAX], err[FVP_KUBE_ERR_MAX];
+	char path[FVP_API_PATH_MAX], err[FV_KUBE_ERR_MAX];
 	int st;
 
-	if (!host || !fvp_safe_name(host)) {
+	if (!host || !fv_kube_name_ok(host)) {
 		fvp_event(&p->ev, pv, true, "VolumeFailedDelete",
 		      "the PV names no node (nodeAffinity on kubernetes.io/hostname): its asset is "
 		      "not touched; delete the PV by hand");
 		return 1;
 	}
 	fvp_api_select(path, sizeof(path), FVP_API_NODE, "kubernetes.io/hostname", host);
-	st = fvp_kube_request(p->k, "GET", path, NULL, &list, err, sizeof(err));
+	st = fv_kube_request(p->k, "GET", path, NULL, &list, err, sizeof(err));
 	if (st != 200 || !list) {
-		fvp_log_warning("PV %s: cannot list nodes: %s", name, st < 0 ? err : fvp_kube_status_message(list));
+		fvp_log_warning("PV %s: cannot list nodes: %s", name, st < 0 ? err : fv_kube_status_message(list));
 		json_object_put(list);
 		return -EIO;
 	}
-	if (fvp_jget(list, "items") && json_object_is_type(fvp_jget(list, "items"), json_type_array) &&
-	    json_object_array_length(fvp_jget(list, "items")) == 0)
+	if (fv_json_get(list, "items") && json_object_is_type(fv_json_get(list, "items"), json_type_array) &&
+	    json_object_array_length(fv_json_get(list, "items")) == 0)
 		fvp_event(&p->ev, pv, true, "VolumeFailedDelete",
 		      "node %s is gone: the node agent that removes this volume's data cannot run; "
 		      "delete the PV by hand (and its image, should the node come back)", host);
@@ -145,7 +145,7 @@ static int reclaim_on_node(struct fvp_prov *p, json_object *pv)
 /* Apply the PV's onDelete to its asset.  0 done, >0 not ours to touch, <0 failed (event). */
 static int reclaim_asset(struct fvp_prov *p, const struct fvp_backend *b, json_object *pv)
 {
-	const char *name = fvp_jstr2(pv, "metadata", "name"), *od;
+	const char *name = fv_json_str_in(pv, "metadata", "name"), *od;
 	char err[FVP_ERR_MAX], done[FVP_DONE_MAX] = "", odbuf[ON_DELETE_MAX];
 	int r;
 
@@ -170,18 +170,18 @@ static int reclaim_asset(struct fvp_prov *p, const struct fvp_backend *b, json_o
 
 int fvp_ctl_pv_changed(struct fvp_prov *p, json_object *pv)
 {
-	json_object *meta = fvp_jget(pv, "metadata"), *spec = fvp_jget(pv, "spec"), *reply = NULL;
-	const char *name = fvp_jstr(meta, "name"), *uid = fvp_jstr(meta, "uid"),
-		   *phase = fvp_jstr2(pv, "status", "phase"),
-		   *policy = fvp_jstr(spec, "persistentVolumeReclaimPolicy"),
-		   *cls = fvp_jstr(spec, "storageClassName"); /* the metrics' label */
-	const struct fvp_backend *b = fvp_ctl_backend(fvp_jstr(fvp_jget(meta, "annotations"), FVP_ANN_PROVISIONED_BY));
-	bool deleting = fvp_jget(meta, "deletionTimestamp") != NULL, fin = has_pv_finalizer(pv);
+	json_object *meta = fv_json_get(pv, "metadata"), *spec = fv_json_get(pv, "spec"), *reply = NULL;
+	const char *name = fv_json_str(meta, "name"), *uid = fv_json_str(meta, "uid"),
+		   *phase = fv_json_str_in(pv, "status", "phase"),
+		   *policy = fv_json_str(spec, "persistentVolumeReclaimPolicy"),
+		   *cls = fv_json_str(spec, "storageClassName"); /* the metrics' label */
+	const struct fvp_backend *b = fvp_ctl_backend(fv_json_str(fv_json_get(meta, "annotations"), FVP_ANN_PROVISIONED_BY));
+	bool deleting = fv_json_get(meta, "deletionTimestamp") != NULL, fin = has_pv_finalizer(pv);
 	bool finished = false; /* this call ended the PV (metrics: one success per reclaim) */
 	double t0;
 	int r;
 
-	if (!b || !fvp_safe_name(name) || !uid)
+	if (!b || !fv_kube_name_ok(name) || !uid)
 		return 0;
 	if (deleting && !fin)
 		return 0; /* reclaimed, or never ours to hold */
@@ -222,7 +222,7 @@ int fvp_ctl_pv_changed(struct fvp_prov *p, json_object *pv)
 		if (r != 0 || !fin)
 			goto out; /* failed (retried), gone already, or nothing holds it */
 		/* the reply is the PV, now with a deletionTimestamp: the freshest copy */
-		if (reply && streq(fvp_jstr2(reply, "metadata", "uid") ?: "", uid) &&
+		if (reply && streq(fv_json_str_in(reply, "metadata", "uid") ?: "", uid) &&
 		    has_pv_finalizer(reply))
 			pv = reply;
 	}
@@ -248,9 +248,9 @@ out:
 int fvp_ctl_pv_deleted(struct fvp_prov *p, json_object *pv)
 {
 	const struct fvp_backend *b =
-		fvp_ctl_backend(fvp_jstr(fvp_jget(fvp_jget(pv, "metadata"), "annotations"), FVP_ANN_PROVISIONED_BY));
-	const char *phase = fvp_jstr2(pv, "status", "phase"),
-		   *policy = fvp_jstr2(pv, "spec", "persistentVolumeReclaimPolicy");
+		fvp_ctl_backend(fv_json_str(fv_json_get(fv_json_get(pv, "metadata"), "annotations"), FVP_ANN_PROVISIONED_BY));
+	const char *phase = fv_json_str_in(pv, "status", "phase"),
+		   *policy = fv_json_str_in(pv, "spec", "persistentVolumeReclaimPolicy");
 
 	if (!b || !phase || !streq(phase, "Released") || !policy || !streq(policy, "Delete"))
 		return 0;

@@ -8,8 +8,8 @@
 #include "fv/macro.h"
 #include "api.h"
 #include "controller.h"
-#include "jsonutil.h"
-#include "kube.h"
+#include "fv/kubejson.h"
+#include "fv/kube.h"
 
 /*
  * The claim's conditions with FileSystemResizePending, as Kubernetes'
@@ -28,7 +28,7 @@ static json_object *resize_pending_conditions(json_object *old)
 			   i < json_object_array_length(old);
 	     i++) {
 		json_object *o = json_object_array_get_idx(old, i);
-		const char *type = fvp_jstr(o, "type");
+		const char *type = fv_json_str(o, "type");
 		bool resize = false;
 
 		for (size_t t = 0; type && t < ARRAY_SIZE(resize_types); t++)
@@ -36,11 +36,11 @@ static json_object *resize_pending_conditions(json_object *old)
 		if (!resize)
 			json_object_array_add(list, json_object_get(o));
 	}
-	fvp_rfc3339(now, sizeof(now));
-	fvp_jset(c, "type", "FileSystemResizePending");
-	fvp_jset(c, "status", "True");
-	fvp_jset(c, "lastTransitionTime", now);
-	fvp_jset(c, "message", "Waiting for the node to grow the filesystem: kubelet does it while a pod "
+	fv_time_rfc3339(now, sizeof(now));
+	fv_json_set_str(c, "type", "FileSystemResizePending");
+	fv_json_set_str(c, "status", "True");
+	fv_json_set_str(c, "lastTransitionTime", now);
+	fv_json_set_str(c, "message", "Waiting for the node to grow the filesystem: kubelet does it while a pod "
 			   "uses the volume, or when one next starts.");
 	json_object_array_add(list, c);
 	return list;
@@ -61,18 +61,18 @@ static json_object *resize_pending_conditions(json_object *old)
  */
 int fvp_ctl_claim_resize(struct fvp_prov *p, json_object *pvc)
 {
-	json_object *meta = fvp_jget(pvc, "metadata"), *spec = fvp_jget(pvc, "spec"),
-		    *status = fvp_jget(pvc, "status"), *pv = NULL, *sc = NULL;
-	const char *ns = fvp_jstr(meta, "namespace"), *name = fvp_jstr(meta, "name"),
-		   *volname = fvp_jstr(spec, "volumeName"), *cls;
+	json_object *meta = fv_json_get(pvc, "metadata"), *spec = fv_json_get(pvc, "spec"),
+		    *status = fv_json_get(pvc, "status"), *pv = NULL, *sc = NULL;
+	const char *ns = fv_json_str(meta, "namespace"), *name = fv_json_str(meta, "name"),
+		   *volname = fv_json_str(spec, "volumeName"), *cls;
 	const struct fvp_backend *b;
 	uint64_t req, pvcap, stcap;
-	char path[FVP_API_PATH_MAX], what[FVP_CTL_WHAT_MAX], want[FVP_QUANTITY_MAX], err[FVP_KUBE_ERR_MAX];
+	char path[FVP_API_PATH_MAX], what[FVP_CTL_WHAT_MAX], want[FVP_QUANTITY_MAX], err[FV_KUBE_ERR_MAX];
 	int st, r = 0;
 
-	if (!fvp_safe_name(ns) || !fvp_safe_name(name) || !fvp_safe_name(volname) ||
-	    fvp_jquantity(fvp_jget(fvp_jget(spec, "resources"), "requests"), "storage", &req) < 0 ||
-	    fvp_jquantity(fvp_jget(status, "capacity"), "storage", &stcap) < 0)
+	if (!fv_kube_name_ok(ns) || !fv_kube_name_ok(name) || !fv_kube_name_ok(volname) ||
+	    fv_json_quantity(fv_json_get(fv_json_get(spec, "resources"), "requests"), "storage", &req) < 0 ||
+	    fv_json_quantity(fv_json_get(status, "capacity"), "storage", &stcap) < 0)
 		return 0;
 	/*
 	 * Nothing asked beyond what the claim has (the API refuses a request below
@@ -81,19 +81,19 @@ int fvp_ctl_claim_resize(struct fvp_prov *p, json_object *pvc)
 	if (req <= stcap)
 		return 0;
 	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, volname, NULL);
-	st = fvp_kube_request(p->k, "GET", path, NULL, &pv, err, sizeof(err));
+	st = fv_kube_request(p->k, "GET", path, NULL, &pv, err, sizeof(err));
 	if (st != 200 || !pv) {
 		r = st == 404 ? 0 : -EIO;
 		goto out;
 	}
-	b = fvp_ctl_backend(fvp_jstr(fvp_jget(fvp_jget(pv, "metadata"), "annotations"), FVP_ANN_PROVISIONED_BY));
-	if (!b || !b->can_expand || fvp_jquantity(fvp_jget(fvp_jget(pv, "spec"), "capacity"), "storage",
+	b = fvp_ctl_backend(fv_json_str(fv_json_get(fv_json_get(pv, "metadata"), "annotations"), FVP_ANN_PROVISIONED_BY));
+	if (!b || !b->can_expand || fv_json_quantity(fv_json_get(fv_json_get(pv, "spec"), "capacity"), "storage",
 					      &pvcap) < 0)
 		goto out;
 	if (req > FVP_SIZE_MAX) {
 		fvp_event(&p->ev, pvc, true, "VolumeResizeFailed",
 		      "the claim asks for %s: more than a volume can hold (at most %llu MiB)",
-		      fvp_jstr(fvp_jget(fvp_jget(spec, "resources"), "requests"), "storage"),
+		      fv_json_str(fv_json_get(fv_json_get(spec, "resources"), "requests"), "storage"),
 		      (unsigned long long)(FVP_SIZE_MAX >> 20));
 		goto out;
 	}
@@ -107,7 +107,7 @@ int fvp_ctl_claim_resize(struct fvp_prov *p, json_object *pvc)
 		goto out;
 	}
 	if (req > pvcap) {
-		cls = fvp_jstr(fvp_jget(pv, "spec"), "storageClassName");
+		cls = fv_json_str(fv_json_get(pv, "spec"), "storageClassName");
 		r = cls ? fvp_ctl_get_class(p, cls, &sc, NULL) : 0;
 		if (r != 1) {
 			if (r == 0)
@@ -117,7 +117,7 @@ int fvp_ctl_claim_resize(struct fvp_prov *p, json_object *pvc)
 			goto out;
 		}
 		r = 0;
-		if (!json_object_get_boolean(fvp_jget(sc, "allowVolumeExpansion"))) {
+		if (!json_object_get_boolean(fv_json_get(sc, "allowVolumeExpansion"))) {
 			fvp_event(&p->ev, pvc, true, "VolumeResizeFailed",
 			      "StorageClass '%s' does not allow volume expansion", cls);
 			goto out;
@@ -132,7 +132,7 @@ int fvp_ctl_claim_resize(struct fvp_prov *p, json_object *pvc)
 		fvp_log_info("%s: done", what);
 		pvcap = req;
 	}
-	if (pvcap > stcap && !fvp_jstr(fvp_jget(status, "allocatedResourceStatuses"), "storage")) {
+	if (pvcap > stcap && !fv_json_str(fv_json_get(status, "allocatedResourceStatuses"), "storage")) {
 		json_object *body, *ars = json_object_new_object();
 
 		snprintf(want, sizeof(want), "%lluMi", (unsigned long long)(pvcap >> 20));
@@ -142,10 +142,10 @@ int fvp_ctl_claim_resize(struct fvp_prov *p, json_object *pvc)
 			json_object_put(ars);
 			goto out;
 		}
-		fvp_jset(ars, "storage", "NodeResizePending");
-		json_object_object_add(fvp_jget(body, "status"), "allocatedResourceStatuses", ars);
-		json_object_object_add(fvp_jget(body, "status"), "conditions",
-				       resize_pending_conditions(fvp_jget(status, "conditions")));
+		fv_json_set_str(ars, "storage", "NodeResizePending");
+		json_object_object_add(fv_json_get(body, "status"), "allocatedResourceStatuses", ars);
+		json_object_object_add(fv_json_get(body, "status"), "conditions",
+				       resize_pending_conditions(fv_json_get(status, "conditions")));
 		fvp_api_path(path, sizeof(path), FVP_API_PVC, ns, name, "status");
 		snprintf(what, sizeof(what), "claim %s/%s: setting its resize status", ns, name);
 		if (fvp_ctl_patch(p, path, body, what) != 200)

@@ -32,8 +32,8 @@
 #include "fv/macro.h"
 #include "api.h"
 #include "controller.h"
-#include "jsonutil.h"
-#include "kube.h"
+#include "fv/kubejson.h"
+#include "fv/kube.h"
 #include "lease.h"
 #include "metrics.h"
 #include "queue.h"
@@ -59,7 +59,7 @@ static const char *collection(enum kind k, char *buf, size_t len)
 
 struct runner;
 
-/* One watch's userdata: which runner, which kind (fvp_kube_watch_run() names the one that ended). */
+/* One watch's userdata: which runner, which kind (fv_kube_watch_run() names the one that ended). */
 struct watch_ud {
 	struct runner *rn;
 	enum kind k;
@@ -89,8 +89,8 @@ static int mono_s(void)
 
 static bool key_of(enum kind k, json_object *obj, char *key, size_t len)
 {
-	json_object *m = fvp_jget(obj, "metadata");
-	const char *ns = fvp_jstr(m, "namespace"), *name = fvp_jstr(m, "name");
+	json_object *m = fv_json_get(obj, "metadata");
+	const char *ns = fv_json_str(m, "namespace"), *name = fv_json_str(m, "name");
 
 	if (!name || (k == CLAIM && !ns))
 		return false;
@@ -119,9 +119,9 @@ static int work(void *ud, const char *key, int kind, bool deleted, json_object *
 /* The class of claim @pvc (spec, or the beta annotation), or NULL. */
 static const char *claim_class(json_object *pvc)
 {
-	const char *c = fvp_jstr2(pvc, "spec", "storageClassName");
+	const char *c = fv_json_str_in(pvc, "spec", "storageClassName");
 
-	return c && *c ? c : fvp_jstr(fvp_jget(fvp_jget(pvc, "metadata"), "annotations"),
+	return c && *c ? c : fv_json_str(fv_json_get(fv_json_get(pvc, "metadata"), "annotations"),
 				      FVP_ANN_CLASS_BETA);
 }
 
@@ -139,12 +139,12 @@ static void class_changed(struct runner *rn, const char *name)
 /* A class as the API has it now: into the store when it is one of ours. */
 static void class_seen(struct runner *rn, json_object *sc, bool deleted)
 {
-	const char *name = fvp_jstr2(sc, "metadata", "name");
+	const char *name = fv_json_str_in(sc, "metadata", "name");
 	json_object *t = NULL;
 
 	if (!name)
 		return;
-	if (!deleted && fvp_ctl_backend(fvp_jstr(sc, "provisioner")))
+	if (!deleted && fvp_ctl_backend(fv_json_str(sc, "provisioner")))
 		t = fvp_ctl_trim_class(sc);
 	fvp_store_class_set(rn->p->store, name, t);
 	json_object_put(t);
@@ -169,7 +169,7 @@ static void seen(struct runner *rn, enum kind k, json_object *obj, bool deleted)
 	if (!key_of(k, obj, key, sizeof(key)))
 		return;
 	if (k == PV)
-		fvp_store_pv_set(rn->p->store, fvp_jstr2(obj, "metadata", "name"), !deleted);
+		fvp_store_pv_set(rn->p->store, fv_json_str_in(obj, "metadata", "name"), !deleted);
 	if (fvp_ctl_trim(rn->p, k == PV, obj, &t) < 0) {
 		fvp_log_error("%s %s: out of memory, not queued", res[k].name, key);
 		return;
@@ -184,7 +184,7 @@ static void seen(struct runner *rn, enum kind k, json_object *obj, bool deleted)
 	json_object_put(t);
 }
 
-/* One page of a list being read: its items as they arrive (fvp_kube_list()). */
+/* One page of a list being read: its items as they arrive (fv_kube_list()). */
 struct page {
 	struct runner *rn;
 	enum kind k;
@@ -198,13 +198,13 @@ static int list_item(void *ud, json_object *o)
 {
 	struct page *pg = ud;
 	char key[FVP_KEY_MAX];
-	const char *name = fvp_jstr2(o, "metadata", "name");
+	const char *name = fv_json_str_in(o, "metadata", "name");
 	json_object *t = NULL;
 
 	if (!name)
 		return 0;
 	if (pg->k == CLASS) {
-		if (!fvp_ctl_backend(fvp_jstr(o, "provisioner")))
+		if (!fvp_ctl_backend(fv_json_str(o, "provisioner")))
 			return 0;
 		t = fvp_ctl_trim_class(o);
 		if (!t)
@@ -258,19 +258,19 @@ static int list_all(struct runner *rn, enum kind k)
 		}
 		fvp_flag_set(&rn->p->healthy_at, mono_s()); /* a list of a big cluster is many pages */
 		/* items trimmed as they arrive: a page is never held whole */
-		st = fvp_kube_list(rn->p->k, path, list_item, &pg, &list, err, sizeof(err));
+		st = fv_kube_list(rn->p->k, path, list_item, &pg, &list, err, sizeof(err));
 		if (st < 0 || st != 200 || !list) {
 			if (st < 0)
 				fvp_log_warning("list %s: %s", base, err);
 			else
-				fvp_log_warning("list %s: HTTP %d %s", base, st, fvp_kube_status_message(list));
+				fvp_log_warning("list %s: HTTP %d %s", base, st, fv_kube_status_message(list));
 			json_object_put(list);
 			st = st < 0 ? st : st == 410 ? -ESTALE : -EIO;
 			goto fail;
 		}
 		snprintf(rn->rv[k], sizeof(rn->rv[k]), "%s",
-			 fvp_jstr2(list, "metadata", "resourceVersion") ?: "");
-		c = fvp_jstr2(list, "metadata", "continue");
+			 fv_json_str_in(list, "metadata", "resourceVersion") ?: "");
+		c = fv_json_str_in(list, "metadata", "continue");
 		free(cont);
 		cont = c && *c ? strdup(c) : NULL;
 		json_object_put(list);
@@ -322,7 +322,7 @@ fail:
 
 static void note_rv(struct runner *rn, enum kind k, json_object *obj)
 {
-	const char *rv = fvp_jstr2(obj, "metadata", "resourceVersion");
+	const char *rv = fv_json_str_in(obj, "metadata", "resourceVersion");
 
 	/* opaque to clients, but it goes into a URL: only what needs no escaping */
 	if (rv && *rv && strlen(rv) < sizeof(rn->rv[k]) &&
@@ -335,10 +335,10 @@ static int on_event(struct runner *rn, enum kind k, const char *type, json_objec
 {
 	if (streq(type, "ERROR")) {
 		/* {"kind":"Status","code":410,"reason":"Expired",...}: the resourceVersion is gone */
-		json_object *code = fvp_jget(obj, "code");
+		json_object *code = fv_json_get(obj, "code");
 
-		fvp_log_warning("%s watch: %s (%d %s)", res[k].name, fvp_kube_status_message(obj),
-			 code ? json_object_get_int(code) : 0, fvp_jstr(obj, "reason") ?: "");
+		fvp_log_warning("%s watch: %s (%d %s)", res[k].name, fv_kube_status_message(obj),
+			 code ? json_object_get_int(code) : 0, fv_json_str(obj, "reason") ?: "");
 		if (code && json_object_get_int(code) == 410)
 			rn->expired = true;
 		return -1;
@@ -444,7 +444,7 @@ int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 
 		fvp_flag_set(&p->healthy_at, mono_s());
 		if (!listed) {
-			fvp_kube_watch_clear(p->k);
+			fv_kube_watch_clear(p->k);
 			for (int k = 0; k < KINDS; k++)
 				watching[k] = false;
 			/*
@@ -472,7 +472,7 @@ int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 				 "%s?watch=1&allowWatchBookmarks=true&resourceVersion=%s"
 				 "&timeoutSeconds=%u", collection(k, base, sizeof(base)), rn.rv[k],
 				 p->watch_s);
-			r = fvp_kube_watch_add(p->k, path, on_watch_event, &rn.ud[k], p->watch_s, NULL);
+			r = fv_kube_watch_add(p->k, path, on_watch_event, &rn.ud[k], p->watch_s, NULL);
 			watching[k] = r >= 0;
 			started[k] = time(NULL);
 		}
@@ -482,7 +482,7 @@ int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 			 * from where we are (a resourceVersion the server will not take)
 			 * starts again from a fresh list.
 			 */
-			fvp_kube_watch_clear(p->k);
+			fv_kube_watch_clear(p->k);
 			for (int k = 0; k < KINDS; k++)
 				watching[k] = false;
 			listed = false;
@@ -493,7 +493,7 @@ int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 		}
 		rn.expired = false;
 		err[0] = '\0';
-		r = fvp_kube_watch_run(p->k, stopping, after, &rn, &ended, err, sizeof(err));
+		r = fv_kube_watch_run(p->k, stopping, after, &rn, &ended, err, sizeof(err));
 		if (fvp_flag_get(stopping))
 			break;
 		if (ended) {
@@ -524,7 +524,7 @@ int fvp_ctl_run(struct fvp_prov *p, volatile int *stopping)
 			backoff = 1;
 		}
 	}
-	fvp_kube_watch_clear(p->k);
+	fv_kube_watch_clear(p->k);
 	/* the workers finish what they are on (each storage call has its deadline) */
 	pthread_mutex_lock(&gauge_lock);
 	p->queue = NULL;

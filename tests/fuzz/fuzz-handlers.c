@@ -14,8 +14,8 @@
  *           node of a released loop PV
  *   report  the input is the node space report (ConfigMap) of that node
  *
- * The API is answered from memory by the fvp_kube_request() below, in place of
- * provisioner/kube.c (no network): GETs return the input or a fixed object
+ * The API is answered from memory by the fv_kube_request() below, in place of
+ * lib/kube.c (no network): GETs return the input or a fixed object
  * (the ones tests/provisioner makes), writes succeed.  Storage calls run in
  * process (fs_timeout_s 0) on no share (rootfd -1: every directory call
  * fails with EBADF, which the handlers must turn into an event).
@@ -28,8 +28,8 @@
 #include <time.h>
 
 #include "controller.h"
-#include "jsonutil.h"
-#include "kube.h"
+#include "fv/kubejson.h"
+#include "fv/kube.h"
 
 #ifndef FUZZ_KIND
 #error "build with -DFUZZ_KIND='\"class\"' (claim, pv, node, report)"
@@ -107,7 +107,7 @@ static const char *const fixed_json[] = {
 static json_object *fixed[sizeof(fixed_json) / sizeof(fixed_json[0])];
 static json_object *input; /* this run's object */
 static struct fvp_prov p;
-static int api; /* stands in for struct fvp_kube: never dereferenced */
+static int api; /* stands in for struct fv_kube: never dereferenced */
 
 static bool kind_is(const char *k)
 {
@@ -154,7 +154,7 @@ static json_object *lookup(const char *path)
 	return NULL;
 }
 
-int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, json_object *body,
+int fv_kube_request(struct fv_kube *k, const char *method, const char *path, json_object *body,
 		 json_object **ret, char *err, size_t errlen)
 {
 	json_object *o = NULL;
@@ -187,17 +187,17 @@ int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, j
 }
 
 /* the events' POSTs (events.c): the body as text */
-int fvp_kube_request_text(struct fvp_kube *k, const char *method, const char *path,
+int fv_kube_request_text(struct fv_kube *k, const char *method, const char *path,
 			  const char *body, json_object **ret, char *err, size_t errlen)
 {
 	json_object *o = body ? json_tokener_parse(body) : NULL;
-	int st = fvp_kube_request(k, method, path, o, ret, err, errlen);
+	int st = fv_kube_request(k, method, path, o, ret, err, errlen);
 
 	json_object_put(o);
 	return st;
 }
 
-int fvp_kube_delete_uid(struct fvp_kube *k, const char *path, const char *uid, json_object **ret,
+int fv_kube_delete_uid(struct fv_kube *k, const char *path, const char *uid, json_object **ret,
 		    char *err, size_t errlen)
 {
 	(void)k, (void)path;
@@ -207,9 +207,9 @@ int fvp_kube_delete_uid(struct fvp_kube *k, const char *path, const char *uid, j
 	return 200;
 }
 
-const char *fvp_kube_status_message(json_object *status)
+const char *fv_kube_status_message(json_object *status)
 {
-	return fvp_jstr(status, "message") ?: "";
+	return fv_json_str(status, "message") ?: "";
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -222,8 +222,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
 		fixed[i] = json_tokener_parse(fixed_json[i]);
 	snprintf(now, sizeof(now), "%lld", (long long)time(NULL));
-	fvp_jset(fvp_jget(fixed[REPORT], "data"), "time", now);
-	p.k = (struct fvp_kube *)&api;
+	fv_json_set_str(fv_json_get(fixed[REPORT], "data"), "time", now);
+	p.k = (struct fv_kube *)&api;
 	p.ev.k = p.k;
 	p.site.rootfd = -1;
 	p.site.k = p.k;

@@ -12,8 +12,8 @@
 #include "unit.h"
 #include "api.h"
 #include "fv/ownerdir.h"
-#include "jsonutil.h"
-#include "kube.h"
+#include "fv/kubejson.h"
+#include "fv/kube.h"
 #include "params.h"
 #include "queue.h"
 
@@ -153,11 +153,11 @@ TEST(quantity_as_the_api_reads_it)
 	for (size_t i = 0; i < ARRAY_SIZE(t); i++) {
 		uint64_t v = 0;
 
-		CHECK_INT(fvp_quantity(t[i].s, &v), t[i].r);
+		CHECK_INT(fv_quantity(t[i].s, &v), t[i].r);
 		if (t[i].r == 0)
 			CHECK_U64(v, t[i].v);
 	}
-	CHECK_INT(fvp_quantity(NULL, &(uint64_t){ 0 }), -EINVAL);
+	CHECK_INT(fv_quantity(NULL, &(uint64_t){ 0 }), -EINVAL);
 }
 
 static int class_parse(const char *json, struct fvp_class *c, char *err, json_object **keep)
@@ -790,10 +790,10 @@ TEST(api_paths)
 		  "/api/v1/persistentvolumes");
 	CHECK_STR(fvp_api_select(p, 50, FVP_API_PV, "flexvol/node", "n1"),
 		  "/api/v1/persistentvolumes?labelSelector=flexvol");
-	CHECK_INT(fvp_quantity("2Mi", &q), 0);
+	CHECK_INT(fv_quantity("2Mi", &q), 0);
 	CHECK_U64(q, 2u << 20);
-	CHECK_INT(fvp_quantity("", &q), -EINVAL);
-	CHECK_INT(fvp_quantity(NULL, &q), -EINVAL);
+	CHECK_INT(fv_quantity("", &q), -EINVAL);
+	CHECK_INT(fv_quantity(NULL, &q), -EINVAL);
 }
 
 struct items {
@@ -804,7 +804,7 @@ struct items {
 static int collect(void *ud, json_object *item)
 {
 	struct items *it = ud;
-	const char *name = fvp_jstr2(item, "metadata", "name");
+	const char *name = fv_json_str_in(item, "metadata", "name");
 
 	if (it->n < 8)
 		snprintf(it->names[it->n], sizeof(it->names[0]), "%s", name ? name : "?");
@@ -815,16 +815,16 @@ static int collect(void *ud, json_object *item)
 /* A list body fed in pieces of @piece bytes: its items to @it, the rest returned. */
 static json_object *decode_list(const char *body, size_t piece, struct items *it, int *r)
 {
-	struct fvp_kube_listdec *d = fvp_kube_listdec_new(collect, it);
+	struct fv_kube_listdec *d = fv_kube_listdec_new(collect, it);
 	size_t n = strlen(body);
 	json_object *rest;
 
 	*r = 0;
 	memset(it, 0, sizeof(*it));
 	for (size_t off = 0; off < n && *r == 0; off += piece)
-		*r = fvp_kube_listdec_feed(d, body + off, n - off < piece ? n - off : piece);
-	rest = fvp_kube_listdec_finish(d);
-	fvp_kube_listdec_free(d);
+		*r = fv_kube_listdec_feed(d, body + off, n - off < piece ? n - off : piece);
+	rest = fv_kube_listdec_finish(d);
+	fv_kube_listdec_free(d);
 	return rest;
 }
 
@@ -846,9 +846,9 @@ TEST(list_decoded_item_by_item)
 		CHECK_INT((int)it.n, 2);
 		CHECK_STR(it.names[0], "a");
 		CHECK_STR(it.names[1], "b");
-		CHECK_STR(fvp_jstr2(rest, "metadata", "resourceVersion"), "42");
-		CHECK_STR(fvp_jstr2(rest, "metadata", "continue"), "abc");
-		CHECK_INT((int)json_object_array_length(fvp_jget(rest, "items")), 0);
+		CHECK_STR(fv_json_str_in(rest, "metadata", "resourceVersion"), "42");
+		CHECK_STR(fv_json_str_in(rest, "metadata", "continue"), "abc");
+		CHECK_INT((int)json_object_array_length(fv_json_get(rest, "items")), 0);
 		json_object_put(rest);
 	}
 	/* an empty list; a Status (an error answer); an escaped member name still hands items over */
@@ -857,7 +857,7 @@ TEST(list_decoded_item_by_item)
 	CHECK(rest != NULL);
 	json_object_put(rest);
 	rest = decode_list("{\"kind\":\"Status\",\"code\":410,\"message\":\"too old\"}", 5, &it, &r);
-	CHECK_STR(fvp_jstr(rest, "message"), "too old");
+	CHECK_STR(fv_json_str(rest, "message"), "too old");
 	json_object_put(rest);
 	rest = decode_list("{\"\\u0069tems\":[{\"metadata\":{\"name\":\"c\"}}]}", 4, &it, &r);
 	CHECK_INT((int)it.n, 1);

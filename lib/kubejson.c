@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* JSON helpers for API objects: see jsonutil.h. */
+/* JSON helpers for API objects: see fv/kubejson.h. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "fv/macro.h"
-#include "jsonutil.h"
+#include "fv/kubejson.h"
 
-json_object *fvp_jget(json_object *o, const char *key)
+json_object *fv_json_get(json_object *o, const char *key)
 {
 	json_object *v;
 
@@ -17,26 +17,26 @@ json_object *fvp_jget(json_object *o, const char *key)
 		       NULL;
 }
 
-json_object *fvp_jobj(json_object *o, const char *key)
+json_object *fv_json_obj(json_object *o, const char *key)
 {
-	json_object *v = fvp_jget(o, key);
+	json_object *v = fv_json_get(o, key);
 
 	return json_object_is_type(v, json_type_object) ? v : NULL;
 }
 
-const char *fvp_jstr(json_object *o, const char *key)
+const char *fv_json_str(json_object *o, const char *key)
 {
-	json_object *v = fvp_jget(o, key);
+	json_object *v = fv_json_get(o, key);
 
 	return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
 }
 
-const char *fvp_jstr2(json_object *o, const char *a, const char *b)
+const char *fv_json_str_in(json_object *o, const char *a, const char *b)
 {
-	return fvp_jstr(fvp_jget(o, a), b);
+	return fv_json_str(fv_json_get(o, a), b);
 }
 
-void fvp_jset(json_object *o, const char *key, const char *val)
+void fv_json_set_str(json_object *o, const char *key, const char *val)
 {
 	if (val)
 		json_object_object_add(o, key, json_object_new_string(val));
@@ -54,7 +54,7 @@ static bool digit(char c)
 	return c >= '0' && c <= '9';
 }
 
-int fvp_quantity(const char *s, uint64_t *ret)
+int fv_quantity(const char *s, uint64_t *ret)
 {
 	static const struct {
 		const char *sfx;
@@ -124,14 +124,14 @@ int fvp_quantity(const char *s, uint64_t *ret)
 	return 0;
 }
 
-int fvp_jquantity(json_object *o, const char *key, uint64_t *ret)
+int fv_json_quantity(json_object *o, const char *key, uint64_t *ret)
 {
-	const char *s = fvp_jstr(o, key);
+	const char *s = fv_json_str(o, key);
 
-	return s ? fvp_quantity(s, ret) : -EINVAL;
+	return s ? fv_quantity(s, ret) : -EINVAL;
 }
 
-bool fvp_jarray_has(json_object *arr, const char *s)
+bool fv_json_array_has(json_object *arr, const char *s)
 {
 	for (size_t i = 0; arr && json_object_is_type(arr, json_type_array) &&
 			   i < json_object_array_length(arr);
@@ -144,7 +144,7 @@ bool fvp_jarray_has(json_object *arr, const char *s)
 	return false;
 }
 
-bool fvp_safe_name(const char *s)
+bool fv_kube_name_ok(const char *s)
 {
 	size_t n = s ? strlen(s) : 0;
 
@@ -157,7 +157,7 @@ bool fvp_safe_name(const char *s)
 	return true;
 }
 
-void fvp_rfc3339(char *buf, size_t len)
+void fv_time_rfc3339(char *buf, size_t len)
 {
 	time_t now = time(NULL);
 	struct tm tm;

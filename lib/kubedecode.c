@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The decoders of the API's bodies, with no I/O (kube.c does the requests;
+ * The decoders of the API's bodies, with no I/O (lib/kube.c does the requests;
  * tests/fuzz/fuzz-watch.c feeds them arbitrary bytes): one JSON object, a
- * watch stream, a list read item by item.  See kube.h.
+ * watch stream, a list read item by item.  See fv/kube.h.
  */
 #include <errno.h>
 #include <json-c/json.h>
@@ -10,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kube.h"
+#include "fv/kube.h"
 
 #define BODY_MAX (256u << 20)  /* what a list holds besides its items (all of it, unrecognised) */
 #define EVENT_MAX (16u << 20)  /* one watch event, one item of a list */
 #define JSON_DEPTH 128	       /* managedFields nest deeper than json-c's default 32 */
 
-struct fvp_kube_stream {
+struct fv_kube_stream {
 	json_tokener *tok;
 	size_t event_bytes; /* of the event being parsed */
 };
@@ -26,7 +26,7 @@ struct dbuf {
 	size_t n, cap;
 };
 
-json_object *fvp_kube_parse(const char *s, size_t n)
+json_object *fv_kube_parse(const char *s, size_t n)
 {
 	json_tokener *tok = json_tokener_new_ex(JSON_DEPTH);
 	json_object *o;
@@ -55,9 +55,9 @@ json_object *fvp_kube_parse(const char *s, size_t n)
  * a whole Status) goes to @rest with the array left empty.  Only strings and
  * nesting are tracked; json-c parses each piece and decides what is valid.
  */
-struct fvp_kube_listdec {
+struct fv_kube_listdec {
 	struct dbuf rest, item;
-	fvp_kube_item_fn fn;
+	fv_kube_item_fn fn;
 	void *userdata;
 	unsigned int depth;
 	bool in_str, esc, in_items, items_seen;
@@ -101,7 +101,7 @@ static bool after_items_key(const struct dbuf *b)
 }
 
 /* The element in d->item is complete: parse it and hand it over. */
-static int item_done(struct fvp_kube_listdec *d)
+static int item_done(struct fv_kube_listdec *d)
 {
 	json_object *o;
 	int r = 0;
@@ -110,7 +110,7 @@ static int item_done(struct fvp_kube_listdec *d)
 		d->item.n = 0;
 		return 0;
 	}
-	o = fvp_kube_parse(d->item.p, d->item.n);
+	o = fv_kube_parse(d->item.p, d->item.n);
 	d->item.n = 0;
 	if (!o)
 		return -EBADMSG; /* not JSON, or an element that is no object */
@@ -119,9 +119,9 @@ static int item_done(struct fvp_kube_listdec *d)
 	return r;
 }
 
-struct fvp_kube_listdec *fvp_kube_listdec_new(fvp_kube_item_fn fn, void *userdata)
+struct fv_kube_listdec *fv_kube_listdec_new(fv_kube_item_fn fn, void *userdata)
 {
-	struct fvp_kube_listdec *d = calloc(1, sizeof(*d));
+	struct fv_kube_listdec *d = calloc(1, sizeof(*d));
 
 	if (d) {
 		d->fn = fn;
@@ -130,7 +130,7 @@ struct fvp_kube_listdec *fvp_kube_listdec_new(fvp_kube_item_fn fn, void *userdat
 	return d;
 }
 
-void fvp_kube_listdec_free(struct fvp_kube_listdec *d)
+void fv_kube_listdec_free(struct fv_kube_listdec *d)
 {
 	if (!d)
 		return;
@@ -139,7 +139,7 @@ void fvp_kube_listdec_free(struct fvp_kube_listdec *d)
 	free(d);
 }
 
-int fvp_kube_listdec_feed(struct fvp_kube_listdec *d, const char *data, size_t n)
+int fv_kube_listdec_feed(struct fv_kube_listdec *d, const char *data, size_t n)
 {
 	for (size_t i = 0; i < n && d->r == 0; i++) {
 		char c = data[i];
@@ -190,7 +190,7 @@ int fvp_kube_listdec_feed(struct fvp_kube_listdec *d, const char *data, size_t n
 }
 
 /* Hand over the items of a list whose "items" the byte scan did not recognise (escaped name). */
-static json_object *items_left(struct fvp_kube_listdec *d, json_object *o)
+static json_object *items_left(struct fv_kube_listdec *d, json_object *o)
 {
 	json_object *items;
 
@@ -207,13 +207,13 @@ static json_object *items_left(struct fvp_kube_listdec *d, json_object *o)
 	return o;
 }
 
-json_object *fvp_kube_listdec_finish(struct fvp_kube_listdec *d)
+json_object *fv_kube_listdec_finish(struct fv_kube_listdec *d)
 {
 	json_object *o;
 
 	if (d->r < 0 || d->in_str || d->in_items || d->depth || !d->rest.n)
 		return NULL;
-	o = fvp_kube_parse(d->rest.p, d->rest.n);
+	o = fv_kube_parse(d->rest.p, d->rest.n);
 	if (!d->items_seen)
 		o = items_left(d, o);
 	if (d->r < 0) {
@@ -223,14 +223,14 @@ json_object *fvp_kube_listdec_finish(struct fvp_kube_listdec *d)
 	return o;
 }
 
-int fvp_kube_listdec_error(const struct fvp_kube_listdec *d)
+int fv_kube_listdec_error(const struct fv_kube_listdec *d)
 {
 	return d->r;
 }
 
-struct fvp_kube_stream *fvp_kube_stream_new(void)
+struct fv_kube_stream *fv_kube_stream_new(void)
 {
-	struct fvp_kube_stream *s = calloc(1, sizeof(*s));
+	struct fv_kube_stream *s = calloc(1, sizeof(*s));
 
 	if (s && !(s->tok = json_tokener_new_ex(JSON_DEPTH))) {
 		free(s);
@@ -239,7 +239,7 @@ struct fvp_kube_stream *fvp_kube_stream_new(void)
 	return s;
 }
 
-void fvp_kube_stream_free(struct fvp_kube_stream *s)
+void fv_kube_stream_free(struct fv_kube_stream *s)
 {
 	if (!s)
 		return;
@@ -248,7 +248,7 @@ void fvp_kube_stream_free(struct fvp_kube_stream *s)
 }
 
 /* Watch bodies are a stream of JSON objects, one per event (newline separated). */
-int fvp_kube_stream_feed(struct fvp_kube_stream *s, const char *data, size_t n, fvp_kube_event_fn fn,
+int fv_kube_stream_feed(struct fv_kube_stream *s, const char *data, size_t n, fv_kube_event_fn fn,
 		     void *userdata)
 {
 	size_t off = 0;

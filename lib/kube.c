@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The API client: see kube.h. */
+/* The API client: see fv/kube.h. */
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -12,10 +12,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "flag.h"
 #include "fv/macro.h"
-#include "kube.h"
-#include "params.h"
+#include "fv/kube.h"
 
 #define BODY_MAX (256u << 20)  /* a list of many objects */
 #define TOKEN_MAX 16384
@@ -33,15 +31,15 @@
 struct kube_watch {
 	CURL *h;
 	struct curl_slist *hdrs;
-	struct fvp_kube_stream *stream;
-	fvp_kube_event_fn fn;
+	struct fv_kube_stream *stream;
+	fv_kube_event_fn fn;
 	void *userdata;
 	bool stopped; /* the callback asked to stop */
 	char errbuf[CURL_ERROR_SIZE];
 	char token[TOKEN_MAX]; /* the one sent: a 401 marks it stale */
 };
 
-struct fvp_kube {
+struct fv_kube {
 	char *server;
 	char *token_file;
 	char *ca_file;
@@ -70,6 +68,19 @@ struct fvp_kube {
  * (a token goes in a header), no query, no fragment.  A string prefix is not
  * enough: "http://127.0.0.1@evil/" has host "evil".
  */
+
+/* The message of a failure into @err; returns @r. */
+static int fail(char *err, size_t len, int r, const char *fmt, ...) _printf_(4, 5);
+static int fail(char *err, size_t len, int r, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, len, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
 static int check_server(const char *url, char *err, size_t errlen)
 {
 	CURLU *u = curl_url();
@@ -82,7 +93,7 @@ static int check_server(const char *url, char *err, size_t errlen)
 	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
 	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
 	    curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host) {
-		r = fvp_fail(err, errlen, -EINVAL, "--server is not a URL with a host: '%s'", url);
+		r = fail(err, errlen, -EINVAL, "--server is not a URL with a host: '%s'", url);
 		goto out;
 	}
 	(void)curl_url_get(u, CURLUPART_USER, &user, 0);
@@ -90,7 +101,7 @@ static int check_server(const char *url, char *err, size_t errlen)
 	(void)curl_url_get(u, CURLUPART_QUERY, &query, 0);
 	(void)curl_url_get(u, CURLUPART_FRAGMENT, &frag, 0);
 	if (user || pass || query || frag) {
-		r = fvp_fail(err, errlen, -EINVAL,
+		r = fail(err, errlen, -EINVAL,
 			      "--server must be a URL scheme://host[:port][/path], without user, password, "
 			      "query or fragment: '%s'", url);
 		goto out;
@@ -102,7 +113,7 @@ static int check_server(const char *url, char *err, size_t errlen)
 	    ((inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127) ||
 	     streq(host, "[::1]") || streq(host, "localhost")))
 		goto out;
-	r = fvp_fail(err, errlen, -EINVAL,
+	r = fail(err, errlen, -EINVAL,
 		      "--server must be an https:// URL (http:// only for 127.0.0.1, [::1] or "
 		      "localhost): '%s'", url);
 out:
@@ -116,9 +127,9 @@ out:
 	return r;
 }
 
-int fvp_kube_new(const struct fvp_kube_config *cfg, struct fvp_kube **ret, char *err, size_t errlen)
+int fv_kube_new(const struct fv_kube_config *cfg, struct fv_kube **ret, char *err, size_t errlen)
 {
-	struct fvp_kube *k;
+	struct fv_kube *k;
 	size_t n;
 	int r;
 
@@ -126,7 +137,7 @@ int fvp_kube_new(const struct fvp_kube_config *cfg, struct fvp_kube **ret, char 
 	if (r < 0)
 		return r;
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
-		return fvp_fail(err, errlen, -ENOMEM, "curl_global_init failed");
+		return fail(err, errlen, -ENOMEM, "curl_global_init failed");
 	k = calloc(1, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
@@ -140,7 +151,7 @@ int fvp_kube_new(const struct fvp_kube_config *cfg, struct fvp_kube **ret, char 
 	k->multi = curl_multi_init();
 	if (!k->server || (cfg->token_file && !k->token_file) || (cfg->ca_file && !k->ca_file) ||
 	    !k->multi) {
-		fvp_kube_free(k);
+		fv_kube_free(k);
 		return -ENOMEM;
 	}
 	n = strlen(k->server);
@@ -150,7 +161,7 @@ int fvp_kube_new(const struct fvp_kube_config *cfg, struct fvp_kube **ret, char 
 	return 0;
 }
 
-void fvp_kube_free(struct fvp_kube *k)
+void fv_kube_free(struct fv_kube *k)
 {
 	if (!k)
 		return;
@@ -175,7 +186,7 @@ void fvp_kube_free(struct fvp_kube *k)
  * re-read never sends a token that is known to be refused and never reads
  * the file for nothing.
  */
-static int token_locked(struct fvp_kube *k, char *err, size_t errlen)
+static int token_locked(struct fv_kube *k, char *err, size_t errlen)
 {
 	char buf[TOKEN_MAX];
 	FILE *f;
@@ -185,7 +196,7 @@ static int token_locked(struct fvp_kube *k, char *err, size_t errlen)
 		return 0;
 	f = fopen(k->token_file, "re");
 	if (!f)
-		return fvp_fail(err, errlen, NEG_ERRNO(), "cannot read the token file '%s': %m",
+		return fail(err, errlen, NEG_ERRNO(), "cannot read the token file '%s': %m",
 			    k->token_file);
 	n = fread(buf, 1, sizeof(buf) - 1, f);
 	fclose(f);
@@ -194,7 +205,7 @@ static int token_locked(struct fvp_kube *k, char *err, size_t errlen)
 	buf[n] = '\0';
 	if (!n || strpbrk(buf, "\r\n")) {
 		explicit_bzero(buf, sizeof(buf));
-		return fvp_fail(err, errlen, -EINVAL, "the token file '%s' is empty or not one line",
+		return fail(err, errlen, -EINVAL, "the token file '%s' is empty or not one line",
 			    k->token_file);
 	}
 	memcpy(k->token, buf, n + 1);
@@ -205,7 +216,7 @@ static int token_locked(struct fvp_kube *k, char *err, size_t errlen)
 }
 
 /* A 401 with the token @used (a prefix is enough): read the file again next time. */
-static void token_refused(struct fvp_kube *k, const char *used)
+static void token_refused(struct fv_kube *k, const char *used)
 {
 	pthread_mutex_lock(&k->lock);
 	if (k->token_file && streq(k->token, used))
@@ -213,7 +224,7 @@ static void token_refused(struct fvp_kube *k, const char *used)
 	pthread_mutex_unlock(&k->lock);
 }
 
-unsigned long fvp_kube_token_reads(struct fvp_kube *k)
+unsigned long fv_kube_token_reads(struct fv_kube *k)
 {
 	unsigned long n;
 
@@ -227,7 +238,7 @@ unsigned long fvp_kube_token_reads(struct fvp_kube *k)
  * The request headers, with the current token (re-read first when stale);
  * the token used is copied to @used (TOKEN_MAX bytes) to recognise a 401 for it.
  */
-static int headers(struct fvp_kube *k, const char *ctype, char *used, struct curl_slist **ret, char *err,
+static int headers(struct fv_kube *k, const char *ctype, char *used, struct curl_slist **ret, char *err,
 		   size_t errlen)
 {
 	struct curl_slist *h = NULL, *t;
@@ -261,7 +272,7 @@ static int headers(struct fvp_kube *k, const char *ctype, char *used, struct cur
 	return h ? 0 : -ENOMEM;
 }
 
-static void common_opts(struct fvp_kube *k, CURL *h, const char *url)
+static void common_opts(struct fv_kube *k, CURL *h, const char *url)
 {
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -314,10 +325,10 @@ static size_t listdec_write(char *data, size_t size, size_t nmemb, void *arg)
 {
 	size_t n = size * nmemb;
 
-	return fvp_kube_listdec_feed(arg, data, n) < 0 ? 0 : n;
+	return fv_kube_listdec_feed(arg, data, n) < 0 ? 0 : n;
 }
 
-static CURL *handle_get(struct fvp_kube *k)
+static CURL *handle_get(struct fv_kube *k)
 {
 	CURL *h = NULL;
 
@@ -328,7 +339,7 @@ static CURL *handle_get(struct fvp_kube *k)
 	return h ? h : curl_easy_init();
 }
 
-static void handle_put(struct fvp_kube *k, CURL *h)
+static void handle_put(struct fv_kube *k, CURL *h)
 {
 	pthread_mutex_lock(&k->lock);
 	if (k->nidle < HANDLES_MAX) {
@@ -341,9 +352,9 @@ static void handle_put(struct fvp_kube *k, CURL *h)
 }
 
 /* Sleep @s seconds, or less when *k->stop becomes true. */
-static void wait_s(struct fvp_kube *k, unsigned int s)
+static void wait_s(struct fv_kube *k, unsigned int s)
 {
-	for (unsigned int i = 0; i < s * 10 && !(k->stop && fvp_flag_get(k->stop)); i++) {
+	for (unsigned int i = 0; i < s * 10 && !(k->stop && __atomic_load_n(k->stop, __ATOMIC_ACQUIRE)); i++) {
 		struct timespec ts = { 0, 100 * 1000 * 1000 };
 
 		nanosleep(&ts, NULL);
@@ -351,8 +362,8 @@ static void wait_s(struct fvp_kube *k, unsigned int s)
 }
 
 /* One try: the status, the Retry-After seconds (or -1) in *retry_after, the token used in @used. */
-static int request_once(struct fvp_kube *k, CURL *h, const char *method, const char *url,
-			const char *path, const char *data, struct fvp_kube_listdec *ld,
+static int request_once(struct fv_kube *k, CURL *h, const char *method, const char *url,
+			const char *path, const char *data, struct fv_kube_listdec *ld,
 			json_object **ret, long *retry_after, char *used, char *err, size_t errlen)
 {
 	struct curl_slist *hdrs;
@@ -391,11 +402,11 @@ static int request_once(struct fvp_kube *k, CURL *h, const char *method, const c
 	curl_slist_free_all(hdrs);
 	if (c != CURLE_OK) {
 		free(b.p);
-		r = ld ? fvp_kube_listdec_error(ld) : 0;
+		r = ld ? fv_kube_listdec_error(ld) : 0;
 		if (r < 0 && r != -EBADMSG)
-			return fvp_fail(err, errlen, r, "%s %s: reading the list: %s", method, path,
+			return fail(err, errlen, r, "%s %s: reading the list: %s", method, path,
 					strerror(-r));
-		return fvp_fail(err, errlen, c == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT :
+		return fail(err, errlen, c == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT :
 				r < 0 ? -EBADMSG : -EIO,
 			    "%s %s: %s", method, path,
 			    b.too_big ? "response too large" : r < 0 ? "not a JSON list" :
@@ -406,18 +417,18 @@ static int request_once(struct fvp_kube *k, CURL *h, const char *method, const c
 	if (curl_easy_getinfo(h, CURLINFO_RETRY_AFTER, &ra) == CURLE_OK && ra >= 0)
 		*retry_after = ra > RETRY_AFTER_MAX_S ? RETRY_AFTER_MAX_S : (long)ra;
 	if (ld && ret)
-		*ret = fvp_kube_listdec_finish(ld);
+		*ret = fv_kube_listdec_finish(ld);
 	else if (ret && b.n)
-		*ret = fvp_kube_parse(b.p, b.n);
+		*ret = fv_kube_parse(b.p, b.n);
 	free(b.p);
-	r = ld ? fvp_kube_listdec_error(ld) : 0;
+	r = ld ? fv_kube_listdec_error(ld) : 0;
 	if (r < 0)
-		return fvp_fail(err, errlen, r, "%s %s: %s", method, path, strerror(-r));
+		return fail(err, errlen, r, "%s %s: %s", method, path, strerror(-r));
 	return (int)status;
 }
 
-static int request(struct fvp_kube *k, const char *method, const char *path, const char *data,
-		   fvp_kube_item_fn fn, void *userdata, json_object **ret, char *err, size_t errlen)
+static int request(struct fv_kube *k, const char *method, const char *path, const char *data,
+		   fv_kube_item_fn fn, void *userdata, json_object **ret, char *err, size_t errlen)
 {
 	_cleanup_free_ char *url = NULL;
 	char *used;
@@ -444,16 +455,16 @@ static int request(struct fvp_kube *k, const char *method, const char *path, con
 			json_object_put(*ret);
 			*ret = NULL;
 		}
-		struct fvp_kube_listdec *ld = NULL;
+		struct fv_kube_listdec *ld = NULL;
 
 		/* a retried list starts over: the refused try handed no items over (no 200) */
-		if (fn && !(ld = fvp_kube_listdec_new(fn, userdata))) {
+		if (fn && !(ld = fv_kube_listdec_new(fn, userdata))) {
 			st = -ENOMEM;
 			break;
 		}
 		st = request_once(k, h, method, url, path, data, ld, ret, &retry_after, used, err,
 				  errlen);
-		fvp_kube_listdec_free(ld);
+		fv_kube_listdec_free(ld);
 		if (st == 401 && k->token_file && !reread) {
 			/* rotated under us: read the file again and try once more */
 			token_refused(k, used);
@@ -461,7 +472,7 @@ static int request(struct fvp_kube *k, const char *method, const char *path, con
 			continue;
 		}
 		if ((st == 429 || (st >= 500 && retry_after >= 0)) && tries + 1 < RETRY_AFTER_TRIES &&
-		    !(k->stop && fvp_flag_get(k->stop))) {
+		    !(k->stop && __atomic_load_n(k->stop, __ATOMIC_ACQUIRE))) {
 			/* the server said when: wait that long (at least a second) */
 			wait_s(k, retry_after > 0 ? (unsigned int)retry_after : 1);
 			continue;
@@ -474,7 +485,7 @@ static int request(struct fvp_kube *k, const char *method, const char *path, con
 	return st;
 }
 
-int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, json_object *body,
+int fv_kube_request(struct fv_kube *k, const char *method, const char *path, json_object *body,
 		     json_object **ret, char *err, size_t errlen)
 {
 	return request(k, method, path,
@@ -482,13 +493,13 @@ int fvp_kube_request(struct fvp_kube *k, const char *method, const char *path, j
 		       NULL, NULL, ret, err, errlen);
 }
 
-int fvp_kube_request_text(struct fvp_kube *k, const char *method, const char *path,
+int fv_kube_request_text(struct fv_kube *k, const char *method, const char *path,
 			  const char *body, json_object **ret, char *err, size_t errlen)
 {
 	return request(k, method, path, body, NULL, NULL, ret, err, errlen);
 }
 
-int fvp_kube_list(struct fvp_kube *k, const char *path, fvp_kube_item_fn fn, void *userdata,
+int fv_kube_list(struct fv_kube *k, const char *path, fv_kube_item_fn fn, void *userdata,
 		  json_object **ret, char *err, size_t errlen)
 {
 	json_object *rest = NULL;
@@ -501,7 +512,7 @@ int fvp_kube_list(struct fvp_kube *k, const char *path, fvp_kube_item_fn fn, voi
 	return st;
 }
 
-int fvp_kube_delete_uid(struct fvp_kube *k, const char *path, const char *uid, json_object **ret,
+int fv_kube_delete_uid(struct fv_kube *k, const char *path, const char *uid, json_object **ret,
 		    char *err, size_t errlen)
 {
 	json_object *body = json_object_new_object(), *pre = json_object_new_object();
@@ -517,12 +528,12 @@ int fvp_kube_delete_uid(struct fvp_kube *k, const char *path, const char *uid, j
 	json_object_object_add(body, "kind", json_object_new_string("DeleteOptions"));
 	json_object_object_add(pre, "uid", json_object_new_string(uid));
 	json_object_object_add(body, "preconditions", pre);
-	st = fvp_kube_request(k, "DELETE", path, body, ret, err, errlen);
+	st = fv_kube_request(k, "DELETE", path, body, ret, err, errlen);
 	json_object_put(body);
 	return st;
 }
 
-const char *fvp_kube_status_message(json_object *status)
+const char *fv_kube_status_message(json_object *status)
 {
 	json_object *m;
 
@@ -544,7 +555,7 @@ static void watch_free(struct kube_watch *w)
 		explicit_bzero(l->data, strlen(l->data));
 	curl_slist_free_all(w->hdrs);
 	explicit_bzero(w->token, sizeof(w->token));
-	fvp_kube_stream_free(w->stream);
+	fv_kube_stream_free(w->stream);
 	free(w);
 }
 
@@ -552,7 +563,7 @@ static size_t watch_write(char *data, size_t size, size_t nmemb, void *arg)
 {
 	struct kube_watch *w = arg;
 	size_t n = size * nmemb;
-	int r = fvp_kube_stream_feed(w->stream, data, n, w->fn, w->userdata);
+	int r = fv_kube_stream_feed(w->stream, data, n, w->fn, w->userdata);
 
 	if (r < 0) {
 		/* garbage ends the watch as an error; a callback's stop ends it cleanly */
@@ -562,7 +573,7 @@ static size_t watch_write(char *data, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
-int fvp_kube_watch_add(struct fvp_kube *k, const char *path, fvp_kube_event_fn fn, void *userdata,
+int fv_kube_watch_add(struct fv_kube *k, const char *path, fv_kube_event_fn fn, void *userdata,
 		   unsigned int timeout_s, struct kube_watch **ret)
 {
 	_cleanup_free_ char *url = NULL;
@@ -582,7 +593,7 @@ int fvp_kube_watch_add(struct fvp_kube *k, const char *path, fvp_kube_event_fn f
 	if (!w)
 		return -ENOMEM;
 	w->h = curl_easy_init();
-	w->stream = fvp_kube_stream_new();
+	w->stream = fv_kube_stream_new();
 	r = headers(k, NULL, w->token, &w->hdrs, err, sizeof(err));
 	if (r < 0 || !w->h || !w->stream) {
 		watch_free(w);
@@ -611,7 +622,7 @@ int fvp_kube_watch_add(struct fvp_kube *k, const char *path, fvp_kube_event_fn f
 	return 0;
 }
 
-void fvp_kube_watch_clear(struct fvp_kube *k)
+void fv_kube_watch_clear(struct fv_kube *k)
 {
 	for (size_t i = 0; i < k->nwatches; i++) {
 		curl_multi_remove_handle(k->multi, k->watches[i]->h);
@@ -622,7 +633,7 @@ void fvp_kube_watch_clear(struct fvp_kube *k)
 }
 
 /* Remove and free watch @w only (the others keep streaming). */
-static void watch_remove(struct fvp_kube *k, struct kube_watch *w)
+static void watch_remove(struct fv_kube *k, struct kube_watch *w)
 {
 	for (size_t i = 0; i < k->nwatches; i++) {
 		if (k->watches[i] != w)
@@ -635,19 +646,19 @@ static void watch_remove(struct fvp_kube *k, struct kube_watch *w)
 	}
 }
 
-int fvp_kube_watch_run(struct fvp_kube *k, volatile int *stop, int (*after)(void *), void *userdata,
+int fv_kube_watch_run(struct fv_kube *k, volatile int *stop, int (*after)(void *), void *userdata,
 		   void **ended, char *err, size_t errlen)
 {
 	int running = 1, r = 0;
 
 	*ended = NULL;
-	while (!fvp_flag_get(stop)) {
+	while (!__atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
 		CURLMcode mc = curl_multi_perform(k->multi, &running);
 		CURLMsg *msg;
 		int left;
 
 		if (mc != CURLM_OK) {
-			r = fvp_fail(err, errlen, -EIO, "watch: %s", curl_multi_strerror(mc));
+			r = fail(err, errlen, -EIO, "watch: %s", curl_multi_strerror(mc));
 			break;
 		}
 		/* events were queued by the callbacks: handle them outside libcurl */
@@ -665,16 +676,16 @@ int fvp_kube_watch_run(struct fvp_kube *k, volatile int *stop, int (*after)(void
 			if (w && w->stopped)
 				r = 0;
 			else if (msg->data.result == CURLE_OK)
-				r = fvp_fail(err, errlen, 0, "watch ended by the server");
+				r = fail(err, errlen, 0, "watch ended by the server");
 			else if (msg->data.result == CURLE_HTTP_RETURNED_ERROR && status == 401) {
 				if (w)
 					token_refused(k, w->token);
-				r = fvp_fail(err, errlen, -EACCES, "watch: HTTP 401 (token refused)");
+				r = fail(err, errlen, -EACCES, "watch: HTTP 401 (token refused)");
 			} else if (msg->data.result == CURLE_HTTP_RETURNED_ERROR)
-				r = fvp_fail(err, errlen, status == 410 ? -ESTALE : -EIO,
+				r = fail(err, errlen, status == 410 ? -ESTALE : -EIO,
 					 "watch: HTTP %ld", status);
 			else
-				r = fvp_fail(err, errlen, -EIO, "watch: %s",
+				r = fail(err, errlen, -EIO, "watch: %s",
 					 w && w->errbuf[0] ? w->errbuf :
 							     curl_easy_strerror(msg->data.result));
 			if (w) {
@@ -686,15 +697,15 @@ int fvp_kube_watch_run(struct fvp_kube *k, volatile int *stop, int (*after)(void
 			break;
 		}
 		if (!running) {
-			r = fvp_fail(err, errlen, 0, "no watch running");
+			r = fail(err, errlen, 0, "no watch running");
 			break;
 		}
 		mc = curl_multi_poll(k->multi, NULL, 0, 1000, NULL);
 		if (mc != CURLM_OK) {
-			r = fvp_fail(err, errlen, -EIO, "watch: %s", curl_multi_strerror(mc));
+			r = fail(err, errlen, -EIO, "watch: %s", curl_multi_strerror(mc));
 			break;
 		}
 	}
-	fvp_kube_watch_clear(k);
+	fv_kube_watch_clear(k);
 	return r;
 }
