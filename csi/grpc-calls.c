@@ -144,8 +144,8 @@ void grpc_finish(struct grpc_call *c)
 		grpc_log_escape(c->path_bad ? "-" : c->path, path, sizeof(path));
 		grpc_log_escape(c->code ? c->msg : "", msg, sizeof(msg));
 		grpc_logf("%s code=%d duration_ms=%llu%s%s", path, (int)c->code,
-		      (unsigned long long)(fv_now_ms() - c->taken_ms), c->code ? " message=" : "",
-		      msg);
+			  (unsigned long long)(fv_now_ms() - c->taken_ms), c->code ? " message=" : "",
+			  msg);
 	}
 	if (!c->conn) {
 		grpc_call_free(c); /* its stream went while it ran: nobody to answer */
@@ -288,7 +288,12 @@ void grpc_take(struct conn *k, struct grpc_call *c, const struct grpc_method *m,
 		refuse(c, GRPC_UNAVAILABLE, "the endpoint is stopping; try again");
 		return;
 	}
-	if (can_start(m) && !grpc_pool.wait_head[cls]) {
+	/*
+	 * Nothing of its kind that could run waits (grpc_take_done() starts what
+	 * can as soon as a thread ends): a look call whose method is not at its
+	 * share starts even when calls of a stuck method wait ahead of it.
+	 */
+	if (can_start(m)) {
 		if (!start(c))
 			refuse(c, GRPC_UNAVAILABLE, "cannot start a thread for the call; try again");
 		return;

@@ -612,8 +612,8 @@ static void accept_all(int lfd, struct conn **conns, const struct grpc_method *m
 		if (i == GRPC_MAX_CONNS)
 			i = evict(conns, fv_now_ms());
 		if (i == GRPC_MAX_CONNS) {
-			grpc_logf("%d connections with calls in progress: refusing another",
-			      GRPC_MAX_CONNS);
+			grpc_logf("%d connections and none may give way: refusing another",
+				  GRPC_MAX_CONNS);
 			close(fd);
 			continue;
 		}
@@ -648,7 +648,7 @@ int grpc_serve(int lfd, const struct grpc_method *methods, size_t n,
 		if (grpc_pool.draining && ((!grpc_pool_busy() && flushed) || fv_now_ms() >= drain_end)) {
 			if (grpc_pool_busy())
 				grpc_logf("stopping with %u calls still in their handlers after %u ms",
-				      grpc_pool_busy(), GRPC_DRAIN_MS);
+					  grpc_pool_busy(), GRPC_DRAIN_MS);
 			break;
 		}
 		pfd[np++] = (struct pollfd){ .fd = grpc_pool.efd, .events = POLLIN };
