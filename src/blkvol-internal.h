@@ -105,7 +105,15 @@ int fv_blkvol_node_teardown(struct fv_ctx *cx, const char *vkey, const char *pat
 int fv_blkvol_node_each(struct fv_ctx *cx, const char *name,
 			int (*fn)(struct fv_ctx *cx, const char *vkey, void *arg), void *arg);
 
-/* The pod bind and its undo (mount and unmount, publish and unpublish, node mode). */
+/*
+ * kubelet's global mount path for the pod volume dir @poddir:
+ *   <root>/pods/<uid>/volumes/<vendor>~<driver>/<name>  ->
+ *   <root>/plugins/kubernetes.io/flexvolume/<vendor>/<driver>/mounts/<name>
+ * (docs/flexvolume-contract.md §2).  Returns false when @poddir has another shape.
+ */
+bool fv_blkvol_kubelet_path(const char *poddir, char *ret, size_t len);
+
+/* The pod bind and its undo (blkvol-pod.c: mount and unmount, publish and unpublish, node mode). */
 /*
  * fv_blkvol_bind() - bind the device mount at @src (a whole-filesystem
  * mount of a block device; a path we know, opened literally) into the pod

@@ -25,13 +25,20 @@ void fv_ctx_save_message(const struct fv_ctx *cx, struct fv_saved_message *s);
 void fv_ctx_restore_message(struct fv_ctx *cx, const struct fv_saved_message *s, bool with_detail);
 
 /*
- * mountinfo.c: call @fn on each mount of /proc/self/mountinfo in table order
+ * mounttab.c: call @fn on each mount of /proc/self/mountinfo in table order
  * (struct fv_mntline, fv/mountutil.h) until it returns true.  Returns 1 when
  * @fn stopped the walk, 0 at the table's end, or -errno (-EIO for a line the
  * kernel would never write: no half-read table decides anything).
  */
 struct fv_mntline;
 int fv_mnt_each(bool (*fn)(const struct fv_mntline *m, void *arg), void *arg);
+
+/* mounttab.c: the mount of ID @id (statx's mnt_id) into @ret: 0, -ENOENT when none, -errno. */
+struct fv_mntinfo;
+int fv_mnt_find_id(uint64_t id, struct fv_mntinfo *ret);
+
+/* dirarg.c: the Failure for fv_dir_open_self()'s or fv_dir_open()'s error @r on @path. */
+int fv_dir_fail(struct fv_ctx *cx, int r, const char *path);
 
 /* reply.c: the one JSON document kubelet reads (contract §1.4, §3.1). */
 enum fv_status { FV_SUCCESS, FV_FAILURE, FV_NOT_SUPPORTED };

@@ -1,5 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Mount helpers on libmount; the kernel's mountinfo is the only truth (fv/mountutil.h). */
+/*
+ * Mount actions (fv/mountutil.h): mount, bind, remount, unmount, on
+ * libmount or the new mount API, through descriptors of directories
+ * checked by dirarg.c; what is mounted is asked of the table (mounttab.c).
+ */
 #include <dirent.h>
 #include <libmount.h>
 #include <stdio.h>
@@ -19,118 +23,6 @@
 static inline void mnt_free_contextp(struct libmnt_context **c)
 {
 	mnt_free_context(*c);
-}
-
-static bool has_option(const char *list, const char *name)
-{
-	size_t n = strlen(name);
-
-	for (const char *p = list; p; p = strchr(p, ','), p = p ? p + 1 : NULL)
-		if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == '\0' || p[n] == '='))
-			return true;
-	return false;
-}
-
-static void fill_info(const struct fv_mntline *m, struct fv_mntinfo *ret)
-{
-	if (!ret)
-		return;
-	/* each string set whole: no memset of the 9 KiB (page faults on the stack) */
-	snprintf(ret->source, sizeof(ret->source), "%s", m->source);
-	snprintf(ret->fstype, sizeof(ret->fstype), "%s", m->fstype);
-	snprintf(ret->root, sizeof(ret->root), "%s", m->root);
-	snprintf(ret->vfs_options, sizeof(ret->vfs_options), "%s", m->vfs_options);
-	ret->devno = m->devno;
-	ret->readonly = has_option(ret->vfs_options, "ro");
-}
-
-struct find_target {
-	const char *target;
-	struct fv_mntinfo *ret;
-	bool found;
-};
-
-static bool find_target_fn(const struct fv_mntline *m, void *arg)
-{
-	struct find_target *a = arg;
-
-	/* the last one in table order is the topmost */
-	if (streq(m->target, a->target)) {
-		fill_info(m, a->ret);
-		a->found = true;
-	}
-	return false;
-}
-
-int fv_mnt_find(const char *target, struct fv_mntinfo *ret)
-{
-	struct find_target a = { .target = target, .ret = ret };
-	int r = fv_mnt_each(find_target_fn, &a);
-
-	if (r < 0)
-		return r;
-	return a.found ? 0 : 1;
-}
-
-static bool skip_exclude(const char *target, void *arg)
-{
-	return arg && streq(target, (const char *)arg);
-}
-
-int fv_mnt_find_source(const char *source, const char *exclude, char *ret, size_t len)
-{
-	return fv_mnt_find_source_skip(source, skip_exclude, (void *)exclude, ret, len);
-}
-
-struct find_source {
-	const char *source;
-	bool (*skip)(const char *target, void *arg);
-	void *arg;
-	char *ret;
-	size_t len;
-};
-
-static bool find_source_fn(const struct fv_mntline *m, void *arg)
-{
-	struct find_source *a = arg;
-
-	if (!streq(m->source, a->source) || !streq(m->root, "/") || a->skip(m->target, a->arg))
-		return false;
-	snprintf(a->ret, a->len, "%s", m->target);
-	return true;
-}
-
-int fv_mnt_find_source_skip(const char *source, bool (*skip)(const char *target, void *arg),
-			    void *arg, char *ret, size_t len)
-{
-	struct find_source a = { source, skip, arg, ret, len };
-	int r = fv_mnt_each(find_source_fn, &a);
-
-	if (r < 0)
-		return r;
-	return r == 1 ? 0 : 1;
-}
-
-struct count_devno {
-	dev_t devno;
-	int n;
-};
-
-static bool count_devno_fn(const struct fv_mntline *m, void *arg)
-{
-	struct count_devno *a = arg;
-
-	if (m->devno == a->devno)
-		a->n++;
-	return false;
-}
-
-int fv_mnt_count_devno(dev_t devno)
-{
-	struct count_devno a = { .devno = devno };
-	int r = fv_mnt_each(count_devno_fn, &a);
-
-	return r < 0 ? r : a.n;
 }
 
 _Static_assert(FV_ERR_BASE > 5999, "FV_ERR_* must not overlap libmount's MNT_ERR_* (5000..5999)");
@@ -199,149 +91,6 @@ int fv_mnt_mount(struct fv_ctx *cx, const char *source, const char *target, cons
 	return mnt_mount_as(cx, source, target, target, fstype, options, helpers);
 }
 
-/* --- directory arguments, taken literally ------------------------------------ */
-
-/* The last component of @d, looked up under its parent: a plain directory or an error. */
-static int open_last(const struct fv_dir *d)
-{
-	int fd = openat(d->parent, d->name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-	struct stat st;
-
-	if (fd < 0)
-		return NEG_ERRNO();
-	if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		int r = S_ISLNK(st.st_mode) ? -ELOOP : -ENOTDIR;
-
-		close(fd);
-		return r;
-	}
-	return fd;
-}
-
-static int dir_fail(struct fv_ctx *cx, int r, const char *path)
-{
-	switch (r) {
-	case -EINVAL:
-		return fv_fail(cx, r, "directory '%s' is not a plain absolute path", path);
-	case -ELOOP:
-		return fv_fail(cx, r,
-			       "'%s' has a symlink or magic link in its path: refused (directory "
-			       "arguments are taken literally)",
-			       path);
-	case -ENOENT:
-		return fv_fail(cx, r, "directory '%s' does not exist (kubelet creates it first)",
-			       path);
-	case -ENOTDIR:
-		return fv_fail(cx, r, "'%s' is not a directory", path);
-	default:
-		return fv_fail(cx, r, "cannot open directory '%s': %s", path, strerror(-r));
-	}
-}
-
-void fv_dir_close(struct fv_dir *d)
-{
-	if (d->parent >= 0)
-		close(d->parent);
-	d->parent = -1;
-}
-
-/* fv_dir_arg() without messages: 0 or -errno (-ENOENT when absent). */
-static int dir_open(const char *arg, unsigned int flags, struct fv_dir *d)
-{
-	int r, fd;
-
-	d->parent = -1;
-	d->path[0] = '\0';
-	d->name = d->path;
-	r = fv_dir_open(arg, FV_DIR_PARENT, d->path, sizeof(d->path));
-	if (r < 0)
-		return r;
-	d->parent = r;
-	d->name = fv_path_last(d->path);
-	if (flags & FV_DIRARG_PARENT_ONLY)
-		return 0;
-	fd = open_last(d);
-	if (fd < 0)
-		return fd;
-	close(fd);
-	return 0;
-}
-
-int fv_dir_open_quiet(const char *arg, struct fv_dir *d)
-{
-	return dir_open(arg, 0, d);
-}
-
-int fv_dir_arg(struct fv_ctx *cx, const char *arg, unsigned int flags, struct fv_dir *d)
-{
-	int r = dir_open(arg, flags, d);
-
-	if (r == -ENOENT && !(flags & FV_DIRARG_MUST_EXIST))
-		return 1;
-	return r < 0 ? dir_fail(cx, r, d->path[0] ? d->path : arg) : 0;
-}
-
-int fv_dir_check(struct fv_ctx *cx, const struct fv_dir *d, unsigned int flags)
-{
-	int fd = open_last(d);
-
-	if (fd >= 0) {
-		close(fd);
-		return 0;
-	}
-	if (fd == -ENOENT && !(flags & FV_DIRARG_MUST_EXIST))
-		return 1;
-	return dir_fail(cx, fd, d->path);
-}
-
-struct find_id {
-	uint64_t id;
-	struct fv_mntinfo *ret;
-};
-
-static bool find_id_fn(const struct fv_mntline *m, void *arg)
-{
-	struct find_id *a = arg;
-
-	if (m->id != a->id)
-		return false;
-	fill_info(m, a->ret);
-	return true;
-}
-
-static int find_id(uint64_t id, struct fv_mntinfo *ret)
-{
-	struct find_id a = { id, ret };
-	int r = fv_mnt_each(find_id_fn, &a);
-
-	if (r < 0)
-		return r;
-	return r == 1 ? 0 : -ENOENT;
-}
-
-int fv_dir_mounted(const struct fv_dir *d, struct fv_mntinfo *ret)
-{
-	struct statx stx;
-	int fd = open_last(d), r;
-
-	if (fd == -ENOENT)
-		return 1;
-	if (fd < 0)
-		return fd;
-	r = statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_MNT_ID, &stx) < 0 ? NEG_ERRNO()
-										      : 0;
-	close(fd);
-	if (r < 0)
-		return r;
-	if (!(stx.stx_mask & STATX_MNT_ID) || !(stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT))
-		return fv_mnt_find(d->path, ret); /* Linux < 5.8: the literal path names the mount */
-	if (!(stx.stx_attributes & STATX_ATTR_MOUNT_ROOT))
-		return 1;
-	r = find_id(stx.stx_mnt_id, ret);
-	/* a mount that went away between statx() and the table read: not mounted */
-	return r == -ENOENT ? 1 : r;
-}
-
 int fv_umount_at(int parent, const char *name, int flags)
 {
 	char p[PATH_MAX + 32];
@@ -391,10 +140,10 @@ int fv_dir_mount(struct fv_ctx *cx, const struct fv_dir *d, const char *source,
 		 const char *fstype, const char *options)
 {
 	char target[32];
-	int fd = open_last(d), r;
+	int fd = fv_dir_open_self(d), r;
 
 	if (fd < 0)
-		return dir_fail(cx, fd, d->path);
+		return fv_dir_fail(cx, fd, d->path);
 	/*
 	 * The verified directory itself, whatever happens to its path
 	 * meanwhile.  What remains: a mount that someone else puts on this
@@ -508,7 +257,7 @@ int fv_dir_make_ro(struct fv_ctx *cx, const struct fv_dir *d)
 	int r = set_ro_at(d->parent, d->name, AT_SYMLINK_NOFOLLOW);
 
 	if (no_new_api(r)) {
-		fd = open_last(d);
+		fd = fv_dir_open_self(d);
 		r = fd < 0 ? fd : remount_ro_fd(fd);
 	}
 	if (r < 0)
@@ -519,11 +268,11 @@ int fv_dir_make_ro(struct fv_ctx *cx, const struct fv_dir *d)
 
 int fv_dir_remount_rw(struct fv_ctx *cx, const struct fv_dir *d)
 {
-	_cleanup_close_ int fd = open_last(d);
+	_cleanup_close_ int fd = fv_dir_open_self(d);
 	char p[32];
 
 	if (fd < 0)
-		return dir_fail(cx, fd, d->path);
+		return fv_dir_fail(cx, fd, d->path);
 	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
 	fv_log("remount: %s read-write", d->path);
 	/* the filesystem itself, not a bind's flag: a read-only superblock fails every write */
@@ -609,14 +358,14 @@ static int bind_staged(struct fv_ctx *cx, int sfd, int dfd, const char *dst)
  */
 int fv_dir_bind(struct fv_ctx *cx, const struct fv_dir *src, const struct fv_dir *dst, bool ro)
 {
-	_cleanup_close_ int sfd = open_last(src), dfd = open_last(dst);
+	_cleanup_close_ int sfd = fv_dir_open_self(src), dfd = fv_dir_open_self(dst);
 	char s[32], t[32];
 	int r;
 
 	if (sfd < 0)
-		return dir_fail(cx, sfd, src->path);
+		return fv_dir_fail(cx, sfd, src->path);
 	if (dfd < 0)
-		return dir_fail(cx, dfd, dst->path);
+		return fv_dir_fail(cx, dfd, dst->path);
 	fv_log("mount: %s on %s (bind%s)", src->path, dst->path, ro ? ",ro" : "");
 	if (!ro) {
 		snprintf(s, sizeof(s), "/proc/self/fd/%d", sfd);
@@ -634,43 +383,4 @@ int fv_dir_bind(struct fv_ctx *cx, const struct fv_dir *src, const struct fv_dir
 		return fv_fail(cx, r, "%sbind mount of '%s' on '%s' failed: %s",
 			       ro ? "read-only " : "", src->path, dst->path, strerror(-r));
 	return 0;
-}
-
-/* Does the open directory @dir hold nothing but "." and ".."?  1 yes, 0 no.  Closes @dir. */
-static int read_empty(DIR *dir)
-{
-	struct dirent *e;
-	int r = 1;
-
-	while ((e = readdir(dir)))
-		if (!streq(e->d_name, ".") && !streq(e->d_name, "..")) {
-			r = 0;
-			break;
-		}
-	closedir(dir);
-	return r;
-}
-
-int fv_dir_is_empty(const struct fv_dir *d)
-{
-	int fd = openat(d->parent, d->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	DIR *dir;
-
-	if (fd < 0)
-		return errno == ENOENT ? 1 : errno == ENOTDIR ? -ENOTDIR : NEG_ERRNO();
-	dir = fdopendir(fd);
-	if (!dir) {
-		close(fd);
-		return NEG_ERRNO();
-	}
-	return read_empty(dir);
-}
-
-int fv_path_is_empty(const char *path)
-{
-	DIR *d = opendir(path);
-
-	if (!d)
-		return errno == ENOENT ? 1 : NEG_ERRNO();
-	return read_empty(d);
 }

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The kernel's mount table read without libmount's table (fv/mountutil.h,
- * src/internal.h): /proc/self/mountinfo read whole and split line by line.
+ * The mount table, queried (fv/mounttab.h): the kernel's
+ * /proc/self/mountinfo read whole, split line by line, and searched.  No
+ * mount is made or undone here (mountutil.c), no directory argument opened
+ * (dirarg.c).
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -9,7 +11,7 @@
 #include <sys/sysmacros.h>
 
 #include "internal.h"
-#include "fv/mountutil.h"
+#include "fv/mounttab.h"
 #include "fv/util.h"
 
 /*
@@ -171,4 +173,143 @@ int fv_mnt_each(bool (*fn)(const struct fv_mntline *m, void *arg), void *arg)
 			return 1;
 	}
 	return 0;
+}
+
+/* --- queries ---------------------------------------------------------------- */
+
+static bool has_option(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = list; p; p = strchr(p, ','), p = p ? p + 1 : NULL)
+		if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == '\0' || p[n] == '='))
+			return true;
+	return false;
+}
+
+static void fill_info(const struct fv_mntline *m, struct fv_mntinfo *ret)
+{
+	if (!ret)
+		return;
+	/* each string set whole: no memset of the 9 KiB (page faults on the stack) */
+	snprintf(ret->source, sizeof(ret->source), "%s", m->source);
+	snprintf(ret->fstype, sizeof(ret->fstype), "%s", m->fstype);
+	snprintf(ret->root, sizeof(ret->root), "%s", m->root);
+	snprintf(ret->vfs_options, sizeof(ret->vfs_options), "%s", m->vfs_options);
+	ret->devno = m->devno;
+	ret->readonly = has_option(ret->vfs_options, "ro");
+}
+
+struct find_target {
+	const char *target;
+	struct fv_mntinfo *ret;
+	bool found;
+};
+
+static bool find_target_fn(const struct fv_mntline *m, void *arg)
+{
+	struct find_target *a = arg;
+
+	/* the last one in table order is the topmost */
+	if (streq(m->target, a->target)) {
+		fill_info(m, a->ret);
+		a->found = true;
+	}
+	return false;
+}
+
+int fv_mnt_find(const char *target, struct fv_mntinfo *ret)
+{
+	struct find_target a = { .target = target, .ret = ret };
+	int r = fv_mnt_each(find_target_fn, &a);
+
+	if (r < 0)
+		return r;
+	return a.found ? 0 : 1;
+}
+
+static bool skip_exclude(const char *target, void *arg)
+{
+	return arg && streq(target, (const char *)arg);
+}
+
+int fv_mnt_find_source(const char *source, const char *exclude, char *ret, size_t len)
+{
+	return fv_mnt_find_source_skip(source, skip_exclude, (void *)exclude, ret, len);
+}
+
+struct find_source {
+	const char *source;
+	bool (*skip)(const char *target, void *arg);
+	void *arg;
+	char *ret;
+	size_t len;
+};
+
+static bool find_source_fn(const struct fv_mntline *m, void *arg)
+{
+	struct find_source *a = arg;
+
+	if (!streq(m->source, a->source) || !streq(m->root, "/") || a->skip(m->target, a->arg))
+		return false;
+	snprintf(a->ret, a->len, "%s", m->target);
+	return true;
+}
+
+int fv_mnt_find_source_skip(const char *source, bool (*skip)(const char *target, void *arg),
+			    void *arg, char *ret, size_t len)
+{
+	struct find_source a = { source, skip, arg, ret, len };
+	int r = fv_mnt_each(find_source_fn, &a);
+
+	if (r < 0)
+		return r;
+	return r == 1 ? 0 : 1;
+}
+
+struct count_devno {
+	dev_t devno;
+	int n;
+};
+
+static bool count_devno_fn(const struct fv_mntline *m, void *arg)
+{
+	struct count_devno *a = arg;
+
+	if (m->devno == a->devno)
+		a->n++;
+	return false;
+}
+
+int fv_mnt_count_devno(dev_t devno)
+{
+	struct count_devno a = { .devno = devno };
+	int r = fv_mnt_each(count_devno_fn, &a);
+
+	return r < 0 ? r : a.n;
+}
+
+struct find_id {
+	uint64_t id;
+	struct fv_mntinfo *ret;
+};
+
+static bool find_id_fn(const struct fv_mntline *m, void *arg)
+{
+	struct find_id *a = arg;
+
+	if (m->id != a->id)
+		return false;
+	fill_info(m, a->ret);
+	return true;
+}
+
+int fv_mnt_find_id(uint64_t id, struct fv_mntinfo *ret)
+{
+	struct find_id a = { id, ret };
+	int r = fv_mnt_each(find_id_fn, &a);
+
+	if (r < 0)
+		return r;
+	return r == 1 ? 0 : -ENOENT;
 }
