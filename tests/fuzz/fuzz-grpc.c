@@ -9,9 +9,10 @@
  * -DFUZZ_GRPC='"wire"' or '"request"':
  *
  *   wire     the input is what the client sends, from its preface on; its
- *            first byte is the size of the pieces it arrives in (0: whole)
+ *            first byte is a quarter of the size of the pieces it arrives in
+ *            (0: whole; at least 4 bytes: frames cut, not a syscall per byte)
  *   request  byte 0 picks a method (of every CSI service), byte 1 the piece
- *            size; the rest is the request message, which the target frames
+ *            size likewise; the rest is the request message, which the target frames
  *            as a well-formed call (preface, SETTINGS, HEADERS, one DATA with
  *            the 5-byte prefix): protobuf and the walk, with HTTP/2 out of
  *            the mutator's way
@@ -197,9 +198,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (request_mode) {
 		framed = frame_call(methods[data[0] % nmethods].path, data + 2, size - 2, &len);
 		in = framed;
-		piece = data[1];
+		piece = (size_t)data[1] * 4;
 	} else {
-		piece = data[0];
+		piece = (size_t)data[0] * 4;
 		in = data + 1;
 		len = size - 1;
 	}
