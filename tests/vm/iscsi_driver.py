@@ -639,7 +639,7 @@ class CsiEndpoint:
     log is the case's; the endpoint's own stdout and stderr go to endpoint.log), called with the
     tests' client csi-call (tests/csi/build on the host)."""
 
-    def __init__(self, c):
+    def __init__(self, c, **env):
         self.c = c
         sanity = run(os.path.join(WS, "tests", "csi", "build"), "--print").stdout.strip().splitlines()[-1]
         self.call_bin = os.path.join(os.path.dirname(sanity), "csi-call")
@@ -649,7 +649,7 @@ class CsiEndpoint:
         self.logfile = os.path.join(c.dir, "endpoint.log")
         self.log = open(self.logfile, "w")
         self.proc = subprocess.Popen([os.path.join(c.build, "flexvol-csi"), "--endpoint", "unix://" + self.sock,
-                                      "--driver", "iscsi"], env=dict(c.env, FLEXVOL_NODE_NAME=c.node),
+                                      "--driver", "iscsi"], env=dict(c.env, FLEXVOL_NODE_NAME=c.node, **env),
                                      stdout=self.log, stderr=self.log)
         end = time.monotonic() + 20
         while not os.path.exists(self.sock):
@@ -803,7 +803,7 @@ def csi_chap(c):
         check(not mounts_under(c.dir), "%s: mounts left: %r" % (what, mounts_under(c.dir)))
         check(not secrets_on_disk(), "%s: a secret value in %r" % (what, secrets_on_disk()))
 
-    csi = CsiEndpoint(c)
+    csi = CsiEndpoint(c, FLEXVOL_DEBUG="1")      # the debug lines too: no secret in them
     try:
         # the right secrets
         for rnd in range(2):
