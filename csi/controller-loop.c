@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -120,6 +121,80 @@ static bool topology_has_us(Csi__V1__Topology **t, size_t n, const char *node)
 	return n == 0;
 }
 
+/* How long a mounted volume's filesystem may stay frozen for a copy of it (writers wait). */
+#define FREEZE_MS 30000
+
+/*
+ * Lock the volumes @a and @b (either may be NULL), in the order of their
+ * names, so that two calls locking the same two never wait for each other.
+ * 0 and the fds in @fd (-1 where none), or <0 (answered).
+ */
+static int lock_two(struct grpc_call *call, struct fv_ctx *cx, const char *a, const char *b,
+		    int fd[2])
+{
+	const char *v[2] = { a, b };
+	char name[PATH_MAX];
+
+	if (a && b && strcmp(a, b) > 0) {
+		v[0] = b;
+		v[1] = a;
+	}
+	fd[0] = fd[1] = -1;
+	for (int i = 0; i < 2; i++) {
+		if (!v[i] || (i == 1 && v[0] && streq(v[0], v[1])))
+			continue;
+		fd[i] = csi_lock_volume(call, cx, v[i], name, sizeof(name));
+		if (fd[i] < 0) {
+			fv_unlock(fd[0]);
+			return fd[i];
+		}
+	}
+	return 0;
+}
+
+static void unlock_two(int fd[2])
+{
+	fv_unlock(fd[0]);
+	fv_unlock(fd[1]);
+}
+
+/*
+ * CreateVolume from a snapshot or a volume (a clone): image @img of volume
+ * @id a point-in-time copy of the source's file, at least @size bytes.  0
+ * and *@have, or <0 (answered).
+ */
+static int make_copy(struct grpc_call *call, struct fv_ctx *cx, int rootfd,
+		     const Csi__V1__CreateVolumeRequest *q, const char *id, const char *img,
+		     uint64_t size, uint64_t *have, char *msg, size_t len)
+{
+	const Csi__V1__VolumeContentSource *s = q->volume_content_source;
+	const Csi__V1__CapacityRange *cr = q->capacity_range;
+	bool snap = s->type_case == CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_SNAPSHOT;
+	const char *from = snap ? s->snapshot->snapshot_id : s->volume->volume_id;
+	char src[FV_IMAGE_NAME_MAX + 8];
+	struct fv_image_info info;
+	int fd[2], r;
+
+	if ((snap ? !csi_snapshot_id_ok(from) ||
+			    (size_t)snprintf(src, sizeof(src), "%s.snap", from) >= sizeof(src)
+		  : !image_of(from, src, sizeof(src))) ||
+	    fv_image_info(rootfd, src, &info) < 0 || !streq(info.owner, from))
+		return -grpc_fail(call, GRPC_NOT_FOUND, "no %s %s '%s' in this node's loop root",
+				  csi_plugin.drv->name, snap ? "snapshot" : "volume", from);
+	if (cr && cr->limit_bytes && info.size > (uint64_t)cr->limit_bytes)
+		return -grpc_fail(call, GRPC_OUT_OF_RANGE, "%s '%s' is %llu bytes, past the limit "
+				  "%lld", snap ? "snapshot" : "volume", from,
+				  (unsigned long long)info.size, (long long)cr->limit_bytes);
+	r = lock_two(call, cx, id, snap ? NULL : from, fd);
+	if (r < 0)
+		return r;
+	/* no size asked: the source's */
+	r = fv_image_copy(rootfd, src, img, id, q->name, from, cr && cr->required_bytes ? size : 0,
+			  FREEZE_MS, have, msg, len);
+	unlock_two(fd);
+	return r < 0 ? csi_fail_with(call, r, "%s", msg) : 0;
+}
+
 static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 {
 	const Csi__V1__CreateVolumeRequest *q = (const void *)m;
@@ -158,19 +233,24 @@ static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	if (size > root_max(rootfd))
 		return (void)grpc_fail(call, GRPC_OUT_OF_RANGE, "at most %lld bytes: the largest "
 				       "file the loop root's filesystem holds", (long long)root_max(rootfd));
-	fd = csi_lock_volume(call, &cx, id, lock, sizeof(lock));
-	if (fd < 0)
+	if (q->volume_content_source)
+		r = make_copy(call, &cx, rootfd, q, id, img, (uint64_t)size, &have, msg, sizeof(msg));
+	else if ((fd = csi_lock_volume(call, &cx, id, lock, sizeof(lock))) < 0)
 		return;
-	r = fv_image_ensure_named(rootfd, img, id, q->name, (uint64_t)size, prealloc, &have, msg,
-				  sizeof(msg));
-	fv_unlock_remove(&cx, lock, fd);
+	else {
+		r = fv_image_ensure_named(rootfd, img, id, q->name, (uint64_t)size, prealloc, &have,
+					  msg, sizeof(msg));
+		fv_unlock_remove(&cx, lock, fd);
+		if (r < 0)
+			csi_fail_with(call, r, "%s", msg);
+	}
 	if (r < 0)
-		return (void)csi_fail_with(call, r, "%s", msg);
+		return;
 	if (msg[0])
 		fv_log("CreateVolume %s: %s", q->name, msg);
 	if (csi_check_made(call, id, have, q->capacity_range) == 0)
 		csi_reply_volume(call, id, have, 1, (const char *[]){ "file" },
-				 (const char *[]){ img }, cx.cfg.node_name);
+				 (const char *[]){ img }, cx.cfg.node_name, q->volume_content_source);
 }
 
 static void delete_volume(struct grpc_call *call, const ProtobufCMessage *m)
@@ -315,6 +395,131 @@ static void controller_expand(struct grpc_call *call, const ProtobufCMessage *m)
 	grpc_reply(call, &resp.base);
 }
 
+/*
+ * CreateSnapshot: "<sid>.snap" in the loop root, a point-in-time copy of
+ * the volume's image (its filesystem frozen meanwhile when it is mounted on
+ * this node), under the volume's lock.  A volume whose image is not in this
+ * node's loop root is another node's: NOT_FOUND here (loop volumes are
+ * snapshotted on their node: csi-snapshotter runs beside each node's
+ * controller).
+ */
+static void create_snapshot(struct grpc_call *call, const ProtobufCMessage *m)
+{
+	const Csi__V1__CreateSnapshotRequest *q = (const void *)m;
+	_cleanup_close_ int rootfd = -1;
+	char sid[96], file[FV_IMAGE_NAME_MAX + 8], img[FV_IMAGE_NAME_MAX + 8], msg[768];
+	struct fv_image_info info;
+	uint64_t size = 0;
+	struct fv_ctx cx;
+	int fd[2], r;
+
+	if (csi_need(call, *q->name && *q->source_volume_id, "name and source_volume_id") < 0)
+		return;
+	for (size_t i = 0; i < q->n_parameters; i++)
+		if (!csi_sidecar_param(q->parameters[i]->key))
+			return (void)grpc_fail(call, GRPC_INVALID_ARGUMENT, "parameter '%s' is not one "
+					       "of ours (loop snapshots take none)",
+					       q->parameters[i]->key);
+	if (!image_of(q->source_volume_id, img, sizeof(img)))
+		return (void)csi_no_volume(call, q->source_volume_id);
+	csi_snapshot_id_of(q->name, sid, sizeof(sid));
+	snprintf(file, sizeof(file), "%s.snap", sid);
+	if (csi_open(call, &cx, NULL) < 0 || (rootfd = open_root(call, &cx)) < 0)
+		return;
+	if (fv_image_info(rootfd, img, &info) < 0)
+		return (void)grpc_fail(call, GRPC_NOT_FOUND, "volume %s has no image in this node's "
+				       "loop root", q->source_volume_id);
+	r = lock_two(call, &cx, q->source_volume_id, sid, fd);
+	if (r < 0)
+		return;
+	r = fv_image_copy(rootfd, img, file, sid, q->name, q->source_volume_id, 0, FREEZE_MS, &size,
+			  msg, sizeof(msg));
+	unlock_two(fd);
+	if (r < 0)
+		return (void)csi_fail_with(call, r, "snapshot of %s: %s", q->source_volume_id, msg);
+	if (msg[0])
+		fv_log("CreateSnapshot %s: %s", q->name, msg);
+	if (fv_image_info(rootfd, file, &info) < 0)
+		info.created = 0;
+	csi_reply_snapshot(call, sid, q->source_volume_id, size, info.created);
+}
+
+static void delete_snapshot(struct grpc_call *call, const ProtobufCMessage *m)
+{
+	const Csi__V1__DeleteSnapshotRequest *q = (const void *)m;
+	Csi__V1__DeleteSnapshotResponse resp = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
+	_cleanup_close_ int rootfd = -1;
+	char file[FV_IMAGE_NAME_MAX + 8], lock[PATH_MAX], msg[512];
+	struct fv_ctx cx;
+	int fd, r;
+
+	if (csi_need(call, *q->snapshot_id, "snapshot_id") < 0)
+		return;
+	/* no snapshot of ours can have this ID: nothing to delete */
+	if (!csi_snapshot_id_ok(q->snapshot_id))
+		return grpc_reply(call, &resp.base);
+	snprintf(file, sizeof(file), "%s.snap", q->snapshot_id);
+	if (csi_open(call, &cx, NULL) < 0 || (rootfd = open_root(call, &cx)) < 0)
+		return;
+	fd = csi_lock_volume(call, &cx, q->snapshot_id, lock, sizeof(lock));
+	if (fd < 0)
+		return;
+	r = fv_image_remove(rootfd, file, q->snapshot_id, msg, sizeof(msg));
+	fv_unlock(fd);
+	if (r < 0)
+		return (void)csi_fail_with(call, r, "not deleted: %s", msg);
+	if (msg[0])
+		fv_log("DeleteSnapshot %s: %s", q->snapshot_id, msg);
+	grpc_reply(call, &resp.base);
+}
+
+struct collect {
+	struct csi_snapshot *s;
+	size_t n, cap;
+};
+
+static int collect_fn(const char *file, const struct fv_image_info *i, void *arg)
+{
+	struct collect *c = arg;
+	size_t n = strlen(file) - strlen(".snap");
+	struct csi_snapshot *s;
+
+	/* ours: its owner record is its ID */
+	if (n >= sizeof(c->s->id) || strncmp(i->owner, file, n) || i->owner[n])
+		return 0;
+	if (c->n == c->cap) {
+		s = realloc(c->s, (c->cap ? c->cap * 2 : 16) * sizeof(*s));
+		if (!s)
+			return -ENOMEM;
+		c->s = s;
+		c->cap = c->cap ? c->cap * 2 : 16;
+	}
+	s = &c->s[c->n++];
+	snprintf(s->id, sizeof(s->id), "%s", i->owner);
+	snprintf(s->source, sizeof(s->source), "%s", i->source);
+	s->size = i->size;
+	s->created = i->created;
+	return 0;
+}
+
+static void list_snapshots(struct grpc_call *call, const ProtobufCMessage *m)
+{
+	const Csi__V1__ListSnapshotsRequest *q = (const void *)m;
+	_cleanup_close_ int rootfd = -1;
+	struct collect c = { 0 };
+	struct fv_ctx cx;
+	int r;
+
+	if (csi_open(call, &cx, NULL) < 0 || (rootfd = open_root(call, &cx)) < 0)
+		return;
+	r = fv_snapshot_each(rootfd, collect_fn, &c);
+	if (r < 0)
+		grpc_fail(call, GRPC_INTERNAL, "cannot list the loop root: %s", strerror(-r));
+	else
+		csi_reply_snapshots(call, q, c.s, c.n);
+	free(c.s);
+}
+
 const struct csi_controller csi_controller_loop = {
 	.driver = "loop",
 	.id_ok = loop_id_ok,
@@ -323,4 +528,8 @@ const struct csi_controller csi_controller_loop = {
 	.exists = loop_exists,
 	.capacity = get_capacity,
 	.expand = controller_expand,
+	.create_snapshot = create_snapshot,
+	.delete_snapshot = delete_snapshot,
+	.list_snapshots = list_snapshots,
+	.clones = true,
 };

@@ -47,6 +47,8 @@ bool csi_sidecar_param(const char *key)
 
 int csi_create_checks(struct grpc_call *call, const Csi__V1__CreateVolumeRequest *q)
 {
+	const struct csi_controller *c = csi_plugin.controller;
+	const Csi__V1__VolumeContentSource *s;
 	const char *fstype;
 	bool ro;
 
@@ -66,9 +68,17 @@ int csi_create_checks(struct grpc_call *call, const Csi__V1__CreateVolumeRequest
 	for (size_t i = 0; i < q->n_volume_capabilities; i++)
 		if (csi_check_capability(call, q->volume_capabilities[i], &fstype, &ro) < 0)
 			return -1;
-	if (q->volume_content_source)
-		return -grpc_fail(call, GRPC_INVALID_ARGUMENT,
-				  "no volume content source is served (no snapshots, no clones)");
+	s = q->volume_content_source;
+	if (s && s->type_case == CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_SNAPSHOT &&
+	    !(c && c->create_snapshot))
+		return -grpc_fail(call, GRPC_INVALID_ARGUMENT, "%s volumes have no snapshots to "
+				  "restore", csi_plugin.drv->name);
+	if (s && s->type_case == CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_VOLUME && !(c && c->clones))
+		return -grpc_fail(call, GRPC_INVALID_ARGUMENT, "%s volumes are not cloned",
+				  csi_plugin.drv->name);
+	if (s && s->type_case != CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_SNAPSHOT &&
+	    s->type_case != CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_VOLUME)
+		return -grpc_fail(call, GRPC_INVALID_ARGUMENT, "a content source of no known type");
 	return 0;
 }
 
@@ -84,7 +94,8 @@ int csi_check_made(struct grpc_call *call, const char *id, uint64_t have,
 }
 
 void csi_reply_volume(struct grpc_call *call, const char *id, uint64_t capacity, size_t n,
-		      const char *const *keys, const char *const *vals, const char *node)
+		      const char *const *keys, const char *const *vals, const char *node,
+		      const Csi__V1__VolumeContentSource *source)
 {
 	Csi__V1__CreateVolumeResponse resp = CSI__V1__CREATE_VOLUME_RESPONSE__INIT;
 	Csi__V1__Volume vol = CSI__V1__VOLUME__INIT;
@@ -113,6 +124,7 @@ void csi_reply_volume(struct grpc_call *call, const char *id, uint64_t capacity,
 		vol.n_accessible_topology = 1;
 		vol.accessible_topology = topos;
 	}
+	vol.content_source = (Csi__V1__VolumeContentSource *)source;
 	resp.volume = &vol;
 	grpc_reply(call, &resp.base);
 }
@@ -195,6 +207,9 @@ CONTROLLER_METHOD(get_capacity, capacity)
 CONTROLLER_METHOD(controller_expand, expand)
 CONTROLLER_METHOD(controller_publish, publish)
 CONTROLLER_METHOD(controller_unpublish, unpublish)
+CONTROLLER_METHOD(create_snapshot, create_snapshot)
+CONTROLLER_METHOD(delete_snapshot, delete_snapshot)
+CONTROLLER_METHOD(list_snapshots, list_snapshots)
 
 const struct grpc_method csi_controller_methods[] = {
 	{ "/csi.v1.Controller/CreateVolume", &csi__v1__create_volume_request__descriptor,
@@ -212,6 +227,12 @@ const struct grpc_method csi_controller_methods[] = {
 	  &csi__v1__controller_publish_volume_request__descriptor, controller_publish, false },
 	{ "/csi.v1.Controller/ControllerUnpublishVolume",
 	  &csi__v1__controller_unpublish_volume_request__descriptor, controller_unpublish, false },
+	{ "/csi.v1.Controller/CreateSnapshot", &csi__v1__create_snapshot_request__descriptor,
+	  create_snapshot, false },
+	{ "/csi.v1.Controller/DeleteSnapshot", &csi__v1__delete_snapshot_request__descriptor,
+	  delete_snapshot, false },
+	{ "/csi.v1.Controller/ListSnapshots", &csi__v1__list_snapshots_request__descriptor,
+	  list_snapshots, true },
 	{ "/csi.v1.Controller/ControllerGetCapabilities",
 	  &csi__v1__controller_get_capabilities_request__descriptor, controller_get_capabilities,
 	  true },

@@ -37,6 +37,14 @@ struct csi_controller {
 	csi_handler *expand;	/* ControllerExpandVolume, or NULL: volumes have no size */
 	csi_handler *publish;	/* ControllerPublishVolume, or NULL: nothing to attach */
 	csi_handler *unpublish; /* ControllerUnpublishVolume, with @publish */
+	/*
+	 * Snapshots (CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS): create serves
+	 * CreateVolume from a snapshot too (csi/snapshot.c has the shared part).
+	 */
+	csi_handler *create_snapshot;
+	csi_handler *delete_snapshot;
+	csi_handler *list_snapshots;
+	bool clones; /* CLONE_VOLUME: create serves CreateVolume from a volume */
 };
 
 /* The table of driver @drv that serves with profile @p, or NULL (controller.c). */
@@ -72,13 +80,44 @@ int csi_check_made(struct grpc_call *call, const char *id, uint64_t have,
 /*
  * Answer CreateVolume: volume @id of @capacity bytes (0: unknown), its
  * volume context the @n pairs @keys and @vals; for a node-local driver,
- * @node as its topology.
+ * @node as its topology; the request's content @source, if any, echoed.
  */
 void csi_reply_volume(struct grpc_call *call, const char *id, uint64_t capacity, size_t n,
-		      const char *const *keys, const char *const *vals, const char *node);
+		      const char *const *keys, const char *const *vals, const char *node,
+		      const Csi__V1__VolumeContentSource *source);
 
 /* Is @key one of the sidecars' own parameters ("csi.storage.k8s.io/...")? */
 bool csi_sidecar_param(const char *key);
+
+/*
+ * The ID of the snapshot CreateSnapshot names @name: the name itself when it
+ * is one of [a-z0-9-] up to 63 (the external-snapshotter's "snapshot-<uid>"),
+ * else "snapshot-" and a hash of it (the name kept with the snapshot, so
+ * two names never share one).
+ */
+void csi_snapshot_id_of(const char *name, char *id, size_t len);
+
+/* Is @id a snapshot ID csi_snapshot_id_of() can give? */
+bool csi_snapshot_id_ok(const char *id);
+
+/* Answer CreateSnapshot: snapshot @id of volume @source, @size bytes, made at @created (s). */
+void csi_reply_snapshot(struct grpc_call *call, const char *id, const char *source, uint64_t size,
+			int64_t created);
+
+/* A snapshot as ListSnapshots collects them (csi/snapshot.c). */
+struct csi_snapshot {
+	char id[96], source[256];
+	uint64_t size;
+	int64_t created;
+};
+
+/*
+ * Answer ListSnapshots with the @n snapshots @s (any order; sorted here by
+ * ID), those of the request's filters, paged by its max_entries and
+ * starting_token.
+ */
+void csi_reply_snapshots(struct grpc_call *call, const Csi__V1__ListSnapshotsRequest *q,
+			 struct csi_snapshot *s, size_t n);
 
 extern const struct csi_controller csi_controller_loop, csi_controller_nfs, csi_controller_iscsi;
 

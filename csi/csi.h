@@ -47,7 +47,7 @@ struct csi_profile {
 	size_t n_plugin_caps;
 	Csi__V1__NodeServiceCapability *node_caps[4];
 	size_t n_node_caps;
-	Csi__V1__ControllerServiceCapability *controller_caps[4];
+	Csi__V1__ControllerServiceCapability *controller_caps[8];
 	size_t n_controller_caps;
 };
 

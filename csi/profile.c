@@ -22,8 +22,8 @@ static Csi__V1__PluginCapability__Service plugin_svc[2];
 static Csi__V1__PluginCapability__VolumeExpansion plugin_exp;
 static Csi__V1__NodeServiceCapability node_cap[4];
 static Csi__V1__NodeServiceCapability__RPC node_rpc[4];
-static Csi__V1__ControllerServiceCapability ctl_cap[4];
-static Csi__V1__ControllerServiceCapability__RPC ctl_rpc[4];
+static Csi__V1__ControllerServiceCapability ctl_cap[8];
+static Csi__V1__ControllerServiceCapability__RPC ctl_rpc[8];
 
 static void plugin_service(struct csi_profile *p, Csi__V1__PluginCapability__Service__Type t)
 {
@@ -149,5 +149,11 @@ int csi_profile_init(struct csi_profile *p, const struct fv_driver *drv, const c
 		ctl_rpc_cap(p, CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME);
 	if (c && c->publish)
 		ctl_rpc_cap(p, CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__PUBLISH_UNPUBLISH_VOLUME);
+	if (c && c->create_snapshot && c->delete_snapshot)
+		ctl_rpc_cap(p, CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_SNAPSHOT);
+	if (c && c->list_snapshots)
+		ctl_rpc_cap(p, CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_SNAPSHOTS);
+	if (c && c->create && c->clones)
+		ctl_rpc_cap(p, CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CLONE_VOLUME);
 	return 0;
 }

@@ -33,6 +33,11 @@ static int openat2_dir(int dirfd, const char *name, int flags)
 	return fd < 0 ? NEG_ERRNO() : (int)fd;
 }
 
+int fv_ownerdir_open(int rootfd, const char *rel, int flags)
+{
+	return openat2_dir(rootfd, rel, flags);
+}
+
 int fv_ownerdir_root_open(const char *root)
 {
 	int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);

@@ -74,4 +74,39 @@ int fv_image_remove(int rootfd, const char *img, const char *owner, char *msg, s
 int fv_image_grow(int rootfd, const char *img, const char *owner, uint64_t size, char *msg,
 		   size_t len);
 
+/*
+ * Snapshots and copies (lib/imagecopy.c).  A snapshot is the file
+ * "<id>.snap" in the loop root ("[a-z0-9-]+.snap"), with the records of an
+ * image: owner (its ID), name, source (the volume's ID).
+ */
+bool fv_snapshot_file_ok(const char *file);
+
+struct fv_image_info {
+	uint64_t size;
+	int64_t created; /* seconds since the epoch: when the copy was made whole */
+	char owner[256], name[256], source[256]; /* "" where there is no record */
+};
+
+/* The records of the regular file @file in the root: 0, -ENOENT, -EMEDIUMTYPE, -errno. */
+int fv_image_info(int rootfd, const char *file, struct fv_image_info *ret);
+
+/*
+ * fv_image_copy() - make @dst a point-in-time copy of the image or snapshot
+ * @src (both in the root), owned by @owner, named @name, from @source, of
+ * at least @min_size bytes (a larger volume restored from a snapshot).
+ * The copy is filled unnamed (O_TMPFILE) and linked in whole: a kill leaves
+ * nothing.  When @src is bound to a loop device that is mounted, the
+ * filesystem is frozen around the copy (fv_freeze(), at most @freeze_ms:
+ * past it the copy is refused, not a point in time).  @dst there already as
+ * the same copy is 0 (a retry); another's is -EEXIST.  What was done, or
+ * why not, in @msg.  *@ret_size: the copy's size.  0 or -errno.
+ */
+int fv_image_copy(int rootfd, const char *src, const char *dst, const char *owner,
+		  const char *name, const char *source, uint64_t min_size, unsigned int freeze_ms,
+		  uint64_t *ret_size, char *msg, size_t len);
+
+/* Call @fn on each snapshot file of the root, with its records, until it returns nonzero. */
+int fv_snapshot_each(int rootfd, int (*fn)(const char *file, const struct fv_image_info *i,
+					   void *arg), void *arg);
+
 #endif

@@ -19,4 +19,7 @@
 /* The name a volume was made for where it has one besides its owner (CSI's CreateVolume name). */
 #define FV_LOOP_NAME_XATTR "trusted.flexvol.name"
 
+/* What a copy (a snapshot, a restored or cloned volume) was made from: the source's ID. */
+#define FV_LOOP_SOURCE_XATTR "trusted.flexvol.source"
+
 #endif

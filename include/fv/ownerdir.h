@@ -91,6 +91,9 @@ int fv_ownerdir_record(int rootfd, const char *rel, const char *claim, const cha
 int fv_ownerdir_transfer(int rootfd, const char *rel, const char *from, const char *to,
 			 struct fv_owner *other);
 
+/* Open the directory @rel below the root, confined as every walk here: fd, or -errno. */
+int fv_ownerdir_open(int rootfd, const char *rel, int flags);
+
 /* Read the owner record of @rel.  -ENOENT: none; -EBADMSG: not a record. */
 int fv_ownerdir_owner(int rootfd, const char *rel, struct fv_owner *ret);
 
