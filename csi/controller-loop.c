@@ -195,29 +195,104 @@ static int make_copy(struct grpc_call *call, struct fv_ctx *cx, int rootfd,
 	return r < 0 ? csi_fail_with(call, r, "%s", msg) : 0;
 }
 
+/*
+ * A class's parameters: preallocate (true, false: sparse, the default) and
+ * overcommit (a ratio from 1 to 100, one decimal: how far the sparse images
+ * of a node may promise more than its free space, default 1: never).
+ */
+struct class_params {
+	bool prealloc;
+	unsigned int ratio10; /* overcommit x 10 */
+};
+
+static int class_params(struct grpc_call *call, struct csi_map params, struct class_params *ret)
+{
+	ret->prealloc = false;
+	ret->ratio10 = 10;
+	for (size_t i = 0; i < params.n; i++) {
+		const char *k = params.map[i]->key, *v = params.map[i]->value;
+		char *end = NULL;
+		unsigned long whole, tenth = 0;
+
+		if (streq(k, "preallocate") && (streq(v, "true") || streq(v, "false"))) {
+			ret->prealloc = streq(v, "true");
+			continue;
+		}
+		if (streq(k, "overcommit") && v[0] >= '0' && v[0] <= '9') {
+			whole = strtoul(v, &end, 10);
+			if (*end == '.' && end[1] >= '0' && end[1] <= '9' && !end[2])
+				tenth = (unsigned long)(end[1] - '0');
+			else if (*end)
+				whole = 0;
+			if (whole >= 1 && whole * 10 + tenth <= 1000) {
+				ret->ratio10 = (unsigned int)(whole * 10 + tenth);
+				continue;
+			}
+		}
+		if (!csi_sidecar_param(k))
+			return -grpc_fail(call, GRPC_INVALID_ARGUMENT, "parameter '%s'='%s' is not one "
+					  "of ours (preallocate: true or false; overcommit: 1 to 100, "
+					  "one decimal)", k, v);
+	}
+	return 0;
+}
+
+/* What a class of @c may still make in the loop root of @sp (GetCapacity's available). */
+static uint64_t room_for(const struct class_params *c, const struct fv_image_space *sp)
+{
+	uint64_t may;
+
+	if (c->prealloc)
+		return sp->free; /* allocated at once: no promise beyond what is there */
+	may = sp->free / 10 * c->ratio10;
+	return may > sp->unbacked ? may - sp->unbacked : 0;
+}
+
+/*
+ * A new image of @size bytes fits the node's space for class @c: 0, or <0
+ * (answered RESOURCE_EXHAUSTED, saying why).  Under the loop root's
+ * capacity lock (@lockfd), so two calls cannot both take the last room.
+ */
+static int check_room(struct grpc_call *call, struct fv_ctx *cx, int rootfd,
+		      const struct class_params *c, uint64_t size, int *lockfd)
+{
+	struct fv_image_space sp;
+	char name[64];
+	int r;
+
+	snprintf(name, sizeof(name), "%s-capacity", cx->drv->name);
+	*lockfd = fv_lock(cx, name);
+	if (*lockfd < 0)
+		return csi_fail(call, cx, *lockfd, "capacity lock");
+	r = fv_image_space(rootfd, &sp);
+	if (r < 0)
+		return -grpc_fail(call, GRPC_INTERNAL, "cannot read the loop root's space: %s",
+				  strerror(-r));
+	if (size <= room_for(c, &sp))
+		return 0;
+	return -grpc_fail(call, GRPC_RESOURCE_EXHAUSTED, "a %s image of %llu bytes does not fit on "
+			  "node %s: its loop root has %llu bytes free, %llu of them promised to "
+			  "sparse images (overcommit %u.%u)", c->prealloc ? "preallocated" : "sparse",
+			  (unsigned long long)size, cx->cfg.node_name, (unsigned long long)sp.free,
+			  (unsigned long long)sp.unbacked, c->ratio10 / 10, c->ratio10 % 10);
+}
+
 static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 {
 	const Csi__V1__CreateVolumeRequest *q = (const void *)m;
 	const Csi__V1__TopologyRequirement *tr = q->accessibility_requirements;
 	_cleanup_close_ int rootfd = -1;
 	char id[FV_IMAGE_NAME_MAX + 8], img[FV_IMAGE_NAME_MAX + 8], lock[PATH_MAX], msg[512];
-	bool prealloc = false;
+	struct class_params cp;
+	struct fv_image_info info;
 	int64_t size;
 	uint64_t have = 0;
 	struct fv_ctx cx;
-	int fd, r;
+	int fd, room = -1, r;
 
-	if (csi_create_checks(call, q) < 0)
+	if (csi_create_checks(call, q) < 0 ||
+	    class_params(call, CSI_MAP(q, parameters), &cp) < 0)
 		return;
-	for (size_t i = 0; i < q->n_parameters; i++) {
-		const char *k = q->parameters[i]->key, *v = q->parameters[i]->value;
-
-		if (streq(k, "preallocate") && (streq(v, "true") || streq(v, "false")))
-			prealloc = streq(v, "true");
-		else if (!csi_sidecar_param(k))
-			return (void)grpc_fail(call, GRPC_INVALID_ARGUMENT, "parameter '%s'='%s' is "
-					       "not one of ours (preallocate: true or false)", k, v);
-	}
 	if (wanted_size(call, q->capacity_range, DEFAULT_SIZE, &size) < 0 ||
 	    csi_open(call, &cx, NULL) < 0)
 		return;
@@ -238,11 +313,17 @@ static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	else if ((fd = csi_lock_volume(call, &cx, id, lock, sizeof(lock))) < 0)
 		return;
 	else {
-		r = fv_image_ensure_named(rootfd, img, id, q->name, (uint64_t)size, prealloc, &have,
-					  msg, sizeof(msg));
+		/* a new image must fit the node's room (a retry finds its image made) */
+		r = fv_image_info(rootfd, img, &info) == 0 ? 0 :
+			check_room(call, &cx, rootfd, &cp, (uint64_t)size, &room);
+		if (r == 0) {
+			r = fv_image_ensure_named(rootfd, img, id, q->name, (uint64_t)size,
+						  cp.prealloc, &have, msg, sizeof(msg));
+			if (r < 0)
+				csi_fail_with(call, r, "%s", msg);
+		}
+		fv_unlock(room);
 		fv_unlock_remove(&cx, lock, fd);
-		if (r < 0)
-			csi_fail_with(call, r, "%s", msg);
 	}
 	if (r < 0)
 		return;
@@ -322,10 +403,13 @@ static void get_capacity(struct grpc_call *call, const ProtobufCMessage *m)
 	Google__Protobuf__Int64Value max = GOOGLE__PROTOBUF__INT64_VALUE__INIT;
 	Google__Protobuf__Int64Value min = GOOGLE__PROTOBUF__INT64_VALUE__INIT;
 	_cleanup_close_ int rootfd = -1;
-	struct statvfs sv;
+	struct fv_image_space sp;
+	struct class_params cp;
 	struct fv_ctx cx;
+	int r;
 
-	if (csi_open(call, &cx, NULL) < 0)
+	if (class_params(call, CSI_MAP(q, parameters), &cp) < 0 ||
+	    csi_open(call, &cx, NULL) < 0)
 		return;
 	/* another node's space is not ours to tell: none here */
 	if (!q->accessible_topology ||
@@ -333,10 +417,11 @@ static void get_capacity(struct grpc_call *call, const ProtobufCMessage *m)
 		rootfd = open_root(call, &cx);
 		if (rootfd < 0)
 			return;
-		if (fstatvfs(rootfd, &sv) < 0)
-			return (void)grpc_fail(call, GRPC_INTERNAL, "statvfs of '%s': %s",
-					       cx.cfg.loop_root, strerror(errno));
-		resp.available_capacity = (int64_t)(sv.f_bavail * sv.f_frsize);
+		r = fv_image_space(rootfd, &sp);
+		if (r < 0)
+			return (void)grpc_fail(call, GRPC_INTERNAL, "cannot read the space of '%s': %s",
+					       cx.cfg.loop_root, strerror(-r));
+		resp.available_capacity = (int64_t)room_for(&cp, &sp);
 	}
 	max.value = rootfd >= 0 ? root_max(rootfd) : MAX_SIZE;
 	min.value = MiB;

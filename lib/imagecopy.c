@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -211,6 +212,40 @@ int fv_snapshot_each(int rootfd, int (*fn)(const char *file, const struct fv_ima
 	while (r == 0 && (e = readdir(d)))
 		if (fv_snapshot_file_ok(e->d_name) && fv_image_info(rootfd, e->d_name, &info) == 0)
 			r = fn(e->d_name, &info, arg);
+	closedir(d);
+	return r;
+}
+
+int fv_image_space(int rootfd, struct fv_image_space *ret)
+{
+	struct statvfs sv;
+	struct dirent *e;
+	struct stat st;
+	DIR *d;
+	int fd, r = 0;
+
+	memset(ret, 0, sizeof(*ret));
+	if (fstatvfs(rootfd, &sv) < 0)
+		return NEG_ERRNO();
+	ret->free = (uint64_t)sv.f_bavail * sv.f_frsize;
+	fd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return NEG_ERRNO();
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -ENOMEM;
+	}
+	while ((e = readdir(d))) {
+		if (!fv_image_name_ok(e->d_name) && !fv_snapshot_file_ok(e->d_name))
+			continue;
+		/* lstat: a symlink is no image of ours, and is never followed */
+		if (fstatat(rootfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+			continue;
+		ret->images++;
+		if ((uint64_t)st.st_size > (uint64_t)st.st_blocks * 512)
+			ret->unbacked += (uint64_t)st.st_size - (uint64_t)st.st_blocks * 512;
+	}
 	closedir(d);
 	return r;
 }

@@ -109,4 +109,17 @@ int fv_image_copy(int rootfd, const char *src, const char *dst, const char *owne
 int fv_snapshot_each(int rootfd, int (*fn)(const char *file, const struct fv_image_info *i,
 					   void *arg), void *arg);
 
+/*
+ * The loop root's space (lib/imagecopy.c): what its filesystem has free
+ * for new blocks, and what its sparse images and snapshots may still claim
+ * (their sizes less the blocks they hold: space promised, not yet taken).
+ */
+struct fv_image_space {
+	uint64_t free;	   /* bytes the filesystem has for new blocks (statvfs f_bavail) */
+	uint64_t unbacked; /* sum of size - allocated over the images and snapshots */
+	unsigned int images;
+};
+
+int fv_image_space(int rootfd, struct fv_image_space *ret);
+
 #endif
