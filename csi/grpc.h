@@ -53,7 +53,8 @@ enum grpc_code {
 };
 
 /*
- * The bounds (docs/design.md, "The gRPC libraries: nghttp2 and protobuf-c, our own framing").  Why these numbers:
+ * The bounds (docs/design.md, "The gRPC libraries: nghttp2 and protobuf-c, our own
+ * framing").  Why these numbers:
  *
  * GRPC_WORKERS: calls that change something (stage, publish, create...) at
  * once, each on its own thread.  Each may run a helper (mkfs, iscsiadm,
