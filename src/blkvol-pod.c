@@ -246,14 +246,20 @@ int fv_blkvol_owns(struct fv_ctx *cx, const char *name, const char *path,
 	int r = fv_state_read(cx, name, &rec);
 
 	if (r == 0) {
-		r = json_object_object_get_ex(rec, "device", &d) &&
-		    json_object_is_type(d, json_type_string) &&
-		    stat(json_object_get_string(d), &st) == 0 && S_ISBLK(st.st_mode) &&
-		    st.st_rdev == mi->devno;
+		/* the device number it recorded; else (an older record) its node's, while it is there */
+		if (json_object_object_get_ex(rec, "rdev", &d) && json_object_is_type(d, json_type_int))
+			r = (dev_t)json_object_get_int64(d) == mi->devno ? 1 : 0;
+		else if (json_object_object_get_ex(rec, "device", &d) &&
+			 json_object_is_type(d, json_type_string) &&
+			 stat(json_object_get_string(d), &st) == 0)
+			r = S_ISBLK(st.st_mode) && st.st_rdev == mi->devno ? 1 : 0;
+		else
+			r = -ENOENT; /* the device node is gone: the kernel's word below */
 		json_object_put(rec);
-		return r;
+		if (r >= 0)
+			return r;
 	}
-	if (r < 0)
+	if (r < 0 && r != -ENOENT)
 		return r;
 	r = fv_mnt_each(named_mount_fn, &a);
 	if (r < 0 || !a.found)

@@ -208,6 +208,7 @@ static int save_record(struct fv_ctx *cx, const char *name, const void *v, const
 		       const struct fv_opts *o)
 {
 	json_object *rec = json_object_new_object(), *opts;
+	struct stat st;
 	int r;
 
 	if (!rec)
@@ -216,6 +217,9 @@ static int save_record(struct fv_ctx *cx, const char *name, const void *v, const
 	json_object_object_add(rec, "key", json_object_new_string(name));
 	json_object_object_add(rec, "blkvol", json_object_new_boolean(true));
 	json_object_object_add(rec, "device", json_object_new_string(dev));
+	/* the device's number too: owns() can tell its mounts once the node itself is gone */
+	if (stat(dev, &st) == 0 && S_ISBLK(st.st_mode))
+		json_object_object_add(rec, "rdev", json_object_new_int64((int64_t)st.st_rdev));
 	json_object_object_add(rec, "readonly", json_object_new_boolean(o->readonly));
 	/* the volume's own options (not kubelet's, no Secret's): NodeExpandVolume has none */
 	opts = json_object_new_object();
