@@ -30,6 +30,9 @@ LIB_KUBE_SRCS := $(sort $(wildcard lib/kube*.c))
 LIB_SRCS  := $(filter-out $(LIB_KUBE_SRCS),$(sort $(wildcard lib/*.c)))
 LIB_OBJS  := $(patsubst %.c,$(O)/obj/%.o,$(LIB_SRCS))
 LIB_KUBE_OBJS := $(patsubst %.c,$(O)/obj/%.o,$(LIB_KUBE_SRCS))
+KUBE_PKGS := libcurl
+KUBE_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags $(KUBE_PKGS) 2>/dev/null)
+KUBE_LIBS ?= $(shell $(PKG_CONFIG) --libs $(KUBE_PKGS) 2>/dev/null)
 FV_DRIVER_LIST := $(foreach d,$(DRIVERS),X($(d)))
 
 # The version (docs/design.md, "Versions and logs"): in a git checkout `git describe`
@@ -110,7 +113,10 @@ $(O)/flexvol: $(OBJS)
 $(addprefix $(O)/,$(DRIVERS)): $(O)/flexvol
 	$(Q)cp -f $< $@.tmp && mv -f $@.tmp $@
 
--include $(OBJS:.o=.d) $(LIB_OBJS:.o=.d)
+-include $(OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(LIB_KUBE_OBJS:.o=.d)
+
+# only lib/kube.c includes curl (its -I may name the host's multiarch include dir)
+$(O)/obj/lib/kube.o: FV_CFLAGS += $(KUBE_CFLAGS)
 
 # --- tests -----------------------------------------------------------------
 UNIT_SRCS  := $(sort $(wildcard tests/unit/test-*.c))
@@ -173,4 +179,4 @@ clean:
 	rm -rf $(O)
 
 # Optional lanes own their own fragments (VM lane, static build, ...).
--include $(sort $(wildcard tests/vm/*.mk deploy/*.mk provisioner/*.mk tests/kube/*.mk csi/*.mk tests/fuzz/*.mk tests/layout/*.mk))
+-include $(sort $(wildcard tests/vm/*.mk deploy/*.mk provisioner/*.mk migrate/*.mk tests/kube/*.mk csi/*.mk tests/fuzz/*.mk tests/layout/*.mk))

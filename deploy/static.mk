@@ -96,6 +96,44 @@ static: static-deps
 	done; \
 	echo "  STATIC  $(STATIC_O)/{$(subst $(st_space),$(st_comma),$(DRIVERS))}: $$(stat -c %s $(STATIC_O)/flexvol) bytes, statically linked, $(ARCH)"
 
+# static-kube-program NAME: $(STATIC_O)/NAME, a program on lib's API client (the kube* group:
+# flexvol-provisioner, provisioner/static.mk; flexvol-migrate, migrate/static.mk), glibc -static
+# and stripped.  libcurl comes from ci/build-static-curl (a cached minimal http/https build on
+# OpenSSL from Debian source: Debian's libcurl.a needs gssapi, ldap, psl, ... without static
+# libraries); when its prefix changes, lib/kube.o (curl's headers) and NAME are built again.
+# glibc's static-link warnings: getaddrinfo (curl's resolver: NSS "files" and "dns" are inside
+# libc.a since glibc 2.34; the in-cluster server is an IP literal anyway; gethostbyname:
+# OpenSSL BIO code never called), dlopen (OpenSSL's DSO loader, never used: no engines or
+# providers are loaded), and the NSS user/group ones above: counted, not shown.
+STATIC_CURL := ci/build-static-curl --arch $(ARCH)
+STATIC_KUBE_NOISE := warning: Using '(getaddrinfo|gethostbyname|dlopen|getpw[a-z_]*|getgr[a-z_]*)' in statically linked|in function .[A-Za-z0-9_]+.:$$
+define static-kube-program
+$(STATIC_CURL) | tail -n 1 | grep -v '^prefix:' || true; \
+set -e; p=$$($(STATIC_DEPS) --print-prefix); c=$$($(STATIC_CURL) --print-prefix); \
+if [ "$$(cat $(STATIC_O)/.prefix-curl-$(1) 2>/dev/null)" != "$$c" ]; then \
+	rm -f $(STATIC_O)/obj/lib/kube.o $(STATIC_O)/$(1); \
+	echo "$$c" > $(STATIC_O)/.prefix-curl-$(1); \
+fi; \
+pc="env PKG_CONFIG_LIBDIR=$$p/lib/pkgconfig:$$c/lib/pkgconfig PKG_CONFIG_PATH= $(PKG_CONFIG)"; \
+libs=$$($$pc --static --libs $(PKGS)); \
+clibs=$$($$pc --static --libs $(KUBE_PKGS)); \
+cflags=$$($$pc --cflags $(KUBE_PKGS)); \
+rc=0; PKG_CONFIG_LIBDIR=$$p/lib/pkgconfig PKG_CONFIG_PATH= \
+	$(MAKE) --no-print-directory O=$(STATIC_O) SANITIZE= $(STATIC_CROSS) \
+	CFLAGS='$(STATIC_CFLAGS)' LDFLAGS='$(STATIC_LDFLAGS)' FV_LIBS="$$libs" \
+	KUBE_LIBS="$$clibs" KUBE_CFLAGS="$$cflags" \
+	$(STATIC_O)/$(1) > $(STATIC_O)/$(1)-build.log 2>&1 || rc=$$?; \
+grep -v -E "$(STATIC_KUBE_NOISE)" $(STATIC_O)/$(1)-build.log || true; \
+n=$$(grep -c -E "warning: Using '" $(STATIC_O)/$(1)-build.log || true); \
+[ "$$n" = 0 ] || echo "  NOTE    $$n expected glibc static-link warnings (getaddrinfo, dlopen, NSS; see deploy/static.mk): $(STATIC_O)/$(1)-build.log"; \
+[ $$rc = 0 ] || exit $$rc; \
+file -b $(STATIC_O)/$(1) | grep -q 'statically linked' || \
+	{ echo "static: $(STATIC_O)/$(1) is not statically linked" >&2; exit 1; }; \
+file -b $(STATIC_O)/$(1) | grep -q '$(STATIC_FILE_$(ARCH))' || \
+	{ echo "static: $(STATIC_O)/$(1) is not for $(ARCH): $$(file -b $(STATIC_O)/$(1))" >&2; exit 1; }; \
+echo "  STATIC  $(STATIC_O)/$(1): $$(stat -c %s $(STATIC_O)/$(1)) bytes, statically linked, $(ARCH)"
+endef
+
 # The unit tests, static for ARCH (a cross build's check-static runs them
 # under the emulator: the host lane's make check covers the native build).
 STATIC_UNIT_BINS := $(patsubst tests/unit/%.c,$(STATIC_O)/tests/%,$(UNIT_SRCS))
@@ -147,6 +185,7 @@ image-context: static static-csi
 	$(Q)cp "$$($(STATIC_DEPS) --print-prefix)/BUILDINFO" $(IMAGE_O)/BUILDINFO.static-deps
 	$(Q)BUSYBOX_LICENSE_DIR=$(IMAGE_O)/LICENSES/busybox ci/fetch-busybox $(ARCH) $(IMAGE_O)/busybox $(IMAGE_APPLETS) >> $(IMAGE_O)/BUILDINFO.static-deps
 	$(Q)$(image-context-provisioner)
+	$(Q)$(image-context-migrate)
 	$(Q)$(image-context-csi)
 	$(Q)echo "  IMAGE   $(IMAGE_O) ($(ARCH)): $$(ls $(IMAGE_O)/bin | tr '\n' ' ')+ $$(tail -1 $(IMAGE_O)/BUILDINFO.static-deps)"
 

@@ -127,6 +127,39 @@ out:
 	return r;
 }
 
+bool fv_kube_option(int opt, const char *arg, struct fv_kube_config *kc)
+{
+	switch (opt) {
+	case FV_KUBE_OPT_SERVER: kc->server = arg; return true;
+	case FV_KUBE_OPT_TOKEN_FILE: kc->token_file = arg; return true;
+	case FV_KUBE_OPT_CA_FILE: kc->ca_file = arg; return true;
+	default: return false;
+	}
+}
+
+/* Where a pod's service account is mounted: its token and the cluster's CA. */
+#define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+
+int fv_kube_config_incluster(struct fv_kube_config *kc, char **server, char *err, size_t errlen)
+{
+	const char *host = getenv("KUBERNETES_SERVICE_HOST"), *port = getenv("KUBERNETES_SERVICE_PORT");
+
+	*server = NULL;
+	if (kc->server)
+		return 0;
+	if (!host || !*host || !port || !*port)
+		return fail(err, errlen, -ENOENT, "not in a cluster (KUBERNETES_SERVICE_HOST unset): "
+			    "give --server");
+	if (asprintf(server, strchr(host, ':') ? "https://[%s]:%s" : "https://%s:%s", host, port) < 0)
+		return fail(err, errlen, -ENOMEM, "out of memory");
+	kc->server = *server;
+	if (!kc->token_file)
+		kc->token_file = SA_DIR "/token";
+	if (!kc->ca_file)
+		kc->ca_file = SA_DIR "/ca.crt";
+	return 0;
+}
+
 int fv_kube_new(const struct fv_kube_config *cfg, struct fv_kube **ret, char *err, size_t errlen)
 {
 	struct fv_kube *k;

@@ -2,12 +2,14 @@
 /*
  * flexvol-provisioner: dynamic provisioning for the flexvol drivers.
  *
- * The command line and the process; the work is in controller.c (which
- * claims and PVs, what the API sees), backend-*.c (what each provisioner
- * name makes on storage) and kube.c (the API client).
+ * The command line and the process: the controller (runner.c watches claims
+ * and PVs and hands each to its flow: provision.c, resize.c, reclaim.c, over
+ * controller.c; backend-*.c make the volumes on storage) or, --node-agent,
+ * the loop node agent (agent.c).  The API client is lib/kube.c.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,8 +30,8 @@
 #include "lease.h"
 #include "loop.h"
 #include "metrics.h"
-#include "migrate.h"
 
+/* the pod's service account: its namespace (the lease's default) */
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 /* --http-endpoint's defaults: the agent's differs, for a node that runs both on its network */
 #define FVP_CONTROLLER_HTTP ":8080"
@@ -202,9 +204,7 @@ struct options {
 static int parse_options(int argc, char **argv, struct options *o)
 {
 	static const struct option longopts[] = {
-		{ "server", required_argument, NULL, 's' },
-		{ "token-file", required_argument, NULL, 't' },
-		{ "certificate-authority", required_argument, NULL, 'c' },
+		FV_KUBE_LONGOPTS,
 		{ "root", required_argument, NULL, 'r' },
 		{ "share", required_argument, NULL, 'S' },
 		{ "resync", required_argument, NULL, 'R' },
@@ -235,10 +235,9 @@ static int parse_options(int argc, char **argv, struct options *o)
 	int opt;
 
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		if (fv_kube_option(opt, optarg, &o->kc))
+			continue;
 		switch (opt) {
-		case 's': o->kc.server = optarg; break;
-		case 't': o->kc.token_file = optarg; break;
-		case 'c': o->kc.ca_file = optarg; break;
 		case 'r': o->root = optarg; break;
 		case 'S': p.site.share = optarg; break;
 		case 'R':
@@ -469,6 +468,35 @@ static int run_controller(struct options *o)
 	return exit_code;
 }
 
+/*
+ * `flexvol-provisioner migrate ARGS` was this program's command before flexvol-migrate became a
+ * program of its own: it runs that one, from this program's directory (the image and the build
+ * have both side by side; found by /proc/self/exe, or @self's path where there is no /proc),
+ * with the same arguments.  Returns only on a failure.
+ */
+static int exec_migrate(const char *self, char **argv)
+{
+	char exe[PATH_MAX], path[PATH_MAX + 32];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	const char *slash;
+
+	if (n > 0) {
+		exe[n] = '\0';
+		self = exe;
+	}
+	slash = strrchr(self, '/');
+	if (!slash) {
+		fprintf(stderr, "flexvol-provisioner migrate: the command is flexvol-migrate now: run it\n");
+		return 1;
+	}
+	snprintf(path, sizeof(path), "%.*s/flexvol-migrate", (int)(slash - self), self);
+	argv[0] = path;
+	execv(path, argv);
+	fprintf(stderr, "flexvol-provisioner migrate: the command is flexvol-migrate now: %s: %s\n",
+		path, strerror(errno));
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	struct options o = {
@@ -484,9 +512,9 @@ int main(int argc, char **argv)
 	/* a backend call under its deadline: this program exec'd again (childcall.h) */
 	if (argc == 3 && streq(argv[1], FVP_CHILDCALL_ARG))
 		return fvp_childcall_main(argv[2]);
-	/* the FlexVolume-to-CSI migration tool (docs/migration.md): a command of its own */
+	/* the FlexVolume-to-CSI migration tool, its own program now (docs/migration.md) */
 	if (argc >= 2 && streq(argv[1], "migrate"))
-		return fvp_migrate_main(argc - 1, argv + 1);
+		return exec_migrate(argv[0], argv + 1);
 	(void)fvp_childcall_init(argv[0]);
 	p.leader_elect = true;
 	p.resync = 300;
@@ -512,23 +540,10 @@ int main(int argc, char **argv)
 				"name)\n");
 		return 2;
 	}
-	if (!o.kc.server) {
-		const char *host = getenv("KUBERNETES_SERVICE_HOST"),
-			   *port = getenv("KUBERNETES_SERVICE_PORT");
-
-		if (!host || !*host || !port || !*port) {
-			fprintf(stderr, "flexvol-provisioner: not in a cluster (KUBERNETES_SERVICE_HOST "
-					"unset): give --server\n");
-			return 2;
-		}
-		if (asprintf(&incluster, strchr(host, ':') ? "https://[%s]:%s" : "https://%s:%s",
-			     host, port) < 0)
-			return 1;
-		o.kc.server = incluster;
-		if (!o.kc.token_file)
-			o.kc.token_file = SA_DIR "/token";
-		if (!o.kc.ca_file)
-			o.kc.ca_file = SA_DIR "/ca.crt";
+	r = fv_kube_config_incluster(&o.kc, &incluster, err, sizeof(err));
+	if (r < 0) {
+		fprintf(stderr, "flexvol-provisioner: %s\n", err);
+		return r == -ENOMEM ? 1 : 2;
 	}
 	o.kc.stop = &stopping;
 	r = fv_kube_new(&o.kc, &p.k, err, sizeof(err));

@@ -23,7 +23,6 @@
 # It links the op layer's objects and the nfs driver for one reason: the PV's
 # nfs options go through the nfs driver's own checks (fv_nfs_check_options, fv/nfs.h).
 
-PROV_PKGS  := libcurl
 PROV_SRCS  := $(sort $(wildcard provisioner/*.c))
 PROV_OBJS  := $(patsubst %.c,$(O)/obj/%.o,$(PROV_SRCS))
 # the nfs driver's sources, wherever the tree keeps them (drivers/nfs.c or drivers/nfs/*.c)
@@ -34,20 +33,15 @@ PROV_LIB_OBJS := $(O)/obj/provisioner/api.o $(O)/obj/provisioner/params.o $(LIB_
 	$(O)/obj/lib/kubejson.o $(O)/obj/lib/kubedecode.o \
 	$(O)/obj/provisioner/queue.o $(O)/obj/provisioner/metrics.o $(PROV_NFS_OBJS) \
 	$(CORE_OBJS)
-PROV_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PROV_PKGS) 2>/dev/null)
-PROV_LIBS  ?= $(shell $(PKG_CONFIG) --libs $(PROV_PKGS) 2>/dev/null)
 
 .PHONY: check-provisioner bench-provisioner-scale
 
 all: $(O)/flexvol-provisioner
 
-# only lib/kube.c includes curl (its -I may name the host's multiarch include dir)
-$(O)/obj/lib/kube.o: FV_CFLAGS += $(PROV_CFLAGS)
-
 $(O)/flexvol-provisioner: $(PROV_OBJS) $(LIB_OBJS) $(LIB_KUBE_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS)
 	@[ -n "$(Q)" ] && echo "  LD      $@" || true
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(PROV_OBJS) $(LIB_OBJS) $(LIB_KUBE_OBJS) $(PROV_NFS_OBJS) \
-		$(CORE_OBJS) $(PROV_LIBS) $(FV_LIBS)
+		$(CORE_OBJS) $(KUBE_LIBS) $(FV_LIBS)
 
 $(O)/tests/test-provisioner: tests/unit/test-provisioner.c $(PROV_LIB_OBJS) tests/unit/unit.h
 	@mkdir -p $(dir $@)

@@ -34,6 +34,31 @@ struct fv_kube_config {
 	volatile int *stop;	  /* or NULL: Retry-After waits end when it becomes true */
 };
 
+/*
+ * The options of the API connection, the same in every program that talks to the API server,
+ * for getopt_long()'s table (FV_KUBE_LONGOPTS, with <getopt.h>): --server URL, --token-file
+ * FILE, --certificate-authority FILE.  fv_kube_option() takes one of them into @kc (true when
+ * @opt was one); fv_kube_config_incluster() fills what was not given from the pod's service
+ * account: KUBERNETES_SERVICE_HOST/PORT, its token and CA (the server's URL into *@server, the
+ * caller's to free).  0, or -ENOENT outside a cluster without --server (a message in @err).
+ */
+#define FV_KUBE_OPT_SERVER 0x4b01
+#define FV_KUBE_OPT_TOKEN_FILE 0x4b02
+#define FV_KUBE_OPT_CA_FILE 0x4b03
+#define FV_KUBE_LONGOPTS                                                                \
+	{ "server", required_argument, NULL, FV_KUBE_OPT_SERVER },                       \
+	{ "token-file", required_argument, NULL, FV_KUBE_OPT_TOKEN_FILE },               \
+	{ "certificate-authority", required_argument, NULL, FV_KUBE_OPT_CA_FILE }
+/* What --help says of them. */
+#define FV_KUBE_OPTIONS_HELP                                                             \
+	"  --server URL    the API server (https://HOST:PORT); without it, in a pod: the\n"  \
+	"                  cluster's (KUBERNETES_SERVICE_HOST/PORT, the service account's\n" \
+	"                  token and CA)\n"                                                    \
+	"  --token-file FILE, --certificate-authority FILE  the bearer token (read again\n"   \
+	"                  when it is refused: bound tokens rotate), the server's CA\n"
+bool fv_kube_option(int opt, const char *arg, struct fv_kube_config *kc);
+int fv_kube_config_incluster(struct fv_kube_config *kc, char **server, char *err, size_t errlen);
+
 /* Returns 0 and *ret, or -EINVAL with a message in @err (bad server URL). */
 int fv_kube_new(const struct fv_kube_config *cfg, struct fv_kube **ret, char *err, size_t errlen);
 void fv_kube_free(struct fv_kube *k);

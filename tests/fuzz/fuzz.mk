@@ -38,7 +38,7 @@ $(O)/fuzz/fuzz-watch: tests/fuzz/fuzz-watch.c $(LIB_KUBE_OBJS) $(O)/obj/provisio
 	@mkdir -p $(dir $@)
 	@[ -n "$(Q)" ] && echo "  FUZZ-LD $@" || true
 	$(Q)$(CC) $(FV_CFLAGS) $(CFLAGS) -Iprovisioner $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ \
-		$(PROV_LIBS) $(FV_LIBS)
+		$(KUBE_LIBS) $(FV_LIBS)
 
 $(addprefix $(O)/fuzz/fuzz-,$(filter-out watch,$(FUZZ_TARGETS))): $(O)/fuzz/fuzz-%: \
 		tests/fuzz/fuzz-handlers.c $(FUZZ_PROV_OBJS) $(LIB_OBJS) $(PROV_NFS_OBJS) $(CORE_OBJS)

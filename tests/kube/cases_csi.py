@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Cluster-lane cases: flexvol's loop driver over CSI (deploy/csi) and the migration of FlexVolume
-PVs to it and back (flexvol-provisioner migrate, docs/migration.md), through the real kubelet
+PVs to it and back (flexvol-migrate, docs/migration.md), through the real kubelet
 (CSI plugin registration, NodeStageVolume/NodePublishVolume through flexvol-csi), API server and
 controller-manager (the PV binder: the claim Lost, then Bound again).
 
@@ -8,9 +8,10 @@ Only with FLEXVOL_KUBE_CSI=1 (`make check-kube-csi`, which builds flexvol-csi, t
 the CSI images); the plain `make check-kube` has none of them. The install is
 tests/kube/overlays/csi: the lane's kubeadm install plus the deploy/csi Component.
 
-csi_dynamic_loop adds deploy/csi/controller (tests/kube/overlays/csi-controller): the
-external-provisioner in node-deployment mode and the external-resizer, on the endpoint's
-Controller service (not with FLEXVOL_KUBE_CSI_CONTROLLER=0: CI builds the registrar only). With
+csi_dynamic_loop and csi_migrate_reclaim_loop add deploy/csi/controller
+(tests/kube/overlays/csi-controller): the external-provisioner in node-deployment mode and the
+external-resizer, on the endpoint's Controller service (not with FLEXVOL_KUBE_CSI_CONTROLLER=0:
+CI builds the registrar only). With
 FLEXVOL_E2E_DIR (`make check-kube-csi-e2e`) Kubernetes' external storage
 e2e suites run through CSI too (csi_e2e_loop).
 """
@@ -18,13 +19,14 @@ import json
 import os
 import subprocess
 import time
+import uuid
 
 import cluster as C
 import e2e_suites as E2E
 from run import HERE, NS, CaseFailed, check
 
 DRIVER = "loop.csi.flexvol"
-PROV = os.environ.get("FLEXVOL_PROVISIONER_BIN", os.path.join(C.ROOT, "build", "flexvol-provisioner"))
+MIGRATE = os.environ.get("FLEXVOL_MIGRATE_BIN", os.path.join(C.ROOT, "build", "flexvol-migrate"))
 SAVE_DIR = C.p("migrate")
 # Downtime per volume, measured by the migration cases (pod stop -> pod Running on the new PV),
 # printed at the end of each case for docs/migration.md.
@@ -86,7 +88,7 @@ def _token(t):
 
 def migrate(t, pv, rollback=False, check_rc=True):
     os.makedirs(SAVE_DIR, exist_ok=True)
-    argv = [PROV, "migrate", "--server", C.API, "--token-file", _token(t),
+    argv = [MIGRATE, "--server", C.API, "--token-file", _token(t),
             "--certificate-authority", C.p("pki", "ca.crt"), "--save",
             os.path.join(SAVE_DIR, pv + ".json"), "--timeout", "90"]
     if rollback:
@@ -225,7 +227,7 @@ def _stop_and_migrate(t, pv, file, rollback=False):
 
 def case_csi_migrate_loop(t):
     """Data written through FlexVolume (flexvol/loop) is read and extended through CSI after
-    `flexvol-provisioner migrate`: refused while the pod runs; then the PV is a CSI PV of the same
+    `flexvol-migrate`: refused while the pod runs; then the PV is a CSI PV of the same
     image under the same name, bound to the same claim (same uid) after Lost; the downtime (pod
     stop -> pod Running on the new PV) is measured."""
     _setup(t)
@@ -422,6 +424,78 @@ def case_csi_dynamic_loop(t):
         C.wait_for(f"image {img} removed", lambda: not os.path.exists(img), 120)
 
 
+PV_FINALIZER = "external-provisioner.volume.kubernetes.io/finalizer"
+
+
+def case_csi_migrate_reclaim_loop(t):
+    """A loop PV as flexvol-provisioner makes it (named pvc-<uid>, provisioned-by flexvol/loop,
+    its finalizer, policy Delete, pinned by hostname), written through FlexVolume; no
+    flexvol-provisioner runs here, which would drop that finalizer: flexvol-migrate removes it itself
+    and finishes; the CSI PV is loop.csi.flexvol's (annotation, a node selector term on its
+    topology key), read through CSI; set to Delete and its claim deleted, the external-provisioner
+    of deploy/csi/controller on the node reclaims it through flexvol-csi's DeleteVolume: the
+    image and the PV gone, nothing left."""
+    _setup(t, "csi-controller")
+    pv, claim = "pvc-" + str(uuid.uuid4()), "csi-recl"
+    file = pv + ".img"
+    img = t.backing(file)
+    try:
+        t.apply({"apiVersion": "v1", "kind": "PersistentVolume",
+                 "metadata": {"name": pv, "finalizers": [PV_FINALIZER], "labels": {"flexvol/node": C.NODE},
+                              "annotations": {"pv.kubernetes.io/provisioned-by": "flexvol/loop"}},
+                 "spec": {"capacity": {"storage": "64Mi"}, "accessModes": ["ReadWriteOnce"],
+                          "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
+                          "flexVolume": {"driver": "flexvol/loop", "fsType": "ext4",
+                                         "options": {"file": file, "size": "64Mi"}},
+                          "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                              {"key": "kubernetes.io/hostname", "operator": "In", "values": [C.NODE]}]}]}}}})
+        t.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim, "namespace": NS},
+                 "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv,
+                          "resources": {"requests": {"storage": "64Mi"}}}})
+        C.wait_for(f"claim {claim} Bound", lambda: t.kj("get", "pvc", claim, "-n", NS)
+                   ["status"].get("phase") == "Bound", 60)
+        t.pod(f"{claim}-w", "echo FLEX-RECL > /data/f && sync && cat /data/f && sleep 3600", claim=claim)
+        t.wait_pod(f"{claim}-w", timeout=120)
+        t.wait_log(f"{claim}-w", "FLEX-RECL")
+        t.delete_pod(f"{claim}-w")
+        migrate_when_idle(t, pv)
+        p = t.kj("get", "pv", pv)
+        check(p["metadata"]["annotations"].get("pv.kubernetes.io/provisioned-by") == DRIVER,
+              f"provisioned-by: {p['metadata'].get('annotations')}")
+        terms = p["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+        check({"matchExpressions": [{"key": f"topology.{DRIVER}/node", "operator": "In", "values": [C.NODE]}]}
+              in terms, f"node affinity: {terms}")
+        t.pod(f"{claim}-c", "cat /data/f", claim=claim)
+        t.wait_pod(f"{claim}-c", ("Succeeded",), timeout=120)
+        check("FLEX-RECL" in t.logs(f"{claim}-c"), f"read through CSI: {t.logs(f'{claim}-c')!r}")
+        t.delete_pod(f"{claim}-c")
+        assert_released(t, file, "after the CSI pod")
+        t.k("patch", "pv", pv, "-p", '{"spec":{"persistentVolumeReclaimPolicy":"Delete"}}')
+        C.wait_for("external-provisioner's finalizer on the CSI PV", lambda: PV_FINALIZER in (
+            t.kj("get", "pv", pv)["metadata"].get("finalizers") or []), 60)
+        t0 = time.monotonic()
+        t.delete("pvc", claim)
+        try:
+            C.wait_for(f"PV {pv} reclaimed", lambda: t.k("get", "pv", pv, check=False).returncode != 0, 120)
+        except TimeoutError as e:
+            logs = t.k("-n", "kube-system", "logs", "ds/flexvol-installer", "-c", "csi-provisioner",
+                       "--tail=30", check=False).stdout
+            raise CaseFailed(f"{e}: {t.k('get', 'pv', pv, '-o', 'yaml', check=False).stdout}\n{logs}")
+        check(not os.path.exists(img), f"image {img} left")
+        print(f"     {pv}: claim deleted -> image and PV gone through CSI in {time.monotonic() - t0:.1f} s",
+              flush=True)
+    finally:
+        t.delete_pod(f"{claim}-w")
+        t.delete_pod(f"{claim}-c")
+        if t.k("get", "pv", pv, check=False).returncode == 0:
+            t.k("patch", "pv", pv, "-p", '{"spec":{"persistentVolumeReclaimPolicy":"Retain"},'
+                '"metadata":{"finalizers":null}}', check=False)
+        t.drop_pv(pv)
+        t.delete("pvc", claim)
+        if os.path.exists(img):
+            os.unlink(img)
+
+
 # Kubernetes' external storage e2e suites through CSI (make check-kube-csi-e2e): every suite for
 # loop.csi.flexvol that needs no optional feature, no disruption and no second node
 # (e2e_suites.SKIP_ALWAYS), but the immediate-binding patterns: a loop volume lives on the node
@@ -452,6 +526,6 @@ if os.environ.get("FLEXVOL_KUBE_CSI") == "1":
              case_csi_migrate_mapping]
     # deploy/csi/controller's cases need its sidecars' images (KUBE_CSI_SIDECARS)
     if os.environ.get("FLEXVOL_KUBE_CSI_CONTROLLER", "1") == "1":
-        CASES.append(case_csi_dynamic_loop)
+        CASES += [case_csi_dynamic_loop, case_csi_migrate_reclaim_loop]
         if os.environ.get("FLEXVOL_E2E_DIR"):
             CASES.append(case_csi_e2e_loop)

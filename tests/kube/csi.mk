@@ -1,7 +1,7 @@
 # tests/kube/csi.mk - the cluster lane's CSI cases (tests/kube/cases_csi.py). Included by the top
 # Makefile.
 #
-#   make check-kube-csi     build flexvol-provisioner (the migrate command), the installer image
+#   make check-kube-csi     build flexvol-migrate, the installer image
 #                           (flexvol-csi in it, static, as shipped), the CSI sidecars and the
 #                           lane's registrar (tests/kube/csi/build, cached) and their images,
 #                           then run the cases whose name contains "csi" (root)
@@ -11,12 +11,12 @@
 #                           12 min to build on two cores)
 #   make check-kube-csi-e2e the same, and Kubernetes' external storage e2e suites through CSI
 #                           (case csi_e2e_loop: e2e.test from tests/kube/e2e/build-e2e, cached)
-#   make check-migrate-api  flexvol-provisioner migrate against a real API server and the PV
+#   make check-migrate-api  flexvol-migrate against a real API server and the PV
 #                           binder of its own (tests/kube/migrate-api.py; no kubelet, no lane
 #                           lock; about 10 s once the components are built)
 .PHONY: check-kube-csi check-kube-csi-e2e kube-csi-sidecars check-migrate-api
 
-check-migrate-api: kube-components $(O)/flexvol-provisioner
+check-migrate-api: kube-components $(O)/flexvol-migrate
 	$(Q)python3 tests/kube/migrate-api.py --build $(O) --bin "$$(tests/kube/build | tail -1)"
 
 kube-csi-sidecars:
@@ -26,10 +26,10 @@ kube-csi-sidecars:
 # deploy/csi/controller (csi_dynamic_loop, csi_e2e_loop)
 KUBE_CSI_SIDECARS ?= provisioner attacher resizer registrar
 
-check-kube-csi: kube-components image-context $(O)/flexvol-provisioner
+check-kube-csi: kube-components image-context $(O)/flexvol-migrate
 	$(Q)FLEXVOL_CSI_SIDECARS="$$(tests/kube/csi/build $(KUBE_CSI_SIDECARS) | tail -1)" \
 		FLEXVOL_IMAGE_CONTEXT=$(CURDIR)/$(IMAGE_O) tests/kube/build-images $(KUBE_IMAGES)
-	$(Q)FLEXVOL_KUBE_CSI=1 FLEXVOL_PROVISIONER_BIN=$(CURDIR)/$(O)/flexvol-provisioner \
+	$(Q)FLEXVOL_KUBE_CSI=1 FLEXVOL_MIGRATE_BIN=$(CURDIR)/$(O)/flexvol-migrate \
 		FLEXVOL_KUBE_CSI_CONTROLLER=$(if $(filter provisioner,$(KUBE_CSI_SIDECARS)),1,0) \
 		FLEXVOL_KUBE_BIN="$$(tests/kube/build | tail -1)" $(KUBE_CSI_E2E) \
 		python3 tests/kube/run.py --images $(KUBE_IMAGES) -k csi $(KUBE_ARGS)

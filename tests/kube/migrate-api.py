@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""flexvol-provisioner migrate against the real API server and the controller-manager's PV binder
+"""flexvol-migrate against the real API server and the controller-manager's PV binder
 (no kubelet, no cluster lane: property.RealApiServer on ports and a directory of its own).
 
     python3 tests/kube/migrate-api.py --build build [--bin DIR]      (make check-migrate-api)
@@ -41,7 +41,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--bin", default=None)
     a = ap.parse_args()
-    prov = os.path.abspath(os.path.join(a.build, "flexvol-provisioner"))
+    mig = os.path.abspath(os.path.join(a.build, "flexvol-migrate"))
     bindir = a.bin or subprocess.run([os.path.join(HERE, "build")], capture_output=True, text=True,
                                      check=True).stdout.strip().splitlines()[-1]
     tmp = tempfile.mkdtemp(prefix="fvmigrate-")
@@ -55,7 +55,7 @@ def main():
             f.write(P.TOKEN)
 
         def run(pv, *extra):
-            r = subprocess.run([prov, "migrate", "--server", srv.url, "--token-file", tok,
+            r = subprocess.run([mig, "--server", srv.url, "--token-file", tok,
                                 "--certificate-authority", srv.cert, "--save",
                                 os.path.join(tmp, pv + ".json"), "--timeout", "60", *extra, pv],
                                capture_output=True, text=True, timeout=120)

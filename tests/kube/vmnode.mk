@@ -50,11 +50,11 @@ check-kube-vm-e2e: kube-components kube-images
 # as make check-kube-e2e does (KUBE_VM_CSI_E2E= leaves the suites out).
 .PHONY: check-kube-vm-csi
 KUBE_VM_CSI_E2E ?= 1
-check-kube-vm-csi: kube-components image-context $(O)/flexvol-provisioner
+check-kube-vm-csi: kube-components image-context $(O)/flexvol-migrate
 	$(Q)FLEXVOL_CSI_SIDECARS="$$(tests/kube/csi/build $(KUBE_CSI_SIDECARS) | tail -1)" \
 		FLEXVOL_IMAGE_CONTEXT=$(CURDIR)/$(IMAGE_O) tests/kube/build-images $(KUBE_IMAGES)
 	$(Q)$(if $(KUBE_VM_CSI_E2E),FLEXVOL_E2E_DIR="$$(tests/kube/e2e/build-e2e | tail -1)") \
 		FLEXVOL_KUBE_VMNODE=1 FLEXVOL_KUBE_VMNODE_CSI=1 FLEXVOL_KUBE_IMAGES=$(abspath $(KUBE_IMAGES)) \
-		FLEXVOL_PROVISIONER_BIN=$(CURDIR)/$(O)/flexvol-provisioner \
+		FLEXVOL_MIGRATE_BIN=$(CURDIR)/$(O)/flexvol-migrate \
 		FLEXVOL_KUBE_BIN="$$(tests/kube/build | tail -1)" \
 		python3 tests/kube/run.py --images $(KUBE_IMAGES) -k vmnode $(KUBE_ARGS)

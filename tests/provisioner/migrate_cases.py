@@ -15,10 +15,12 @@ without them they are skipped, and said so.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
 import time
+import uuid
 
 NFS = "flexvol/nfs"
 LOOP = "flexvol/loop"
@@ -469,3 +471,43 @@ def register(R):
         check("give --root" in r.stderr, "message: %s" % r.stderr)
         check(pv_now(e, pv) == before and e.owner_of(dirname_of(c)) == dirname_of(c),
               "changed by a refused rollback")
+
+    @case
+    def migrate_static(e):
+        """flexvol-migrate as the image ships it (check-static-migrate: the static binary alone in
+        an empty chroot, under qemu-user for a cross build): over HTTPS with the CA and a bearer
+        token, a loop PV moved to CSI and back, the claim bound to it again each time"""
+        tf = R.https_with_token(e, "tok-" + uuid.uuid4().hex)
+        c = e.pvc("st", sc="", size="64Mi", modes=("ReadWriteOnce",), spec={"volumeName": "st-pv"})
+        fv = {"driver": LOOP, "fsType": "ext4", "options": {"file": "st-pv.img", "size": "64Mi"}}
+        e.st.put("persistentvolumes", {
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "st-pv"},
+            "spec": {"capacity": {"storage": "64Mi"}, "accessModes": ["ReadWriteOnce"],
+                     "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "", "flexVolume": fv,
+                     "claimRef": {"namespace": "default", "name": "st", "uid": c["metadata"]["uid"]}}})
+        wait_for(lambda: e.bound(c) or (pv_now(e, "st-pv") or {}).get("status", {}).get("phase") == "Bound",
+                 "the PV bound")
+        binary = migrate_argv(e)[0]
+        if R.CHROOT:
+            shutil.copy(binary, os.path.join(e.tmp, "flexvol-migrate"))
+            pre = ["chroot", e.tmp]
+            if R.EMULATOR:
+                shutil.copy(R.EMULATOR, os.path.join(e.tmp, os.path.basename(R.EMULATOR)))
+                pre.append("/" + os.path.basename(R.EMULATOR))
+            argv = pre + ["/flexvol-migrate", "--token-file", "/token", "--certificate-authority",
+                          "/" + os.path.relpath(e.ca, e.tmp), "--save", "/st-pv.json"]
+        else:
+            argv = [binary, "--token-file", tf, "--certificate-authority", e.ca, "--save",
+                    os.path.join(e.tmp, "st-pv.json")]
+        e.st.lose_claims = True
+        for back in (False, True):
+            r = subprocess.run(argv + ["--server", e.api.url, "--timeout", "30"] +
+                               (["--rollback"] if back else []) + ["st-pv"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=120)
+            check(r.returncode == 0, "migrate%s: exit %d: %s %s" % (
+                " --rollback" if back else "", r.returncode, r.stdout, r.stderr))
+            now = pv_now(e, "st-pv")
+            check(("flexVolume" if back else "csi") in now["spec"] and now["status"]["phase"] == "Bound" and
+                  now["spec"]["claimRef"]["uid"] == c["metadata"]["uid"], "the PV after the run: %s" % now)
+        check(now["spec"]["flexVolume"] == fv and now["spec"]["persistentVolumeReclaimPolicy"] == "Delete",
+              "rolled back exactly: %s" % now["spec"])

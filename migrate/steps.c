@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * flexvol-provisioner migrate: move one bound FlexVolume PV of a flexvol driver to the CSI
- * driver of the same backing (flexvol-csi), keeping its claim and its data, and back
+ * flexvol-migrate's steps: move one bound FlexVolume PV of a flexvol driver to the CSI driver
+ * of the same backing (flexvol-csi), keeping its claim and its data, and back
  * (docs/migration.md).
  *
  * A PV's volume source cannot be changed, so the PV is deleted and created again under the same
@@ -19,13 +19,12 @@
  * --rollback runs the same steps the other way: the FlexVolume PV is created again from the
  * saved copy (its own reclaim policy, annotations and finalizers), bound to the claim.
  *
- * Who reclaims a moved volume, and what the new PV says so with: migrate-pv.c.  Nothing here
+ * Who reclaims a moved volume, and what the new PV says so with: pv.c.  Nothing here
  * waits on a component that may not run: the finalizers our components put on a PV are removed
  * here once nothing uses the volume.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <stdarg.h>
 #include <json-c/json.h>
 #include <stdbool.h>
@@ -38,15 +37,15 @@
 #include "fv/macro.h"
 #include "fv/ownerdir.h"
 #include "fv/util.h"
-#include "fv/kubejson.h"
 #include "fv/kube.h"
+#include "fv/kubejson.h"
 #include "migrate.h"
 
-#define PV_PATH FVP_MIG_PV_PATH
+#define PV_PATH MIG_PV_PATH
 /* the claim's annotation: "csi" or "flexvolume", the side its PV is on after a run */
 #define MIGRATED_TO "flexvol/migrated-to"
 
-int fvp_mig_fail(struct fvp_mig *m, int r, const char *fmt, ...)
+int mig_fail(struct mig *m, int r, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -64,7 +63,7 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-int fvp_mig_get(struct fvp_mig *m, const char *path, json_object **ret)
+int mig_get(struct mig *m, const char *path, json_object **ret)
 {
 	json_object *o = NULL;
 	int r = fv_kube_request(m->k, "GET", path, NULL, &o, m->err, sizeof(m->err));
@@ -72,12 +71,12 @@ int fvp_mig_get(struct fvp_mig *m, const char *path, json_object **ret)
 	if (r < 0)
 		return r;
 	if (r == 404) {
-		fvp_mig_jput(&o);
+		mig_jput(&o);
 		return 1;
 	}
 	if (r != 200 || !o) {
-		fvp_mig_fail(m, -EIO, "GET %s: HTTP %d: %s", path, r, fv_kube_status_message(o));
-		fvp_mig_jput(&o);
+		mig_fail(m, -EIO, "GET %s: HTTP %d: %s", path, r, fv_kube_status_message(o));
+		mig_jput(&o);
 		return -EIO;
 	}
 	*ret = o;
@@ -85,7 +84,7 @@ int fvp_mig_get(struct fvp_mig *m, const char *path, json_object **ret)
 }
 
 /* @method @path @body expecting a 2xx; @body is consumed. */
-static int send(struct fvp_mig *m, const char *method, const char *path, json_object *body)
+static int send(struct mig *m, const char *method, const char *path, json_object *body)
 {
 	_cleanup_json_ json_object *o = NULL;
 	int r = fv_kube_request(m->k, method, path, body, &o, m->err, sizeof(m->err));
@@ -95,7 +94,7 @@ static int send(struct fvp_mig *m, const char *method, const char *path, json_ob
 	if (r < 0)
 		return r;
 	if (r < 200 || r > 299)
-		return fvp_mig_fail(m, r == 409 ? -EEXIST : r == 404 ? -ENOENT : -EIO, "%s %s: HTTP %d: %s",
+		return mig_fail(m, r == 409 ? -EEXIST : r == 404 ? -ENOENT : -EIO, "%s %s: HTTP %d: %s",
 			    method, path, r, fv_kube_status_message(o));
 	return 0;
 }
@@ -114,7 +113,7 @@ static bool names_pv(const char *s, const char *pv)
  * not ended, a node whose kubelet still lists it in use or attached (it has not unmounted it
  * yet), a VolumeAttachment of it.
  */
-static int check_idle(struct fvp_mig *m, const char *ns, const char *claim)
+static int check_idle(struct mig *m, const char *ns, const char *claim)
 {
 	_cleanup_json_ json_object *pods = NULL, *nodes = NULL, *vas = NULL;
 	char path[512];
@@ -122,9 +121,9 @@ static int check_idle(struct fvp_mig *m, const char *ns, const char *claim)
 	int r;
 
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", ns);
-	r = fvp_mig_get(m, path, &pods);
+	r = mig_get(m, path, &pods);
 	if (r)
-		return r < 0 ? r : fvp_mig_fail(m, -EIO, "GET %s: not found", path);
+		return r < 0 ? r : mig_fail(m, -EIO, "GET %s: not found", path);
 	for (i = 0; i < json_object_array_length(fv_json_get(pods, "items")); i++) {
 		json_object *p = json_object_array_get_idx(fv_json_get(pods, "items"), i);
 		json_object *vols = fv_json_get(fv_json_obj(p, "spec"), "volumes");
@@ -137,14 +136,14 @@ static int check_idle(struct fvp_mig *m, const char *ns, const char *claim)
 						  "persistentVolumeClaim", "claimName");
 
 			if (c && streq(c, claim))
-				return fvp_mig_fail(m, -EBUSY, "claim %s/%s is used by pod %s (phase %s): stop "
+				return mig_fail(m, -EBUSY, "claim %s/%s is used by pod %s (phase %s): stop "
 					    "it first", ns, claim, fv_json_str_in(p, "metadata", "name"),
 					    ph ? ph : "unknown");
 		}
 	}
-	r = fvp_mig_get(m, "/api/v1/nodes", &nodes);
+	r = mig_get(m, "/api/v1/nodes", &nodes);
 	if (r)
-		return r < 0 ? r : fvp_mig_fail(m, -EIO, "GET /api/v1/nodes: not found");
+		return r < 0 ? r : mig_fail(m, -EIO, "GET /api/v1/nodes: not found");
 	for (i = 0; i < json_object_array_length(fv_json_get(nodes, "items")); i++) {
 		json_object *n = json_object_array_get_idx(fv_json_get(nodes, "items"), i);
 		json_object *st = fv_json_obj(n, "status");
@@ -154,7 +153,7 @@ static int check_idle(struct fvp_mig *m, const char *ns, const char *claim)
 			const char *v = json_object_get_string(json_object_array_get_idx(use, j));
 
 			if (v && names_pv(v, m->pv))
-				return fvp_mig_fail(m, -EBUSY, "node %s still has volume %s in use (%s): wait "
+				return mig_fail(m, -EBUSY, "node %s still has volume %s in use (%s): wait "
 					    "until its kubelet has unmounted it",
 					    fv_json_str_in(n, "metadata", "name"), m->pv, v);
 		}
@@ -162,11 +161,11 @@ static int check_idle(struct fvp_mig *m, const char *ns, const char *claim)
 			const char *v = fv_json_str(json_object_array_get_idx(att, j), "name");
 
 			if (v && names_pv(v, m->pv))
-				return fvp_mig_fail(m, -EBUSY, "volume %s is still attached to node %s (%s): wait "
+				return mig_fail(m, -EBUSY, "volume %s is still attached to node %s (%s): wait "
 					    "for the detach", m->pv, fv_json_str_in(n, "metadata", "name"), v);
 		}
 	}
-	r = fvp_mig_get(m, "/apis/storage.k8s.io/v1/volumeattachments", &vas);
+	r = mig_get(m, "/apis/storage.k8s.io/v1/volumeattachments", &vas);
 	if (r < 0)
 		return r;
 	for (i = 0; !r && i < json_object_array_length(fv_json_get(vas, "items")); i++) {
@@ -174,14 +173,14 @@ static int check_idle(struct fvp_mig *m, const char *ns, const char *claim)
 		const char *s = fv_json_str_in(fv_json_obj(va, "spec"), "source", "persistentVolumeName");
 
 		if (s && streq(s, m->pv))
-			return fvp_mig_fail(m, -EBUSY, "VolumeAttachment %s still attaches %s: wait for the "
+			return mig_fail(m, -EBUSY, "VolumeAttachment %s still attaches %s: wait for the "
 				    "detach", fv_json_str_in(va, "metadata", "name"), m->pv);
 	}
 	return 0;
 }
 
 /* The claim @pv is bound to, checked against the claim itself: 0 and *ret, <0 otherwise. */
-static int bound_claim(struct fvp_mig *m, json_object *pv, json_object **ret)
+static int bound_claim(struct mig *m, json_object *pv, json_object **ret)
 {
 	json_object *ref = fv_json_obj(fv_json_obj(pv, "spec"), "claimRef");
 	const char *ns = fv_json_str(ref, "namespace"), *name = fv_json_str(ref, "name"),
@@ -191,22 +190,22 @@ static int bound_claim(struct fvp_mig *m, json_object *pv, json_object **ret)
 	int r;
 
 	if (!ns || !name || !uid || !fv_kube_name_ok(ns) || !fv_kube_name_ok(name))
-		return fvp_mig_fail(m, -EINVAL, "PV %s is not bound to a claim", m->pv);
+		return mig_fail(m, -EINVAL, "PV %s is not bound to a claim", m->pv);
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
-	r = fvp_mig_get(m, path, &c);
+	r = mig_get(m, path, &c);
 	if (r)
-		return r < 0 ? r : fvp_mig_fail(m, -ENOENT, "claim %s/%s of PV %s does not exist", ns, name,
+		return r < 0 ? r : mig_fail(m, -ENOENT, "claim %s/%s of PV %s does not exist", ns, name,
 					 m->pv);
 	if (!fv_json_str_in(c, "metadata", "uid") || !streq(fv_json_str_in(c, "metadata", "uid"), uid) ||
 	    !fv_json_str_in(c, "spec", "volumeName") || !streq(fv_json_str_in(c, "spec", "volumeName"), m->pv))
-		return fvp_mig_fail(m, -EINVAL, "claim %s/%s is not the one PV %s is bound to (uid or "
+		return mig_fail(m, -EINVAL, "claim %s/%s is not the one PV %s is bound to (uid or "
 			    "volumeName differ)", ns, name, m->pv);
 	*ret = TAKE_PTR(c);
 	return 0;
 }
 
 /* Write @o to @path: temp file, fsync, rename (a crash leaves the old file or the new one). */
-static int write_saved(struct fvp_mig *m, const char *path, json_object *o)
+static int write_saved(struct mig *m, const char *path, json_object *o)
 {
 	_cleanup_free_ char *tmp = NULL;
 	const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY);
@@ -217,22 +216,22 @@ static int write_saved(struct fvp_mig *m, const char *path, json_object *o)
 		return -ENOMEM;
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
-		return fvp_mig_fail(m, -errno, "cannot write '%s': %s", tmp, strerror(errno));
+		return mig_fail(m, -errno, "cannot write '%s': %s", tmp, strerror(errno));
 	if (write(fd, s, n) != (ssize_t)n || write(fd, "\n", 1) != 1 || fsync(fd) < 0) {
 		int e = errno ? errno : EIO;
 
 		close(fd);
 		unlink(tmp);
-		return fvp_mig_fail(m, -e, "cannot write '%s': %s", tmp, strerror(e));
+		return mig_fail(m, -e, "cannot write '%s': %s", tmp, strerror(e));
 	}
 	close(fd);
 	if (rename(tmp, path) < 0)
-		return fvp_mig_fail(m, -errno, "cannot rename '%s': %s", tmp, strerror(errno));
+		return mig_fail(m, -errno, "cannot rename '%s': %s", tmp, strerror(errno));
 	return 0;
 }
 
 /* The saved copy, or NULL (absent: *exists false). */
-static int read_saved(struct fvp_mig *m, json_object **ret)
+static int read_saved(struct mig *m, json_object **ret)
 {
 	json_object *o;
 
@@ -243,16 +242,16 @@ static int read_saved(struct fvp_mig *m, json_object **ret)
 	o = json_object_from_file(m->save);
 	if (!o || !json_object_is_type(o, json_type_object) ||
 	    !fv_json_str_in(o, "metadata", "name") || !streq(fv_json_str_in(o, "metadata", "name"), m->pv) ||
-	    !fvp_mig_flex_driver(o)) {
-		fvp_mig_jput(&o);
-		return fvp_mig_fail(m, -EINVAL, "'%s' is not a saved FlexVolume PV named %s", m->save, m->pv);
+	    !mig_flex_driver(o)) {
+		mig_jput(&o);
+		return mig_fail(m, -EINVAL, "'%s' is not a saved FlexVolume PV named %s", m->save, m->pv);
 	}
 	*ret = o;
 	return 0;
 }
 
 /* Wait until @fn says done (>0) or fails (<0), at most m->timeout_s. */
-static int wait_until(struct fvp_mig *m, const char *what, int (*fn)(struct fvp_mig *, void *), void *ud)
+static int wait_until(struct mig *m, const char *what, int (*fn)(struct mig *, void *), void *ud)
 {
 	double end = now_s() + m->timeout_s;
 	int r;
@@ -262,12 +261,12 @@ static int wait_until(struct fvp_mig *m, const char *what, int (*fn)(struct fvp_
 		if (r)
 			return r < 0 ? r : 0;
 		if (now_s() > end)
-			return fvp_mig_fail(m, -ETIMEDOUT, "%s not seen within %u s", what, m->timeout_s);
+			return mig_fail(m, -ETIMEDOUT, "%s not seen within %u s", what, m->timeout_s);
 		usleep(250 * 1000);
 	}
 }
 
-static int pv_gone_named(struct fvp_mig *m, void *ud)
+static int pv_gone_named(struct mig *m, void *ud)
 {
 	json_object *o = NULL;
 	char path[512];
@@ -275,13 +274,13 @@ static int pv_gone_named(struct fvp_mig *m, void *ud)
 
 	(void)ud;
 	snprintf(path, sizeof(path), PV_PATH "%s", m->pv);
-	r = fvp_mig_get(m, path, &o);
-	fvp_mig_jput(&o);
+	r = mig_get(m, path, &o);
+	mig_jput(&o);
 	return r; /* 1 = 404: gone */
 }
 
 /* PV and claim both Bound (to each other: the claim's uid in the PV's claimRef). */
-static int both_bound(struct fvp_mig *m, void *ud)
+static int both_bound(struct mig *m, void *ud)
 {
 	json_object *claim = ud;
 	_cleanup_json_ json_object *pv = NULL, *c = NULL;
@@ -289,14 +288,14 @@ static int both_bound(struct fvp_mig *m, void *ud)
 	int r;
 
 	snprintf(path, sizeof(path), PV_PATH "%s", m->pv);
-	r = fvp_mig_get(m, path, &pv);
+	r = mig_get(m, path, &pv);
 	if (r)
 		return r < 0 ? r : 0;
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s",
 		 fv_json_str_in(claim, "metadata", "namespace"), fv_json_str_in(claim, "metadata", "name"));
-	r = fvp_mig_get(m, path, &c);
+	r = mig_get(m, path, &c);
 	if (r)
-		return r < 0 ? r : fvp_mig_fail(m, -ENOENT, "the claim was deleted");
+		return r < 0 ? r : mig_fail(m, -ENOENT, "the claim was deleted");
 	return fv_json_str_in(pv, "status", "phase") && streq(fv_json_str_in(pv, "status", "phase"), "Bound") &&
 	       fv_json_str_in(c, "status", "phase") && streq(fv_json_str_in(c, "status", "phase"), "Bound");
 }
@@ -305,11 +304,11 @@ static int both_bound(struct fvp_mig *m, void *ud)
  * Delete the PV (only the incarnation @uid), let it go despite the finalizers of ours (a
  * component stopped never drops its own), wait until gone.
  */
-static int remove_pv(struct fvp_mig *m, json_object *pv)
+static int remove_pv(struct mig *m, json_object *pv)
 {
 	_cleanup_json_ json_object *o = NULL;
 	json_object *fin = fv_json_get(fv_json_obj(pv, "metadata"), "finalizers"), *keep, *patch, *pm;
-	const char *drv = fvp_mig_csi_driver(pv);
+	const char *drv = mig_csi_driver(pv);
 	char path[512], left[512];
 	size_t i;
 	int r;
@@ -321,7 +320,7 @@ static int remove_pv(struct fvp_mig *m, json_object *pv)
 		if (r < 0)
 			return r;
 		if (r != 200 && r != 202 && r != 404)
-			return fvp_mig_fail(m, -EIO, "DELETE %s: HTTP %d: %s", path, r,
+			return mig_fail(m, -EIO, "DELETE %s: HTTP %d: %s", path, r,
 				    fv_kube_status_message(o));
 		printf("deleted the PV %s (its claim is Lost until the new PV is bound)\n", m->pv);
 	}
@@ -329,7 +328,7 @@ static int remove_pv(struct fvp_mig *m, json_object *pv)
 	for (i = 0; fin && i < json_object_array_length(fin); i++) {
 		const char *f = json_object_get_string(json_object_array_get_idx(fin, i));
 
-		if (f && !fvp_mig_our_finalizer(f, drv))
+		if (f && !mig_our_finalizer(f, drv))
 			json_object_array_add(keep, json_object_new_string(f));
 	}
 	if (fin && json_object_array_length(keep) != json_object_array_length(fin)) {
@@ -348,11 +347,11 @@ static int remove_pv(struct fvp_mig *m, json_object *pv)
 	if (r == -ETIMEDOUT) {
 		_cleanup_json_ json_object *now = NULL;
 
-		if (fvp_mig_get(m, path, &now) == 0 && *fvp_mig_finalizers(now, left, sizeof(left)))
-			return fvp_mig_fail(m, r, "the PV %s is not gone within %u s: its finalizers %s are not "
+		if (mig_get(m, path, &now) == 0 && *mig_finalizers(now, left, sizeof(left)))
+			return mig_fail(m, r, "the PV %s is not gone within %u s: its finalizers %s are not "
 				    "ours to remove; whoever put them there must", m->pv, m->timeout_s,
 				    left);
-		return fvp_mig_fail(m, r, "the deletion of the PV not seen within %u s", m->timeout_s);
+		return mig_fail(m, r, "the deletion of the PV not seen within %u s", m->timeout_s);
 	}
 	return r;
 }
@@ -362,16 +361,16 @@ static int remove_pv(struct fvp_mig *m, json_object *pv)
  * directory handed over or given back, delete).  Returns 0 (go on: create the new PV), 1 (it
  * is already the target PV, bound: done), <0.
  */
-static int take_down(struct fvp_mig *m, json_object *pv, json_object **saved, json_object **claim)
+static int take_down(struct mig *m, json_object *pv, json_object **saved, json_object **claim)
 {
-	bool is_flex = fvp_mig_flex_driver(pv) != NULL, is_csi = fvp_mig_csi_driver(pv) != NULL;
+	bool is_flex = mig_flex_driver(pv) != NULL, is_csi = mig_csi_driver(pv) != NULL;
 	bool deleting = fv_json_str_in(pv, "metadata", "deletionTimestamp") != NULL;
 	json_object *src;
 	char path[512], drv[128];
 	int r;
 
 	if (!is_flex && !is_csi)
-		return fvp_mig_fail(m, -EINVAL, "PV %s is neither a FlexVolume nor a CSI PV", m->pv);
+		return mig_fail(m, -EINVAL, "PV %s is neither a FlexVolume nor a CSI PV", m->pv);
 	r = bound_claim(m, pv, claim);
 	if (r < 0)
 		return r;
@@ -385,17 +384,17 @@ static int take_down(struct fvp_mig *m, json_object *pv, json_object **saved, js
 		return 1;
 	}
 	if (m->rollback && !*saved)
-		return fvp_mig_fail(m, -ENOENT, "no saved FlexVolume PV in '%s' to roll back to", m->save);
-	if (is_csi && *saved && !fvp_mig_csi_name(m, fvp_mig_flex_driver(*saved), drv, sizeof(drv)) &&
-	    !streq(fvp_mig_csi_driver(pv), drv))
-		return fvp_mig_fail(m, -EINVAL, "PV %s is of CSI driver %s, not %s", m->pv, fvp_mig_csi_driver(pv), drv);
+		return mig_fail(m, -ENOENT, "no saved FlexVolume PV in '%s' to roll back to", m->save);
+	if (is_csi && *saved && !mig_csi_name(m, mig_flex_driver(*saved), drv, sizeof(drv)) &&
+	    !streq(mig_csi_driver(pv), drv))
+		return mig_fail(m, -EINVAL, "PV %s is of CSI driver %s, not %s", m->pv, mig_csi_driver(pv), drv);
 	if (is_flex) {
-		r = fvp_mig_csi_name(m, fvp_mig_flex_driver(pv), drv, sizeof(drv));
+		r = mig_csi_name(m, mig_flex_driver(pv), drv, sizeof(drv));
 		if (r < 0)
 			return r;
 		if (*saved && !streq(fv_json_str_in(*saved, "metadata", "uid") ?: "",
 				     fv_json_str_in(pv, "metadata", "uid") ?: ""))
-			return fvp_mig_fail(m, -EEXIST, "'%s' holds another PV %s (uid %s): move it away first",
+			return mig_fail(m, -EEXIST, "'%s' holds another PV %s (uid %s): move it away first",
 				    m->save, m->pv, fv_json_str_in(*saved, "metadata", "uid"));
 	}
 	if (!deleting) {
@@ -406,12 +405,12 @@ static int take_down(struct fvp_mig *m, json_object *pv, json_object **saved, js
 	}
 	/* the FlexVolume PV as it is saved (or will be): the directory to hand over or give back */
 	src = *saved ?: pv;
-	if (is_csi && m->rootfd < 0 && fvp_mig_nfs_dir(src) && fvp_mig_provisioned_by(pv) &&
-	    streq(fvp_mig_provisioned_by(pv), fvp_mig_csi_driver(pv)))
-		return fvp_mig_fail(m, -EINVAL, "PV %s: its directory was handed to %s: give --root (the share, "
-			    "mounted here) to give it back to flexvol-provisioner", m->pv, fvp_mig_csi_driver(pv));
-	if (fvp_mig_nfs_handover(m, src)) {
-		r = fvp_mig_move_record(m, src, !m->rollback, true);
+	if (is_csi && m->rootfd < 0 && mig_nfs_dir(src) && mig_provisioned_by(pv) &&
+	    streq(mig_provisioned_by(pv), mig_csi_driver(pv)))
+		return mig_fail(m, -EINVAL, "PV %s: its directory was handed to %s: give --root (the share, "
+			    "mounted here) to give it back to flexvol-provisioner", m->pv, mig_csi_driver(pv));
+	if (mig_nfs_handover(m, src)) {
+		r = mig_move_record(m, src, !m->rollback, true);
 		if (r < 0)
 			return r;
 	}
@@ -435,8 +434,8 @@ static int take_down(struct fvp_mig *m, json_object *pv, json_object **saved, js
 		printf("set the reclaim policy of PV %s to Retain\n", m->pv);
 	}
 	/* before the PV goes: a run stopped after it finds the record moved, as the new PV says */
-	if (fvp_mig_nfs_handover(m, src)) {
-		r = fvp_mig_move_record(m, src, !m->rollback, false);
+	if (mig_nfs_handover(m, src)) {
+		r = mig_move_record(m, src, !m->rollback, false);
 		if (r < 0)
 			return r;
 	}
@@ -444,7 +443,7 @@ static int take_down(struct fvp_mig *m, json_object *pv, json_object **saved, js
 }
 
 /* The PV is gone (a run stopped between the deletion and the creation): its claim, from the copy. */
-static int claim_of_saved(struct fvp_mig *m, json_object *saved, json_object **claim)
+static int claim_of_saved(struct mig *m, json_object *saved, json_object **claim)
 {
 	json_object *ref = fv_json_obj(fv_json_obj(saved, "spec"), "claimRef");
 	const char *ns = fv_json_str(ref, "namespace"), *name = fv_json_str(ref, "name");
@@ -452,11 +451,11 @@ static int claim_of_saved(struct fvp_mig *m, json_object *saved, json_object **c
 	int r;
 
 	if (!ns || !fv_kube_name_ok(ns) || !name || !fv_kube_name_ok(name))
-		return fvp_mig_fail(m, -EINVAL, "the saved PV in '%s' has no claim", m->save);
+		return mig_fail(m, -EINVAL, "the saved PV in '%s' has no claim", m->save);
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
-	r = fvp_mig_get(m, path, claim);
+	r = mig_get(m, path, claim);
 	if (r)
-		return r < 0 ? r : fvp_mig_fail(m, -ENOENT, "the claim %s/%s of PV %s is gone", ns, name, m->pv);
+		return r < 0 ? r : mig_fail(m, -ENOENT, "the claim %s/%s of PV %s is gone", ns, name, m->pv);
 	return 0;
 }
 
@@ -466,7 +465,7 @@ static int claim_of_saved(struct fvp_mig *m, json_object *saved, json_object **c
  * by default). An annotation saying where the volume went is that change. Not fatal: without it
  * the claim is Bound at the resync.
  */
-static void nudge_claim(struct fvp_mig *m, json_object *claim)
+static void nudge_claim(struct mig *m, json_object *claim)
 {
 	json_object *p = json_object_new_object(), *md = json_object_new_object(),
 		    *ann = json_object_new_object();
@@ -484,7 +483,7 @@ static void nudge_claim(struct fvp_mig *m, json_object *claim)
 	}
 }
 
-static int run(struct fvp_mig *m)
+int mig_run(struct mig *m)
 {
 	_cleanup_json_ json_object *pv = NULL, *saved = NULL, *claim = NULL;
 	json_object *body;
@@ -496,7 +495,7 @@ static int run(struct fvp_mig *m)
 	if (r < 0)
 		return r;
 	snprintf(path, sizeof(path), PV_PATH "%s", m->pv);
-	r = fvp_mig_get(m, path, &pv);
+	r = mig_get(m, path, &pv);
 	if (r < 0)
 		return r;
 	if (pv)
@@ -504,10 +503,10 @@ static int run(struct fvp_mig *m)
 	else if (saved)
 		r = claim_of_saved(m, saved, &claim);
 	else
-		r = fvp_mig_fail(m, -ENOENT, "PV %s does not exist and '%s' holds no saved copy", m->pv, m->save);
+		r = mig_fail(m, -ENOENT, "PV %s does not exist and '%s' holds no saved copy", m->pv, m->save);
 	if (r)
 		return r < 0 ? r : 0;
-	body = fvp_mig_new_pv(m, saved, claim, !m->rollback);
+	body = mig_new_pv(m, saved, claim, !m->rollback);
 	if (!body)
 		return -EIO;
 	r = send(m, "POST", "/api/v1/persistentvolumes", body);
@@ -523,81 +522,4 @@ static int run(struct fvp_mig *m)
 		       fv_json_str_in(claim, "metadata", "namespace"), fv_json_str_in(claim, "metadata", "name"),
 		       now_s() - t0);
 	return r;
-}
-
-int fvp_migrate_main(int argc, char **argv)
-{
-	static const struct option longopts[] = {
-		{ "server", required_argument, NULL, 's' },
-		{ "token-file", required_argument, NULL, 't' },
-		{ "certificate-authority", required_argument, NULL, 'c' },
-		{ "save", required_argument, NULL, 'f' },
-		{ "csi-driver", required_argument, NULL, 'd' },
-		{ "root", required_argument, NULL, 'R' },
-		{ "rollback", no_argument, NULL, 'r' },
-		{ "timeout", required_argument, NULL, 'T' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	struct fv_kube_config kc = { .timeout_s = 30 };
-	struct fvp_mig m = { .timeout_s = 120, .rootfd = -1 };
-	char *end;
-	int opt, r;
-
-	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		switch (opt) {
-		case 's': kc.server = optarg; break;
-		case 't': kc.token_file = optarg; break;
-		case 'c': kc.ca_file = optarg; break;
-		case 'f': m.save = optarg; break;
-		case 'd': m.csi_name = optarg; break;
-		case 'R': m.root = optarg; break;
-		case 'r': m.rollback = true; break;
-		case 'T':
-			m.timeout_s = (unsigned int)strtoul(optarg, &end, 10);
-			if (*end || m.timeout_s > 3600)
-				m.timeout_s = 0;
-			break;
-		case 'h':
-		default:
-			fprintf(opt == 'h' ? stdout : stderr,
-				"usage: flexvol-provisioner migrate --server URL [--token-file FILE]\n"
-				"           [--certificate-authority FILE] --save FILE [--rollback]\n"
-				"           [--csi-driver NAME] [--root DIR] [--timeout SECONDS] PV\n"
-				"Moves the bound FlexVolume PV of a flexvol driver to its CSI driver\n"
-				"(<driver>.csi.flexvol), keeping the claim and the data; --rollback\n"
-				"moves it back from the copy saved in FILE (docs/migration.md).\n"
-				"--root DIR: the NFS share of a PV flexvol-provisioner made, mounted\n"
-				"here: its directory is handed to the CSI driver (and back), which then\n"
-				"reclaims it; without it flexvol-provisioner keeps reclaiming it.\n");
-			return opt == 'h' ? 0 : 2;
-		}
-	}
-	if (optind != argc - 1 || !kc.server || !m.save || !m.timeout_s ||
-	    !fv_kube_name_ok(argv[optind])) {
-		fprintf(stderr, "flexvol-provisioner migrate: need --server, --save, a --timeout of "
-				"1..3600 and one PV name (--help)\n");
-		return 2;
-	}
-	m.pv = argv[optind];
-	if (m.root) {
-		m.rootfd = fv_ownerdir_root_open(m.root);
-		if (m.rootfd < 0) {
-			fprintf(stderr, "flexvol-provisioner migrate: --root '%s': %s\n", m.root,
-				strerror(-m.rootfd));
-			return 2;
-		}
-	}
-	r = fv_kube_new(&kc, &m.k, m.err, sizeof(m.err));
-	if (r >= 0)
-		r = run(&m);
-	if (m.k)
-		fv_kube_free(m.k);
-	if (m.rootfd >= 0)
-		close(m.rootfd);
-	if (r < 0) {
-		fprintf(stderr, "flexvol-provisioner migrate: %s\n", m.err[0] ? m.err : strerror(-r));
-		return r == -EBUSY ? 3 : 1;
-	}
-	return 0;
 }

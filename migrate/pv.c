@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * migrate: the PV it creates, and who reclaims the volume after a move (migrate.h).
+ * flexvol-migrate: the PV it creates, and who reclaims the volume after a move (migrate.h).
  *
  * The side that reclaims a moved volume (a PV set to Delete, its claim gone) is the one its
  * annotation pv.kubernetes.io/provisioned-by names, and no other.  A PV that flexvol-provisioner
@@ -36,26 +36,26 @@
 #define PROVISIONED_BY "pv.kubernetes.io/provisioned-by"
 #define HOSTNAME_KEY "kubernetes.io/hostname"
 
-const char *fvp_mig_flex_driver(json_object *pv)
+const char *mig_flex_driver(json_object *pv)
 {
 	return fv_json_str_in(fv_json_obj(pv, "spec"), "flexVolume", "driver");
 }
 
-const char *fvp_mig_csi_driver(json_object *pv)
+const char *mig_csi_driver(json_object *pv)
 {
 	return fv_json_str_in(fv_json_obj(pv, "spec"), "csi", "driver");
 }
 
-int fvp_mig_csi_name(struct fvp_mig *m, const char *flexdrv, char *buf, size_t len)
+int mig_csi_name(struct mig *m, const char *flexdrv, char *buf, size_t len)
 {
 	const char *d;
 
 	if (!flexdrv || strncmp(flexdrv, MIGRATE_PREFIX, strlen(MIGRATE_PREFIX)))
-		return fvp_mig_fail(m, -EINVAL, "PV '%s' is not a volume of a flexvol driver (driver '%s')",
+		return mig_fail(m, -EINVAL, "PV '%s' is not a volume of a flexvol driver (driver '%s')",
 			    m->pv, flexdrv ? flexdrv : "");
 	d = flexdrv + strlen(MIGRATE_PREFIX);
 	if (!streq(d, "loop") && !streq(d, "nfs") && !streq(d, "iscsi"))
-		return fvp_mig_fail(m, -EINVAL, "PV '%s': no CSI driver for '%s'", m->pv, flexdrv);
+		return mig_fail(m, -EINVAL, "PV '%s': no CSI driver for '%s'", m->pv, flexdrv);
 	if (m->csi_name)
 		snprintf(buf, len, "%s", m->csi_name);
 	else
@@ -72,14 +72,14 @@ static void copy_member(json_object *to, json_object *from, const char *key)
 		json_object_object_add(to, key, c);
 }
 
-const char *fvp_mig_provisioned_by(json_object *pv)
+const char *mig_provisioned_by(json_object *pv)
 {
 	return fv_json_str(fv_json_obj(fv_json_obj(pv, "metadata"), "annotations"), PROVISIONED_BY);
 }
 
-const char *fvp_mig_nfs_dir(json_object *saved)
+const char *mig_nfs_dir(json_object *saved)
 {
-	const char *by = fvp_mig_provisioned_by(saved), *drv = fvp_mig_flex_driver(saved);
+	const char *by = mig_provisioned_by(saved), *drv = mig_flex_driver(saved);
 
 	if (!by || !streq(by, "flexvol/nfs") || !drv || !streq(drv, "flexvol/nfs"))
 		return NULL;
@@ -101,9 +101,9 @@ static bool nfs_volume_id_ok(const char *s)
 	       strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
 }
 
-bool fvp_mig_nfs_handover(struct fvp_mig *m, json_object *saved)
+bool mig_nfs_handover(struct mig *m, json_object *saved)
 {
-	return m->rootfd >= 0 && fvp_mig_nfs_dir(saved);
+	return m->rootfd >= 0 && mig_nfs_dir(saved);
 }
 
 /*
@@ -111,36 +111,36 @@ bool fvp_mig_nfs_handover(struct fvp_mig *m, json_object *saved)
  * can be).  The directory's name is the CSI volume ID; its claim's uid the provisioner's
  * owner.  A record naming @to already is done (a run again).
  */
-int fvp_mig_move_record(struct fvp_mig *m, json_object *saved, bool to_csi, bool check)
+int mig_move_record(struct mig *m, json_object *saved, bool to_csi, bool check)
 {
-	const char *dir = fvp_mig_nfs_dir(saved),
+	const char *dir = mig_nfs_dir(saved),
 		   *uid = fv_json_str_in(fv_json_obj(saved, "spec"), "claimRef", "uid") ?: "";
 	const char *from = to_csi ? uid : dir, *to = to_csi ? dir : uid;
 	struct fv_owner o, other;
 	int r;
 
 	if (!nfs_volume_id_ok(dir))
-		return fvp_mig_fail(m, -EINVAL, "PV %s: its directory '%s' cannot be a volume of the CSI driver, "
+		return mig_fail(m, -EINVAL, "PV %s: its directory '%s' cannot be a volume of the CSI driver, "
 			    "which takes one directly on the share, of at most %zu letters, digits, "
 			    "'.', '_' and '-': run without --root to keep it flexvol-provisioner's to "
 			    "reclaim", m->pv, dir, sizeof(o.claim) - 1);
 	if (check) {
 		r = fv_ownerdir_owner(m->rootfd, dir, &o);
 		if (r == -ENOENT)
-			return fvp_mig_fail(m, -ENOENT, "PV %s: directory '%s' in '%s' has no owner record (is "
+			return mig_fail(m, -ENOENT, "PV %s: directory '%s' in '%s' has no owner record (is "
 				    "that the share? PVs from before owner records: "
 				    "flexvol-provisioner --record-owners)", m->pv, dir, m->root);
 		if (r < 0)
-			return fvp_mig_fail(m, r, "PV %s: the owner record of '%s' in '%s': %s", m->pv, dir,
+			return mig_fail(m, r, "PV %s: the owner record of '%s' in '%s': %s", m->pv, dir,
 				    m->root, r == -EBADMSG ? "not one of ours" : strerror(-r));
 		if (!streq(o.claim, from) && !streq(o.claim, to))
-			return fvp_mig_fail(m, -EPERM, "PV %s: directory '%s' is owned by %s, neither its claim "
+			return mig_fail(m, -EPERM, "PV %s: directory '%s' is owned by %s, neither its claim "
 				    "(%s) nor the CSI volume: not touched", m->pv, dir, o.claim, uid);
 		return 0;
 	}
 	r = fv_ownerdir_transfer(m->rootfd, dir, from, to, &other);
 	if (r < 0)
-		return fvp_mig_fail(m, r, "PV %s: the owner record of '%s' not moved to %s: %s", m->pv, dir, to,
+		return mig_fail(m, r, "PV %s: the owner record of '%s' not moved to %s: %s", m->pv, dir, to,
 			    r == -FV_OWNERDIR_E_OWNED ? "owned by another" :
 			    r == -FV_OWNERDIR_E_UNOWNED ? "no record" : strerror(-r));
 	if (r > 0)
@@ -157,7 +157,7 @@ int fvp_mig_move_record(struct fvp_mig *m, json_object *saved, bool to_csi, bool
  * (distributed provisioning) and deletes only a PV its own node's topology reaches (its
  * VolumeIsAccessible); the scheduler takes either term, and both name the one node.
  */
-static int add_topology_term(struct fvp_mig *m, json_object *spec, const char *drv)
+static int add_topology_term(struct mig *m, json_object *spec, const char *drv)
 {
 	json_object *terms = fv_json_get(fv_json_obj(fv_json_obj(spec, "nodeAffinity"), "required"),
 				      "nodeSelectorTerms");
@@ -185,10 +185,10 @@ static int add_topology_term(struct fvp_mig *m, json_object *spec, const char *d
 				const char *name = host;
 
 				if (!nodes) {
-					r = fvp_mig_get(m, "/api/v1/nodes", &nodes);
+					r = mig_get(m, "/api/v1/nodes", &nodes);
 					if (r) {
 						json_object_put(names);
-						return r < 0 ? r : fvp_mig_fail(m, -EIO, "GET /api/v1/nodes: not found");
+						return r < 0 ? r : mig_fail(m, -EIO, "GET /api/v1/nodes: not found");
 					}
 				}
 				/* the node of that hostname label; none (gone): kubelet's default name */
@@ -230,12 +230,12 @@ static int add_topology_term(struct fvp_mig *m, json_object *spec, const char *d
  * CSI driver's when handed over).  Bound to @claim by its uid either way.  NULL: failed
  * (m->err).
  */
-json_object *fvp_mig_new_pv(struct fvp_mig *m, json_object *saved, json_object *claim, bool to_csi)
+json_object *mig_new_pv(struct mig *m, json_object *saved, json_object *claim, bool to_csi)
 {
 	json_object *pv = json_object_new_object(), *md = json_object_new_object();
 	json_object *spec = NULL, *ref = json_object_new_object(), *ann;
 	json_object *flex = fv_json_obj(fv_json_obj(saved, "spec"), "flexVolume");
-	const char *by = fvp_mig_provisioned_by(saved);
+	const char *by = mig_provisioned_by(saved);
 	char drv[128];
 
 	json_object_deep_copy(fv_json_obj(saved, "spec"), &spec, NULL);
@@ -260,12 +260,12 @@ json_object *fvp_mig_new_pv(struct fvp_mig *m, json_object *saved, json_object *
 	json_object_object_add(spec, "claimRef", ref);
 	if (to_csi) {
 		json_object *csi = json_object_new_object(), *attrs = NULL, *secret;
-		bool nfs = fvp_mig_nfs_handover(m, saved),
+		bool nfs = mig_nfs_handover(m, saved),
 		     loop = streq(fv_json_str(flex, "driver") ?: "", MIGRATE_PREFIX "loop");
 
-		fvp_mig_csi_name(m, fv_json_str(flex, "driver"), drv, sizeof(drv));
+		mig_csi_name(m, fv_json_str(flex, "driver"), drv, sizeof(drv));
 		fv_json_set_str(csi, "driver", drv);
-		fv_json_set_str(csi, "volumeHandle", nfs ? fvp_mig_nfs_dir(saved) : m->pv);
+		fv_json_set_str(csi, "volumeHandle", nfs ? mig_nfs_dir(saved) : m->pv);
 		fv_json_set_str(csi, "fsType", fv_json_str(flex, "fsType"));
 		if (fv_json_get(flex, "readOnly"))
 			json_object_object_add(csi, "readOnly",
@@ -321,7 +321,7 @@ static void attacher_finalizer(const char *drv, char *buf, size_t len)
  * holds the PV for work that is done once nothing uses the volume (check_idle) and its
  * reclaim policy is Retain: no component needs to run for the PV to go.
  */
-bool fvp_mig_our_finalizer(const char *f, const char *csidrv)
+bool mig_our_finalizer(const char *f, const char *csidrv)
 {
 	char att[192];
 
@@ -333,7 +333,7 @@ bool fvp_mig_our_finalizer(const char *f, const char *csidrv)
 	return streq(f, att);
 }
 
-const char *fvp_mig_finalizers(json_object *pv, char *buf, size_t len)
+const char *mig_finalizers(json_object *pv, char *buf, size_t len)
 {
 	json_object *fin = fv_json_get(fv_json_obj(pv, "metadata"), "finalizers");
 	size_t n = 0;
