@@ -26,7 +26,10 @@ import e2e_suites as E2E
 from run import HERE, NS, CaseFailed, check
 
 DRIVER = "loop.csi.flexvol"
-MIGRATE = os.environ.get("FLEXVOL_MIGRATE_BIN", os.path.join(C.ROOT, "build", "flexvol-migrate"))
+# flexvol-migrate (csi.mk, vmnode.mk); a lane started with FLEXVOL_PROVISIONER_BIN only runs its
+# `migrate` command, which is flexvol-migrate beside it (or, in an older build, the command itself)
+MIGRATE = [os.environ["FLEXVOL_MIGRATE_BIN"]] if os.environ.get("FLEXVOL_MIGRATE_BIN") else \
+    [os.environ.get("FLEXVOL_PROVISIONER_BIN", os.path.join(C.ROOT, "build", "flexvol-provisioner")), "migrate"]
 SAVE_DIR = C.p("migrate")
 # Downtime per volume, measured by the migration cases (pod stop -> pod Running on the new PV),
 # printed at the end of each case for docs/migration.md.
@@ -88,7 +91,7 @@ def _token(t):
 
 def migrate(t, pv, rollback=False, check_rc=True):
     os.makedirs(SAVE_DIR, exist_ok=True)
-    argv = [MIGRATE, "--server", C.API, "--token-file", _token(t),
+    argv = MIGRATE + ["--server", C.API, "--token-file", _token(t),
             "--certificate-authority", C.p("pki", "ca.crt"), "--save",
             os.path.join(SAVE_DIR, pv + ".json"), "--timeout", "90"]
     if rollback:
