@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* JSON helpers for API objects: see fv/kubejson.h. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -142,6 +143,47 @@ bool fv_json_array_has(json_object *arr, const char *s)
 			return true;
 	}
 	return false;
+}
+
+bool fv_json_new_all(const char *kinds, ...)
+{
+	json_object **made[16];
+	size_t n = 0;
+	bool ok = true;
+	va_list ap;
+
+	va_start(ap, kinds);
+	for (const char *k = kinds; *k && n < ARRAY_SIZE(made); k++) {
+		made[n] = va_arg(ap, json_object **);
+		*made[n] = *k == 'a' ? json_object_new_array() : json_object_new_object();
+		ok = ok && *made[n];
+		n++;
+	}
+	va_end(ap);
+	if (kinds[n])
+		ok = false; /* more than it takes: a caller's mistake, nothing made */
+	for (size_t i = 0; !ok && i < n; i++) {
+		json_object_put(*made[i]);
+		*made[i] = NULL;
+	}
+	return ok;
+}
+
+json_object *fv_kube_object_new(const char *api_version, const char *kind, const char *ns,
+				const char *name, json_object **meta)
+{
+	json_object *o, *m;
+
+	if (!fv_json_new_all("oo", &o, &m))
+		return NULL;
+	fv_json_set_str(o, "apiVersion", api_version);
+	fv_json_set_str(o, "kind", kind);
+	fv_json_set_str(m, "name", name);
+	fv_json_set_str(m, "namespace", ns);
+	json_object_object_add(o, "metadata", m);
+	if (meta)
+		*meta = m;
+	return o;
 }
 
 bool fv_kube_name_ok(const char *s)

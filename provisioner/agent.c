@@ -74,41 +74,13 @@ static int delete_pv(struct fv_kube *k, json_object *pv)
 /* Remove the deletion-protection finalizer from @pv (if it has it): its asset is gone. */
 static int drop_finalizer(struct fv_kube *k, json_object *pv)
 {
-	json_object *f = fv_json_get(fv_json_get(pv, "metadata"), "finalizers"), *nf, *m, *body, *reply = NULL;
-	const char *name = fv_json_str_in(pv, "metadata", "name");
-	char path[FVP_API_PATH_MAX], err[FV_KUBE_ERR_MAX];
-	int st;
+	int r;
 
-	if (!fv_json_array_has(f, FVP_PV_FINALIZER))
+	if (!fv_json_array_has(fv_json_get(fv_json_get(pv, "metadata"), "finalizers"), FVP_PV_FINALIZER))
 		return 0;
-	body = json_object_new_object();
-	m = json_object_new_object();
-	nf = json_object_new_array();
-	if (!body || !m || !nf) {
-		json_object_put(body);
-		json_object_put(m);
-		json_object_put(nf);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < json_object_array_length(f); i++) {
-		json_object *v = json_object_array_get_idx(f, i);
-
-		if (!json_object_is_type(v, json_type_string) ||
-		    !streq(json_object_get_string(v), FVP_PV_FINALIZER))
-			json_object_array_add(nf, json_object_get(v));
-	}
-	/* the resourceVersion makes a concurrent change a 409: the next pass tries again */
-	fv_json_set_str(m, "resourceVersion", fv_json_str_in(pv, "metadata", "resourceVersion"));
-	json_object_object_add(m, "finalizers", nf);
-	json_object_object_add(body, "metadata", m);
-	fvp_api_path(path, sizeof(path), FVP_API_PV, NULL, name, NULL);
-	st = fv_kube_request(k, "PATCH", path, body, &reply, err, sizeof(err));
-	json_object_put(body);
-	if (st != 200 && st != 404)
-		fvp_log_warning("PV %s: removing its finalizer: %s", name,
-			 st < 0 ? err : fv_kube_status_message(reply));
-	json_object_put(reply);
-	return st == 200 || st == 404 ? 0 : -EIO;
+	/* a conflict (another change meanwhile) is tried again at the next pass */
+	r = fvp_finalizer_set(k, pv, FVP_PV_FINALIZER, false, NULL);
+	return r == 0 || r == 1 ? 0 : -EIO;
 }
 
 /*
@@ -270,24 +242,15 @@ static int publish(struct fvp_agent *a, struct fv_kube *k, json_object *data)
 	}
 	if (st == 404) {
 		json_object_put(cm);
-		cm = json_object_new_object();
-		m = json_object_new_object();
-		labels = json_object_new_object();
-		if (!cm || !m || !labels) {
+		cm = fv_kube_object_new("v1", "ConfigMap", a->capacity_ns, a->node, &m);
+		if (!cm || !fv_json_new_all("o", &labels)) {
 			json_object_put(cm);
-			json_object_put(m);
-			json_object_put(labels);
 			json_object_put(data);
 			return -ENOMEM;
 		}
-		fv_json_set_str(cm, "apiVersion", "v1");
-		fv_json_set_str(cm, "kind", "ConfigMap");
-		fv_json_set_str(m, "name", a->node);
-		fv_json_set_str(m, "namespace", a->capacity_ns);
 		fv_json_set_str(labels, "app.kubernetes.io/part-of", "flexvol");
 		fv_json_set_str(labels, "app.kubernetes.io/component", "loop-capacity");
 		json_object_object_add(m, "labels", labels);
-		json_object_object_add(cm, "metadata", m);
 	}
 	json_object_object_add(cm, "data", data);
 	if (st == 404) {

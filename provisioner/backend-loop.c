@@ -283,21 +283,10 @@ static int check_room(const struct fvp_site *s, const struct loop_class *c, cons
 
 static json_object *node_affinity(const char *hostname)
 {
-	json_object *na = json_object_new_object(), *req = json_object_new_object(),
-		    *terms = json_object_new_array(), *term = json_object_new_object(),
-		    *exprs = json_object_new_array(), *e = json_object_new_object(),
-		    *vals = json_object_new_array();
+	json_object *na, *req, *terms, *term, *exprs, *e, *vals;
 
-	if (!na || !req || !terms || !term || !exprs || !e || !vals) {
-		json_object_put(na);
-		json_object_put(req);
-		json_object_put(terms);
-		json_object_put(term);
-		json_object_put(exprs);
-		json_object_put(e);
-		json_object_put(vals);
+	if (!fv_json_new_all("ooaoaoa", &na, &req, &terms, &term, &exprs, &e, &vals))
 		return NULL;
-	}
 	fv_json_set_str(e, "key", "kubernetes.io/hostname");
 	fv_json_set_str(e, "operator", "In");
 	json_object_array_add(vals, json_object_new_string(hostname));

@@ -104,15 +104,8 @@ found:
 
 /* --- writing objects ------------------------------------------------------------------- */
 
-/*
- * Add (@on) or remove finalizer @fin with an update of the whole object
- * (a claim, or a PV when it has no namespace): the resourceVersion in it
- * makes a concurrent change a 409, after which the newer object arrives by
- * the watch and this is tried again.  Returns 0 with the updated object in
- * *ret (may be NULL), 1 when the object is gone, <0.
- */
-int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *fin, bool on,
-			     json_object **ret)
+int fvp_finalizer_set(struct fv_kube *k, json_object *obj, const char *fin, bool on,
+		      json_object **ret)
 {
 	json_object *patch, *meta, *f, *nf, *reply = NULL;
 	const char *ns = fv_json_str_in(obj, "metadata", "namespace"), *name = fv_json_str_in(obj, "metadata", "name");
@@ -129,16 +122,9 @@ int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *f
 	 * change is a 409), without sending the object back, which the caches
 	 * hold trimmed (fvp_ctl_trim()).
 	 */
-	patch = json_object_new_object();
-	meta = json_object_new_object();
 	f = fv_json_get(fv_json_get(obj, "metadata"), "finalizers");
-	nf = json_object_new_array();
-	if (!patch || !meta || !nf) {
-		json_object_put(patch);
-		json_object_put(meta);
-		json_object_put(nf);
+	if (!fv_json_new_all("ooa", &patch, &meta, &nf))
 		return -ENOMEM;
-	}
 	json_object_object_add(patch, "metadata", meta);
 	fv_json_set_str(meta, "resourceVersion", fv_json_str_in(obj, "metadata", "resourceVersion"));
 	for (size_t i = 0; f && json_object_is_type(f, json_type_array) &&
@@ -154,7 +140,7 @@ int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *f
 		json_object_array_add(nf, json_object_new_string(fin));
 	json_object_object_add(meta, "finalizers", nf);
 	fvp_api_path(path, sizeof(path), ns ? FVP_API_PVC : FVP_API_PV, ns, name, NULL);
-	st = fv_kube_request(p->k, "PATCH", path, patch, &reply, err, sizeof(err));
+	st = fv_kube_request(k, "PATCH", path, patch, &reply, err, sizeof(err));
 	json_object_put(patch);
 	if (st == 200) {
 		if (ret)
@@ -200,18 +186,12 @@ int fvp_ctl_patch(struct fvp_prov *p, const char *path, json_object *patch, cons
 	return st;
 }
 
-/* {"a":{"b":{"c":v}}} with v a string, or null when @v is NULL */
-json_object *fvp_ctl_nest3(const char *a, const char *b, const char *c, const char *v)
+json_object *fvp_ctl_merge_patch(const char *a, const char *b, const char *c, const char *v)
 {
-	json_object *o = json_object_new_object(), *o1 = json_object_new_object(),
-		    *o2 = json_object_new_object();
+	json_object *o, *o1, *o2;
 
-	if (!o || !o1 || !o2) {
-		json_object_put(o);
-		json_object_put(o1);
-		json_object_put(o2);
+	if (!fv_json_new_all("ooo", &o, &o1, &o2))
 		return NULL;
-	}
 	json_object_object_add(o2, c, v ? json_object_new_string(v) : NULL);
 	json_object_object_add(o1, b, o2);
 	json_object_object_add(o, a, o1);

@@ -101,19 +101,24 @@ int fvp_ctl_get_class(struct fvp_prov *p, const char *name, json_object **ret,
 		      const struct fvp_backend **ret_b);
 
 /*
- * Add (@on) or remove finalizer @fin with an update of the whole object
- * (a claim, or a PV when it has no namespace).  Returns 0 with the updated
- * object in *ret (may be NULL), 1 when the object is gone, -EAGAIN on a
- * conflict (the newer object comes by the watch), <0.
+ * fvp_finalizer_set() - add (@on) or remove finalizer @fin of @obj (a claim, or a PV when it
+ * has no namespace), as an update of the object read: a merge patch of its finalizers with its
+ * resourceVersion as precondition.  The one way the controller's flows and the node agent
+ * change a finalizer.  Returns 0 with the updated object in *ret (may be NULL), 1 when the
+ * object is gone, -EAGAIN on a conflict (the newer object comes by the watch, or the agent's
+ * next pass), <0.
  */
-int fvp_ctl_update_finalizer(struct fvp_prov *p, json_object *obj, const char *fin, bool on,
-			     json_object **ret);
+int fvp_finalizer_set(struct fv_kube *k, json_object *obj, const char *fin, bool on,
+		      json_object **ret);
 
 /* PATCH @path with the merge patch @patch (taken): the HTTP status or <0; logs as @what. */
 int fvp_ctl_patch(struct fvp_prov *p, const char *path, json_object *patch, const char *what);
 
-/* {"a":{"b":{"c":v}}} with v a string, or null when @v is NULL; NULL when out of memory. */
-json_object *fvp_ctl_nest3(const char *a, const char *b, const char *c, const char *v);
+/*
+ * fvp_ctl_merge_patch() - the merge patch setting member @a.@b.@c of an object to the string
+ * @v ({"a":{"b":{"c":v}}}), or removing it when @v is NULL (null); NULL when out of memory.
+ */
+json_object *fvp_ctl_merge_patch(const char *a, const char *b, const char *c, const char *v);
 
 /* A bound claim asking for more than its PV has (resize.c): as fvp_ctl_claim_changed(). */
 int fvp_ctl_claim_resize(struct fvp_prov *p, json_object *pvc);

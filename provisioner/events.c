@@ -353,7 +353,7 @@ size_t fvp_events_queued(struct fvp_events *ev)
 void fvp_event_at(const char *file, int line, struct fvp_events *evs, json_object *obj,
 		  bool warning, const char *reason, const char *fmt, ...)
 {
-	json_object *meta = fv_json_get(obj, "metadata"), *ev, *m, *io, *src;
+	json_object *meta = fv_json_get(obj, "metadata"), *ev, *io, *src;
 	const char *ns = fv_json_str(meta, "namespace"), *name = fv_json_str(meta, "name"),
 		   *uid = fv_json_str(meta, "uid");
 	/* a claim has a namespace; a PV has none and its events go to "default", as client-go's */
@@ -384,22 +384,11 @@ void fvp_event_at(const char *file, int line, struct fvp_events *evs, json_objec
 	/* client-go's naming: <object>.<unix nanoseconds in hex> */
 	snprintf(evname, sizeof(evname), "%.200s.%llx", name,
 		 (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
-	ev = json_object_new_object();
-	m = json_object_new_object();
-	io = json_object_new_object();
-	src = json_object_new_object();
-	if (!ev || !m || !io || !src) {
+	ev = fv_kube_object_new("v1", "Event", evns, evname, NULL);
+	if (!ev || !fv_json_new_all("oo", &io, &src)) {
 		json_object_put(ev);
-		json_object_put(m);
-		json_object_put(io);
-		json_object_put(src);
 		return;
 	}
-	fv_json_set_str(ev, "apiVersion", "v1");
-	fv_json_set_str(ev, "kind", "Event");
-	fv_json_set_str(m, "name", evname);
-	fv_json_set_str(m, "namespace", evns);
-	json_object_object_add(ev, "metadata", m);
 	fv_json_set_str(io, "apiVersion", "v1");
 	fv_json_set_str(io, "kind", is_pv ? "PersistentVolume" : "PersistentVolumeClaim");
 	fv_json_set_str(io, "namespace", ns);

@@ -143,22 +143,14 @@ static int try_once(struct fvp_lease *l, bool release)
 	fvp_api_path(path, sizeof(path), FVP_API_LEASE, l->cfg.ns, l->cfg.name, NULL);
 	st = fv_kube_request(l->k, "GET", path, NULL, &lease, err, sizeof(err));
 	if (st == 404 && !release) {
-		json_object *m = json_object_new_object();
-
 		json_object_put(lease);
-		lease = json_object_new_object();
+		lease = fv_kube_object_new("coordination.k8s.io/v1", "Lease", l->cfg.ns, l->cfg.name, NULL);
 		spec = new_spec(l, l->cfg.identity, l->cfg.duration_s, NULL, 0);
-		if (!lease || !m || !spec) {
+		if (!lease || !spec) {
 			json_object_put(lease);
-			json_object_put(m);
 			json_object_put(spec);
 			return -ENOMEM;
 		}
-		fv_json_set_str(lease, "apiVersion", "coordination.k8s.io/v1");
-		fv_json_set_str(lease, "kind", "Lease");
-		fv_json_set_str(m, "name", l->cfg.name);
-		fv_json_set_str(m, "namespace", l->cfg.ns);
-		json_object_object_add(lease, "metadata", m);
 		json_object_object_add(lease, "spec", spec);
 		fvp_api_path(path, sizeof(path), FVP_API_LEASE, l->cfg.ns, NULL, NULL);
 		st = fv_kube_request(l->k, "POST", path, lease, &reply, err, sizeof(err));

@@ -35,7 +35,7 @@ static bool has_finalizer(json_object *pvc)
 
 static int set_finalizer(struct fvp_prov *p, json_object *pvc, bool on, json_object **ret)
 {
-	return fvp_ctl_update_finalizer(p, pvc, FINALIZER, on, ret);
+	return fvp_finalizer_set(p->k, pvc, FINALIZER, on, ret);
 }
 
 /* --- provisioning ------------------------------------------------------------------------- */
@@ -55,7 +55,7 @@ static void reschedule(struct fvp_prov *p, json_object *pvc)
 		return;
 	fvp_api_path(path, sizeof(path), FVP_API_PVC, ns, name, NULL);
 	snprintf(what, sizeof(what), "claim %s/%s: removing %s", ns, name, FVP_ANN_SELECTED_NODE);
-	if (fvp_ctl_patch(p, path, fvp_ctl_nest3("metadata", "annotations", FVP_ANN_SELECTED_NODE, NULL), what) == 200)
+	if (fvp_ctl_patch(p, path, fvp_ctl_merge_patch("metadata", "annotations", FVP_ANN_SELECTED_NODE, NULL), what) == 200)
 		fvp_log_info("claim %s/%s: handed back to the scheduler", ns, name);
 }
 
@@ -64,23 +64,14 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 			     json_object *sc, struct fvp_volume *vol)
 {
 	json_object *meta = fv_json_get(pvc, "metadata"), *spec = fv_json_get(pvc, "spec");
-	json_object *pv = json_object_new_object(), *m = json_object_new_object(),
-		    *ann = json_object_new_object(), *s = json_object_new_object(),
-		    *cap = json_object_new_object(), *ref = json_object_new_object();
+	json_object *m, *ann, *s, *cap, *ref;
+	json_object *pv = fv_kube_object_new("v1", "PersistentVolume", NULL, pv_name, &m);
 	const char *policy = fv_json_str(sc, "reclaimPolicy");
 
-	if (!pv || !m || !ann || !s || !cap || !ref) {
+	if (!pv || !fv_json_new_all("oooo", &ann, &s, &cap, &ref)) {
 		json_object_put(pv);
-		json_object_put(m);
-		json_object_put(ann);
-		json_object_put(s);
-		json_object_put(cap);
-		json_object_put(ref);
 		return NULL;
 	}
-	fv_json_set_str(pv, "apiVersion", "v1");
-	fv_json_set_str(pv, "kind", "PersistentVolume");
-	fv_json_set_str(m, "name", pv_name);
 	fv_json_set_str(ann, FVP_ANN_PROVISIONED_BY, b->name);
 	fv_json_set_str(ann, FVP_ANN_ON_DELETE, vol->on_delete);
 	json_object_object_add(m, "annotations", ann);
@@ -94,7 +85,6 @@ static json_object *build_pv(const struct fvp_backend *b, const char *pv_name, j
 			json_object_object_add(m, "finalizers", fin);
 		}
 	}
-	json_object_object_add(pv, "metadata", m);
 
 	fv_json_set_str(cap, "storage", vol->capacity[0] ? vol->capacity :
 			     fv_json_str(fv_json_get(fv_json_get(spec, "resources"), "requests"), "storage"));

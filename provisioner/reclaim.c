@@ -196,13 +196,13 @@ int fvp_ctl_pv_changed(struct fvp_prov *p, json_object *pv)
 	}
 	if (!policy || !streq(policy, "Delete")) {
 		/* Retain (a policy changed after provisioning): nothing to hold the PV for */
-		if (fin && fvp_ctl_update_finalizer(p, pv, FVP_PV_FINALIZER, false, NULL) == 0)
+		if (fin && fvp_finalizer_set(p->k, pv, FVP_PV_FINALIZER, false, NULL) == 0)
 			fvp_log_info("PV %s: policy %s, finalizer removed", name, policy ? policy : "?");
 		return 0;
 	}
 	if (!phase || !streq(phase, "Released")) {
 		/* a PV of an older version, or one whose finalizer was removed: protect it */
-		if (!deleting && !fin && fvp_ctl_update_finalizer(p, pv, FVP_PV_FINALIZER, true, NULL) == 0)
+		if (!deleting && !fin && fvp_finalizer_set(p->k, pv, FVP_PV_FINALIZER, true, NULL) == 0)
 			fvp_log_info("PV %s: finalizer %s added", name, FVP_PV_FINALIZER);
 		return 0;
 	}
@@ -227,7 +227,7 @@ int fvp_ctl_pv_changed(struct fvp_prov *p, json_object *pv)
 			pv = reply;
 	}
 	/* the asset is gone: let the API finish the deletion (a 409 comes back by the watch) */
-	r = fvp_ctl_update_finalizer(p, pv, FVP_PV_FINALIZER, false, NULL);
+	r = fvp_finalizer_set(p->k, pv, FVP_PV_FINALIZER, false, NULL);
 	if (r == 0)
 		fvp_log_info("PV %s: finalizer removed", name);
 	finished = r == 0;

@@ -125,7 +125,7 @@ int fvp_ctl_claim_resize(struct fvp_prov *p, json_object *pvc)
 		snprintf(want, sizeof(want), "%lluMi", (unsigned long long)(req >> 20));
 		snprintf(what, sizeof(what), "claim %s/%s: raising the capacity of PV %s to %s", ns,
 			 name, volname, want);
-		if (fvp_ctl_patch(p, path, fvp_ctl_nest3("spec", "capacity", "storage", want), what) != 200) {
+		if (fvp_ctl_patch(p, path, fvp_ctl_merge_patch("spec", "capacity", "storage", want), what) != 200) {
 			r = -EIO;
 			goto out;
 		}
@@ -136,7 +136,7 @@ int fvp_ctl_claim_resize(struct fvp_prov *p, json_object *pvc)
 		json_object *body, *ars = json_object_new_object();
 
 		snprintf(want, sizeof(want), "%lluMi", (unsigned long long)(pvcap >> 20));
-		body = fvp_ctl_nest3("status", "allocatedResources", "storage", want);
+		body = fvp_ctl_merge_patch("status", "allocatedResources", "storage", want);
 		if (!body || !ars) {
 			json_object_put(body);
 			json_object_put(ars);

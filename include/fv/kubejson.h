@@ -39,6 +39,21 @@ int fv_json_quantity(json_object *o, const char *key, uint64_t *ret);
 /* Is the string @s an element of the array @arr? */
 bool fv_json_array_has(json_object *arr, const char *s);
 
+/*
+ * fv_json_new_all() - one new object ('o') or array ('a') per letter of @kinds, each into the
+ * json_object ** that follows, in order: true when every one was made; false (out of memory)
+ * with every one NULL, none left to free.  What building an API object or a patch starts with.
+ */
+bool fv_json_new_all(const char *kinds, ...);
+
+/*
+ * fv_kube_object_new() - a new API object {"apiVersion": @api_version, "kind": @kind,
+ * "metadata": {"name": @name, "namespace": @ns}} (no namespace when @ns is NULL), its metadata
+ * in *@meta (may be NULL; the object owns it), for the rest.  NULL when out of memory.
+ */
+json_object *fv_kube_object_new(const char *api_version, const char *kind, const char *ns,
+				const char *name, json_object **meta);
+
 /* API object names we put into URLs: DNS-1123 subdomains (the API guarantees it; we check). */
 bool fv_kube_name_ok(const char *s);
 
