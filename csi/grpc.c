@@ -525,7 +525,7 @@ static void conn_io(struct conn *k, short revents)
 
 int grpc_listen_unix(const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = { .sun_family = AF_UNIX }, tmp = { .sun_family = AF_UNIX };
 	mode_t old;
 	int fd, r;
 
@@ -556,11 +556,28 @@ int grpc_listen_unix(const char *path)
 			unlink(path);
 		}
 	}
+	/*
+	 * Bound and listening under a name of its own, then renamed into place:
+	 * whoever sees the socket file (kubelet's plugin watcher, a test) finds
+	 * it listening, never in the moment between bind() and listen(), when a
+	 * connect() is refused.  A path with no room for the suffix is bound as
+	 * it is.
+	 */
+	if ((size_t)snprintf(tmp.sun_path, sizeof(tmp.sun_path), "%s.%d~", path, (int)getpid()) >=
+	    sizeof(tmp.sun_path))
+		tmp = sa;
+	unlink(tmp.sun_path);
 	old = umask(0177);
-	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	r = bind(fd, (struct sockaddr *)&tmp, sizeof(tmp));
 	umask(old);
-	if (r < 0 || listen(fd, GRPC_BACKLOG) < 0) {
+	if (r == 0)
+		r = listen(fd, GRPC_BACKLOG);
+	if (r == 0 && !streq(tmp.sun_path, path))
+		r = rename(tmp.sun_path, path);
+	if (r < 0) {
 		r = -errno;
+		if (!streq(tmp.sun_path, path))
+			unlink(tmp.sun_path);
 		close(fd);
 		return r;
 	}
