@@ -334,35 +334,45 @@ static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 				 (const char *[]){ img }, cx.cfg.node_name, q->volume_content_source);
 }
 
+/*
+ * The file @file of ID @id removed from the loop root, when @id owns it and
+ * no loop device holds it, under @id's lock; then the call answered with
+ * @resp (DeleteVolume's, DeleteSnapshot's): an image or a snapshot.
+ */
+static void remove_file(struct grpc_call *call, const char *what, const char *id,
+			const char *file, const ProtobufCMessage *resp)
+{
+	_cleanup_close_ int rootfd = -1;
+	char lock[PATH_MAX], msg[512];
+	struct fv_ctx cx;
+	int fd, r;
+
+	if (csi_open(call, &cx, NULL) < 0 || (rootfd = open_root(call, &cx)) < 0)
+		return;
+	fd = csi_lock_volume(call, &cx, id, lock, sizeof(lock));
+	if (fd < 0)
+		return;
+	r = fv_image_remove(rootfd, file, id, msg, sizeof(msg));
+	fv_unlock(fd);
+	if (r < 0)
+		return (void)csi_fail_with(call, r, "not deleted: %s", msg);
+	if (msg[0])
+		fv_log("%s %s: %s", what, id, msg);
+	grpc_reply(call, resp);
+}
+
 static void delete_volume(struct grpc_call *call, const ProtobufCMessage *m)
 {
 	const Csi__V1__DeleteVolumeRequest *q = (const void *)m;
 	Csi__V1__DeleteVolumeResponse resp = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
-	_cleanup_close_ int rootfd = -1;
-	char img[FV_IMAGE_NAME_MAX + 8], lock[PATH_MAX], msg[512];
-	struct fv_ctx cx;
-	int fd, r;
+	char img[FV_IMAGE_NAME_MAX + 8];
 
 	if (csi_need(call, *q->volume_id, "volume_id") < 0)
 		return;
 	/* no image can have this ID: no volume of ours, nothing to delete */
 	if (!image_of(q->volume_id, img, sizeof(img)))
 		return grpc_reply(call, &resp.base);
-	if (csi_open(call, &cx, NULL) < 0)
-		return;
-	rootfd = open_root(call, &cx);
-	if (rootfd < 0)
-		return;
-	fd = csi_lock_volume(call, &cx, q->volume_id, lock, sizeof(lock));
-	if (fd < 0)
-		return;
-	r = fv_image_remove(rootfd, img, q->volume_id, msg, sizeof(msg));
-	fv_unlock_remove(&cx, lock, fd);
-	if (r < 0)
-		return (void)csi_fail_with(call, r, "not deleted: %s", msg);
-	if (msg[0])
-		fv_log("DeleteVolume %s: %s", q->volume_id, msg);
-	grpc_reply(call, &resp.base);
+	remove_file(call, "DeleteVolume", q->volume_id, img, &resp.base);
 }
 
 /* The size of volume @id's image: 0, or <0 (answered NOT_FOUND when there is none). */
@@ -533,10 +543,7 @@ static void delete_snapshot(struct grpc_call *call, const ProtobufCMessage *m)
 {
 	const Csi__V1__DeleteSnapshotRequest *q = (const void *)m;
 	Csi__V1__DeleteSnapshotResponse resp = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
-	_cleanup_close_ int rootfd = -1;
-	char file[FV_IMAGE_NAME_MAX + 8], lock[PATH_MAX], msg[512];
-	struct fv_ctx cx;
-	int fd, r;
+	char file[FV_IMAGE_NAME_MAX + 8];
 
 	if (csi_need(call, *q->snapshot_id, "snapshot_id") < 0)
 		return;
@@ -544,18 +551,7 @@ static void delete_snapshot(struct grpc_call *call, const ProtobufCMessage *m)
 	if (!csi_snapshot_id_ok(q->snapshot_id))
 		return grpc_reply(call, &resp.base);
 	snprintf(file, sizeof(file), "%s.snap", q->snapshot_id);
-	if (csi_open(call, &cx, NULL) < 0 || (rootfd = open_root(call, &cx)) < 0)
-		return;
-	fd = csi_lock_volume(call, &cx, q->snapshot_id, lock, sizeof(lock));
-	if (fd < 0)
-		return;
-	r = fv_image_remove(rootfd, file, q->snapshot_id, msg, sizeof(msg));
-	fv_unlock(fd);
-	if (r < 0)
-		return (void)csi_fail_with(call, r, "not deleted: %s", msg);
-	if (msg[0])
-		fv_log("DeleteSnapshot %s: %s", q->snapshot_id, msg);
-	grpc_reply(call, &resp.base);
+	remove_file(call, "DeleteSnapshot", q->snapshot_id, file, &resp.base);
 }
 
 struct collect {

@@ -237,6 +237,22 @@ static int take_pairs(json_object *obj, struct fv_opts *o)
 	return 0;
 }
 
+int fv_opts_from_object(struct fv_ctx *cx, json_object *obj, struct fv_opts *o)
+{
+	int r;
+
+	memset(o, 0, sizeof(*o));
+	if (!json_object_is_type(obj, json_type_object))
+		return fv_fail(cx, -FV_ERR_BADOPT, "options must be a JSON object");
+	o->json = json_object_get(obj);
+	r = take_pairs(obj, o);
+	if (r == 0)
+		r = read_typed(cx, o);
+	if (r < 0)
+		fv_opts_done(o);
+	return r;
+}
+
 int fv_opts_parse(struct fv_ctx *cx, const char *json, struct fv_opts *o)
 {
 	struct json_tokener *tok;
@@ -264,34 +280,10 @@ int fv_opts_parse(struct fv_ctx *cx, const char *json, struct fv_opts *o)
 			       json_tokener_error_desc(e));
 	}
 	json_tokener_free(tok);
-	if (!json_object_is_type(obj, json_type_object)) {
-		json_object_put(obj);
-		return fv_fail(cx, -FV_ERR_BADOPT, "options must be a JSON object");
-	}
-	o->json = obj;
-	r = refuse_nul(cx, json, obj);
+	r = json_object_is_type(obj, json_type_object) ? refuse_nul(cx, json, obj) : 0;
 	if (r == 0)
-		r = take_pairs(obj, o);
-	if (r == 0)
-		r = read_typed(cx, o);
-	if (r < 0)
-		fv_opts_done(o);
-	return r;
-}
-
-int fv_opts_from_object(struct fv_ctx *cx, json_object *obj, struct fv_opts *o)
-{
-	int r;
-
-	memset(o, 0, sizeof(*o));
-	if (!json_object_is_type(obj, json_type_object))
-		return fv_fail(cx, -FV_ERR_BADOPT, "options must be a JSON object");
-	o->json = json_object_get(obj);
-	r = take_pairs(obj, o);
-	if (r == 0)
-		r = read_typed(cx, o);
-	if (r < 0)
-		fv_opts_done(o);
+		r = fv_opts_from_object(cx, obj, o);
+	json_object_put(obj); /* @o holds its own reference */
 	return r;
 }
 
