@@ -4,7 +4,7 @@
 # install.sh - install the flexvol drivers into a FlexVolume plugin directory.
 #
 #   install.sh [--once] [--uninstall] [--plugin-dir DIR] [--source DIR] [--drivers LIST]
-#              [--config FILE --config-dest FILE] [--ready-file FILE]
+#              [--config FILE --config-dest FILE] [--config-only] [--ready-file FILE]
 #
 # For every driver in the source directory (default: bin/ next to this
 # script, or $FLEXVOL_SOURCE_DIR) the result is
@@ -34,6 +34,11 @@
 # content --config names.  Nothing outside our directories is touched
 # (other vendors' drivers stay).
 #
+# --config-only checks and installs (or uninstalls) the node config alone
+# and touches no plugin directory: the CSI node DaemonSets (deploy/csi) run
+# it as their init container, so that flexvol-csi reads a config the
+# drivers' parser accepted, with no FlexVolume driver written on the node.
+#
 # How the copy is done, and why:
 #   - kubelet watches the plugin directory and re-runs `init` of a driver on
 #     any create/write/chmod/rename below its directory.  A half-written
@@ -57,6 +62,7 @@
 #   --ready-file F    FLEXVOL_READY_FILE   removed at start, written (with the version) only
 #                                          once the install or uninstall is complete: the
 #                                          DaemonSet's readinessProbe checks it
+#   --config-only     FLEXVOL_CONFIG_ONLY=1  the node config only (needs --config), no plugin dir
 #   --uninstall       FLEXVOL_UNINSTALL=1  remove instead of install (above)
 #   --once                                 exit after installing (default: keep running until TERM,
 #                                          as a DaemonSet container must)
@@ -72,6 +78,7 @@ CONFIG_SRC=${FLEXVOL_CONFIG_SRC:-}
 CONFIG_DEST=${FLEXVOL_CONFIG_DEST:-/etc/flexvol/flexvol.conf}
 READY_FILE=${FLEXVOL_READY_FILE:-}
 UNINSTALL=${FLEXVOL_UNINSTALL:-0}
+CONFIG_ONLY=${FLEXVOL_CONFIG_ONLY:-0}
 VENDOR=flexvol
 ONCE=0
 
@@ -83,6 +90,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--once) ONCE=1 ;;
 	--uninstall) UNINSTALL=1 ;;
+	--config-only) CONFIG_ONLY=1 ;;
 	--ready-file) need_arg "$@"; READY_FILE=$2; shift ;;
 	--ready-file=*) READY_FILE=${1#*=} ;;
 	--plugin-dir) need_arg "$@"; PLUGIN_DIR=$2; shift ;;
@@ -95,7 +103,7 @@ while [ $# -gt 0 ]; do
 	--config=*) CONFIG_SRC=${1#*=} ;;
 	--config-dest) need_arg "$@"; CONFIG_DEST=$2; shift ;;
 	--config-dest=*) CONFIG_DEST=${1#*=} ;;
-	-h | --help) sed -n '3,60p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '3,/^set -eu/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown argument '$1' (see --help)" ;;
 	esac
 	shift
@@ -107,6 +115,8 @@ fi
 [ -d "$SOURCE_DIR" ] || die "source directory $SOURCE_DIR does not exist"
 case $PLUGIN_DIR in /*) ;; *) die "plugin dir must be an absolute path: $PLUGIN_DIR" ;; esac
 case $UNINSTALL in 0 | '') UNINSTALL=0 ;; *) UNINSTALL=1 ;; esac
+case $CONFIG_ONLY in 0 | '') CONFIG_ONLY=0 ;; *) CONFIG_ONLY=1 ;; esac
+[ "$CONFIG_ONLY" = 0 ] || [ -n "$CONFIG_SRC" ] || die "--config-only needs --config FILE"
 # Not ready until this run has finished (a restarted pod must not look ready early).
 [ -z "$READY_FILE" ] || rm -f "$READY_FILE" || die "cannot remove the ready file $READY_FILE"
 
@@ -220,8 +230,13 @@ ready() {
 		die "cannot write the ready file $READY_FILE"
 }
 
+if [ "$CONFIG_ONLY" = 1 ]; then
+	set --                      # no driver goes to (or leaves) a plugin dir
+else
+	set -- $list
+fi
 if [ "$UNINSTALL" = 1 ]; then
-	for d in $list; do
+	for d in "$@"; do
 		dir=$PLUGIN_DIR/$VENDOR~$d
 		# kubelet's prober fails on a flexvol~<drv>/ without its executable
 		# (forever, if we were killed half-way): the directory first goes
@@ -273,8 +288,9 @@ else
 		install_file "$CONFIG_SRC" "$CONFIG_DEST" 644
 		say "config: $RESULT ($CONFIG_DEST)"
 	fi
-	[ -d "$PLUGIN_DIR" ] || mkdir -p "$PLUGIN_DIR" || die "cannot create $PLUGIN_DIR"
-	for d in $list; do
+	[ "$CONFIG_ONLY" = 1 ] || [ -d "$PLUGIN_DIR" ] || mkdir -p "$PLUGIN_DIR" ||
+		die "cannot create $PLUGIN_DIR"
+	for d in "$@"; do
 		install_file "$SOURCE_DIR/$d" "$PLUGIN_DIR/$VENDOR~$d/$d" 555
 		say "$VENDOR/$d: $RESULT ($PLUGIN_DIR/$VENDOR~$d/$d)"
 	done

@@ -10,11 +10,12 @@
 #                                             one OCI image index, as an OCI archive
 #                                             (skopeo copy --all oci-archive:FILE docker://IMAGE:VERSION,
 #                                             or buildah/podman pull oci-archive:FILE)
-#   OUTDIR/manifests/<overlay>[+loop][+provisioner][+csi[+csi-controller]][+csi-nfs][+csi-iscsi].yaml
-#                                             every overlay with every combination of the
-#                                             components, rendered, every flexvol container on
-#                                             IMAGE@<digest> (the CSI sidecars on kubernetes-csi's
-#                                             pinned images)
+#   OUTDIR/manifests/<overlay>[+csi-only][+loop][+provisioner][+csi[+csi-controller]][+csi-nfs][+csi-iscsi].yaml
+#                                             every overlay with the combinations of the
+#                                             components listed below, rendered, every flexvol
+#                                             container on IMAGE@<digest> (the CSI sidecars on
+#                                             kubernetes-csi's pinned images; csi-nfs's share the
+#                                             placeholder nfs.example.com:/exports/k8s, to edit)
 #   OUTDIR/flexvol-VERSION.tgz                the Helm chart, version VERSION, values pinned to
 #                                             IMAGE@<digest>
 #   the entry of VERSION of CHANGELOG.md, in OUTDIR under the same name
@@ -63,17 +64,26 @@ rel=$(realpath --relative-to="$site" "$ROOT/deploy")
 for o in "$ROOT"/deploy/overlays/*/kustomization.yaml; do
 	o=$(basename "$(dirname "$o")")
 	# csi/controller only with csi (its sidecars use the node plugin's socket); csi/nfs and
-	# csi/iscsi alone, and all three CSI drivers together
+	# csi/iscsi alone, and all three CSI drivers together; CSI only (csi/only: no FlexVolume
+	# installer) with each CSI driver and with all three
 	for comps in "" loop provisioner "loop provisioner" csi "loop csi" "provisioner csi" "loop provisioner csi" \
 		"csi csi/controller" "loop csi csi/controller" "provisioner csi csi/controller" \
 		"loop provisioner csi csi/controller" csi/nfs csi/iscsi \
-		"loop csi csi/controller csi/nfs csi/iscsi"; do
+		"loop csi csi/controller csi/nfs csi/iscsi" \
+		"csi/only csi csi/controller" "csi/only csi/nfs" "csi/only csi/iscsi" \
+		"csi/only csi csi/controller csi/nfs csi/iscsi"; do
 		name=$o
 		{
 			printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n'
 			printf 'resources:\n  - %s\n' "$rel/overlays/$o"
 			[ -z "$comps" ] || printf 'components:\n'
 			for c in $comps; do name=$name+${c//\//-}; printf '  - %s\n' "$rel/$c"; done
+			case " $comps " in *" csi/nfs "*)
+				# deploy/csi/nfs's share: the site's choice, here a placeholder to edit
+				printf 'configMapGenerator:\n  - name: flexvol-csi-nfs-share\n'
+				printf '    literals: [server=nfs.example.com, path=/exports/k8s]\n'
+				printf '    options:\n      annotations: {config.kubernetes.io/local-config: "true"}\n' ;;
+			esac
 			printf 'images:\n  - name: registry.example.com/flexvol/installer\n    newName: %s\n    digest: %s\n' \
 				"$IMAGE" "$digest"
 		} > "$site/kustomization.yaml"

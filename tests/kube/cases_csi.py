@@ -6,7 +6,8 @@ controller-manager (the PV binder: the claim Lost, then Bound again).
 
 Only with FLEXVOL_KUBE_CSI=1 (`make check-kube-csi`, which builds flexvol-csi, the sidecars and
 the CSI images); the plain `make check-kube` has none of them. The install is
-tests/kube/overlays/csi: the lane's kubeadm install plus the deploy/csi Component.
+tests/kube/overlays/csi: the lane's kubeadm install plus the deploy/csi Component (its own
+DaemonSet, flexvol-csi-node).
 
 csi_dynamic_loop and csi_migrate_reclaim_loop add deploy/csi/controller
 (tests/kube/overlays/csi-controller): the external-provisioner in node-deployment mode and the
@@ -36,26 +37,55 @@ SAVE_DIR = C.p("migrate")
 TIMES = {}
 
 
+NODE_DS = "flexvol-csi-node"
+
+
+def rollout_ds(t, name, timeout=180):
+    """`rollout status` of the DaemonSet @name (kube-system), once its controller has seen its
+    latest generation (right after an apply it may still report the old one as rolled out)."""
+    def observed():
+        ds = t.kj("-n", "kube-system", "get", "ds", name)
+        st = ds.get("status", {})
+        return (st.get("observedGeneration", 0) >= ds["metadata"]["generation"] and
+                st.get("desiredNumberScheduled", 0) >= 1)
+    C.wait_for(f"the DaemonSet controller to observe {name}", observed, 60)
+    r = t.k("-n", "kube-system", "rollout", "status", f"ds/{name}", f"--timeout={timeout}s", check=False,
+            timeout=timeout + 30)
+    if r.returncode != 0:
+        pods = t.k("-n", "kube-system", "get", "pods", "-o", "wide", check=False).stdout
+        raise CaseFailed(f"rollout of {name}: {r.stderr.strip()}\n{pods}")
+
+
+def host_ns_patch(ds, container):
+    """This machine's PID 1 is a sandbox init whose namespace files its root cannot open (nsenter
+    -t 1: Permission denied): flexvol-csi enters kubelet's mount namespace instead
+    (HOST_NS_PID=kubelet, deploy/csi/daemonset-node.yaml: a process of that name on each node)."""
+    return {"patch": json.dumps({
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": ds, "namespace": "kube-system"},
+        "spec": {"template": {"spec": {"containers": [{"name": container, "env": [
+            {"name": "HOST_NS_PID", "value": "kubelet"}]}]}}}})}
+
+
 def _install(t, overlay):
     """Install tests/kube/overlays/@overlay (csi, or csi-controller on top of it) with the
-    environment of this run. This machine's PID 1 is a sandbox init whose namespace files its root
-    cannot open (nsenter -t 1: Permission denied): flexvol-csi enters kubelet's mount namespace
-    instead (HOST_NS_PID=kubelet, deploy/csi/daemonset-node.yaml: a process of that name on
-    each node), given by a kustomization of this run's over the overlay, so that one apply rolls
-    the DaemonSet out once."""
+    environment of this run (host_ns_patch), given by a kustomization of this run's over the
+    overlay, so that one apply rolls each DaemonSet out once: the installer's (untouched by the
+    CSI components) and flexvol-csi-node."""
     d = C.p("csi-install", overlay)
     os.makedirs(d, exist_ok=True)
     C.write(os.path.join(d, "kustomization.yaml"), json.dumps({
         "resources": [os.path.relpath(os.path.join(HERE, "overlays", overlay), d)],
-        "patches": [{"patch": json.dumps({
-            "apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": "flexvol-installer", "namespace": "kube-system"},
-            "spec": {"template": {"spec": {"containers": [{"name": "csi-loop", "env": [
-                {"name": "HOST_NS_PID", "value": "kubelet"}]}]}}}})}]}))
+        "patches": [host_ns_patch(NODE_DS, "csi-loop")]}))
     t.k("apply", "-k", d, timeout=120)
     t.rollout()
+    rollout_ds(t, NODE_DS)
     t.installed = overlay
     t.mode = "controller"
+
+
+def node_logs(t, *containers, ds=NODE_DS):
+    return "".join(t.k("-n", "kube-system", "logs", f"ds/{ds}", "-c", c, "--tail=30", check=False).stdout[-1500:]
+                   for c in containers)
 
 
 def _setup(t, overlay="csi"):
@@ -69,11 +99,7 @@ def _setup(t, overlay="csi"):
     try:
         C.wait_for(f"{DRIVER} in CSINode {C.NODE}", registered, 120)
     except TimeoutError as e:
-        logs = t.k("-n", "kube-system", "logs", "ds/flexvol-installer", "-c", "csi-registrar",
-                   check=False).stdout[-1500:]
-        logs += t.k("-n", "kube-system", "logs", "ds/flexvol-installer", "-c", "csi-loop",
-                    check=False).stdout[-1500:]
-        raise CaseFailed(f"{e}: {logs}")
+        raise CaseFailed(f"{e}: {node_logs(t, 'csi-registrar', 'csi-loop')}")
 
 
 def _token(t):
@@ -481,8 +507,7 @@ def case_csi_migrate_reclaim_loop(t):
         try:
             C.wait_for(f"PV {pv} reclaimed", lambda: t.k("get", "pv", pv, check=False).returncode != 0, 120)
         except TimeoutError as e:
-            logs = t.k("-n", "kube-system", "logs", "ds/flexvol-installer", "-c", "csi-provisioner",
-                       "--tail=30", check=False).stdout
+            logs = node_logs(t, "csi-provisioner")
             raise CaseFailed(f"{e}: {t.k('get', 'pv', pv, '-o', 'yaml', check=False).stdout}\n{logs}")
         check(not os.path.exists(img), f"image {img} left")
         print(f"     {pv}: claim deleted -> image and PV gone through CSI in {time.monotonic() - t0:.1f} s",

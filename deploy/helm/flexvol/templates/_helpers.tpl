@@ -1,3 +1,11 @@
+{{/*
+How the chart is built: every object is read from the manifests of deploy/ (files/ links to
+them), so that the chart and the kustomize overlays and components render the same objects
+(make check-deploy compares them); the templates set what the values choose, and flexvol.emit
+gives every object the release's namespace, the chart's labels, the images of the values and the
+pull secrets.
+*/}}
+
 {{/* The cluster kinds: plugin directory, attach mode (docs/install.md) */}}
 {{- define "flexvol.kinds" -}}
 kubeadm: {pluginDir: /usr/libexec/kubernetes/kubelet-plugins/volume/exec, attachMode: controller}
@@ -15,9 +23,6 @@ rke: {pluginDir: /var/lib/kubelet/volumeplugins, attachMode: controller}
 
 {{- define "flexvol.openshift" -}}{{ if eq .Values.clusterKind "openshift" }}true{{ end }}{{- end -}}
 
-{{/* the namespace of the installer and its configuration: kube-system, flexvol on OpenShift */}}
-{{- define "flexvol.namespace" -}}{{ if include "flexvol.openshift" . }}flexvol{{ else }}kube-system{{ end }}{{- end -}}
-
 {{- define "flexvol.pluginDir" -}}
 {{- .Values.pluginDir | default (get (include "flexvol.kind" . | fromYaml) "pluginDir") -}}
 {{- end -}}
@@ -28,85 +33,123 @@ rke: {pluginDir: /var/lib/kubelet/volumeplugins, attachMode: controller}
 {{- $m -}}
 {{- end -}}
 
-{{- define "flexvol.image" -}}
-{{- if .Values.image.digest -}}{{ .Values.image.repository }}@{{ .Values.image.digest }}
-{{- else -}}{{ .Values.image.repository }}:{{ .Values.image.tag }}{{- end -}}
+{{/* "true" when the chart renders the Namespace object of the release's namespace */}}
+{{- define "flexvol.createNamespace" -}}
+{{- $c := .Values.createNamespace -}}
+{{- if eq (toString $c) "" }}{{ include "flexvol.openshift" . }}{{ else if $c }}true{{ end -}}
+{{- end -}}
+
+{{/* The chart's labels, on every object and pod (never in a selector) */}}
+{{- define "flexvol.labels" -}}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name (.Chart.Version | replace "+" "_") | quote }}
+{{- with .Values.customLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{/*
-The text of a manifest of deploy/ (files/: links to deploy/) with the chart's image where
-it names flexvol's (every `image:` of ours, as kustomize's images: entry moves them) and
-csi.nfs's share where deploy/csi/nfs has its example.  Args: (dict "root" $ "file" "files/x.yaml")
+An image reference of the values: an entry with repository, tag, digest; imageRegistry, when
+set, replaces the registry of the repository (its first part, when that names a host: it has a
+"." or a ":" or is localhost) or is put before it.  Args: (dict "root" $ "img" <entry>)
 */}}
-{{- define "flexvol.file" -}}
-{{- $t := regexReplaceAll "registry\\.example\\.com/flexvol/installer:[0-9A-Za-z._-]+" (.root.Files.Get .file) (include "flexvol.image" .root) -}}
-{{- if hasPrefix "files/csi-nfs-" .file -}}
-{{- $n := .root.Values.csi.nfs -}}
-{{- $t = $t | replace "nfs.example.com:/exports/k8s" (printf "%s:%s" $n.server $n.path) | replace "server: nfs.example.com" (printf "server: %s" $n.server) | replace "path: /exports/k8s" (printf "path: %s" $n.path) -}}
+{{- define "flexvol.imageRef" -}}
+{{- $repo := .img.repository -}}
+{{- with .root.Values.imageRegistry -}}
+{{- $parts := splitn "/" 2 $repo -}}
+{{- if and (ne $parts._1 "") (or (contains "." $parts._0) (contains ":" $parts._0) (eq $parts._0 "localhost")) -}}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $parts._1 -}}
+{{- else -}}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo -}}
 {{- end -}}
-{{- $t -}}
+{{- end -}}
+{{- if .img.digest }}{{ $repo }}@{{ .img.digest }}{{ else }}{{ $repo }}:{{ .img.tag }}{{ end -}}
+{{- end -}}
+
+{{/* The values' entry of an image of deploy/'s manifests, by its name there */}}
+{{- define "flexvol.imageKey" -}}
+{{- $n := regexReplaceAll "[:@].*$" . "" -}}
+{{- $keys := dict "registry.example.com/flexvol/installer" "image"
+    "registry.k8s.io/sig-storage/csi-node-driver-registrar" "nodeDriverRegistrar"
+    "registry.k8s.io/sig-storage/csi-provisioner" "provisioner"
+    "registry.k8s.io/sig-storage/csi-resizer" "resizer"
+    "registry.k8s.io/sig-storage/csi-attacher" "attacher" -}}
+{{- $k := get $keys $n -}}
+{{- if not $k }}{{ fail (printf "chart: no value for the image %s (templates/_helpers.tpl, flexvol.imageKey)" .) }}{{ end -}}
+{{- $k -}}
 {{- end -}}
 
 {{/*
-The items of a CSI component's DaemonSet patch (files/csi-*daemonset*.yaml) under "key"
-(containers or volumes) but those named in "skip", as a YAML list for the DaemonSet.
-kustomize's strategic merge puts a patch's items before those already there, a later
-component's first, and an item two patches name once, where the later one puts it:
-templates/installer.yaml lists them in that order.  Args: (dict "root" $ "file" "..." "key" "..." "skip" (list ...))
+The objects of a manifest of deploy/ (files/x.yaml) as a YAML list, kubelet's directory
+replaced by kubeletDir.  Args: (dict "root" $ "file" "files/x.yaml")
 */}}
-{{- define "flexvol.patchItems" -}}
-{{- $spec := (include "flexvol.file" . | fromYaml).spec.template.spec -}}
-{{- $items := list -}}
-{{- range (get $spec .key) }}{{ if not (has .name $.skip) }}{{ $items = append $items . }}{{ end }}{{ end -}}
-{{- if $items }}{{ toYaml $items }}{{ end -}}
-{{- end -}}
-
-{{/*
-The objects of a manifest of deploy/ (flexvol.file), namespaced ones
-moved to "ns" as kustomize's namespace transformer would, and the subjects naming the
-installer's ServiceAccount (deploy/loop's replacements) in "subjectNs" when given.  Args: (dict "root" $ "file" "files/x.yaml" "ns" "..." "subjectNs" "...")
-*/}}
-{{- define "flexvol.manifest" -}}
-{{- range $doc := splitList "\n---\n" (include "flexvol.file" .) }}
+{{- define "flexvol.load" -}}
+{{- $t := .root.Files.Get .file -}}
+{{- if not $t }}{{ fail (printf "chart: %s is missing (helm package resolves the links of files/)" .file) }}{{ end -}}
+{{- $t = replace "/var/lib/kubelet/" (printf "%s/" (trimSuffix "/" .root.Values.kubeletDir)) $t -}}
+{{- $out := list -}}
+{{- range $doc := splitList "\n---\n" $t }}
 {{- $o := fromYaml $doc }}
-{{- if $o.kind }}
-{{- if and $.ns $o.metadata.namespace }}{{ $_ := set $o.metadata "namespace" $.ns }}{{ end }}
-{{- if and $.subjectNs $o.subjects }}
-{{- range $s := $o.subjects }}{{ if and (eq $s.kind "ServiceAccount") (eq $s.name "flexvol-installer") }}{{ $_ := set $s "namespace" $.subjectNs }}{{ end }}{{ end }}
+{{- if $o.kind }}{{ $out = append $out $o }}{{ end }}
+{{- end }}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/*
+A component's pod options from its values (v): replicas, priorityClassName, nodeSelector,
+tolerations, affinity (an empty value removes the field), and each container's resources from
+"resources", a map of container name to its resources.  Args: (dict "obj" <workload> "v" <values>
+"resources" (dict ...))
+*/}}
+{{- define "flexvol.podOptions" -}}
+{{- $spec := .obj.spec.template.spec -}}
+{{- if and (eq .obj.kind "Deployment") (hasKey .v "replicas") }}{{ $_ := set .obj.spec "replicas" .v.replicas }}{{ end -}}
+{{- range $f := list "priorityClassName" "nodeSelector" "tolerations" "affinity" }}
+{{- if get $.v $f }}{{ $_ := set $spec $f (get $.v $f) }}{{ else }}{{ $_ := unset $spec $f }}{{ end }}
+{{- end }}
+{{- range $ct := concat ($spec.initContainers | default list) $spec.containers }}
+{{- with get $.resources $ct.name }}{{ $_ := set $ct "resources" . }}{{ end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Print objects: the release's namespace for every object of flexvol's namespace (kube-system, or
+flexvol on OpenShift: the same rule as the overlays' namespace and the components'
+replacements), the chart's labels, the images and pull policies of the values, the pull
+secrets; no ServiceAccount without serviceAccount.create, no RBAC without rbac.create, the
+OpenShift SCC grants (*-scc) on OpenShift only.  Args: (dict "root" $ "objs" (list ...))
+*/}}
+{{- define "flexvol.emit" -}}
+{{- $root := .root -}}
+{{- $V := $root.Values -}}
+{{- $ns := $root.Release.Namespace -}}
+{{- $labels := include "flexvol.labels" $root | fromYaml -}}
+{{- range $o := .objs }}
+{{- $skip := or (and (eq $o.kind "ServiceAccount") (not $V.serviceAccount.create))
+               (and (has $o.kind (list "Role" "RoleBinding" "ClusterRole" "ClusterRoleBinding")) (not $V.rbac.create))
+               (and (has $o.kind (list "Role" "RoleBinding")) (hasSuffix "-scc" $o.metadata.name) (not (include "flexvol.openshift" $root))) }}
+{{- if not $skip }}
+{{- if has (toString $o.metadata.namespace) (list "kube-system" "flexvol") }}{{ $_ := set $o.metadata "namespace" $ns }}{{ end }}
+{{- range $s := $o.subjects | default list }}
+{{- if and (eq $s.kind "ServiceAccount") (has (toString $s.namespace) (list "kube-system" "flexvol")) }}{{ $_ := set $s "namespace" $ns }}{{ end }}
+{{- end }}
+{{- with $o.spec }}{{ with .paramRef }}{{ if has (toString .namespace) (list "kube-system" "flexvol") }}{{ $_ := set . "namespace" $ns }}{{ end }}{{ end }}{{ end }}
+{{- $_ := set $o.metadata "labels" (merge (dict) ($o.metadata.labels | default dict) $labels) }}
+{{- if and $o.spec (kindIs "map" $o.spec) $o.spec.template }}
+{{- $tm := $o.spec.template.metadata }}
+{{- $_ := set $tm "labels" (merge (dict) ($tm.labels | default dict) $labels) }}
+{{- $spec := $o.spec.template.spec }}
+{{- with $V.imagePullSecrets }}{{ $_ := set $spec "imagePullSecrets" . }}{{ end }}
+{{- range $ct := concat ($spec.initContainers | default list) $spec.containers }}
+{{- $k := include "flexvol.imageKey" $ct.image }}
+{{- $img := ternary $V.image (get $V.sidecars $k) (eq $k "image") }}
+{{- $_ := set $ct "image" (include "flexvol.imageRef" (dict "root" $root "img" $img)) }}
+{{- $_ := set $ct "imagePullPolicy" $img.pullPolicy }}
+{{- end }}
 {{- end }}
 ---
 {{ toYaml $o }}
 {{- end }}
 {{- end }}
-{{- end -}}
-
-{{/* env, ports and probes of both provisioner Deployments */}}
-{{- define "flexvol.provisionerCommon" -}}
-env:
-  - name: POD_NAME
-    valueFrom:
-      fieldRef:
-        fieldPath: metadata.name
-  - name: POD_NAMESPACE
-    valueFrom:
-      fieldRef:
-        fieldPath: metadata.namespace
-ports:
-  - name: http-metrics
-    containerPort: 8080
-    protocol: TCP
-livenessProbe:
-  httpGet:
-    path: /healthz
-    port: http-metrics
-  initialDelaySeconds: 10
-  periodSeconds: 20
-  timeoutSeconds: 5
-  failureThreshold: 3
-readinessProbe:
-  httpGet:
-    path: /readyz
-    port: http-metrics
-  periodSeconds: 10
-  timeoutSeconds: 5
 {{- end -}}
