@@ -39,6 +39,8 @@ struct csi_profile {
 	bool mounts;	 /* no staging: the driver mounts the volume on each pod's target */
 	bool node_local; /* volumes reachable from one node: topology, NodeGetInfo's segment */
 	bool expands;	 /* EXPAND_VOLUME, online */
+	bool block;	 /* raw block volumes (access type block): a staged block-class driver */
+	bool stats;	 /* GET_VOLUME_STATS and VOLUME_CONDITION: the driver's stats slot */
 	unsigned int modes;   /* the access modes served: CSI_MODE() bits */
 	unsigned int ro_modes; /* those that make the volume read-only on the node */
 
@@ -104,9 +106,16 @@ enum grpc_code csi_code_of(int r);
 /* Is @cap served by this profile?  Else why not, in @why. */
 bool csi_capability_served(const Csi__V1__VolumeCapability *cap, char *why, size_t len);
 
+/* Does @cap ask for a raw block volume (access type block)? */
+static inline bool csi_is_block(const Csi__V1__VolumeCapability *cap)
+{
+	return cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
+}
+
 /*
- * csi_check_capability() - a capability this profile serves (a filesystem,
- * no mount flags, a mode of @csi_plugin.modes): 0 with *@fstype and *@ro
+ * csi_check_capability() - a capability this profile serves (a filesystem
+ * or, where served, a raw block device; no mount flags, a mode of
+ * @csi_plugin.modes): 0 with *@fstype (NULL for raw block) and *@ro
  * (read-only on the node), or <0 (answered INVALID_ARGUMENT).
  */
 int csi_check_capability(struct grpc_call *call, const Csi__V1__VolumeCapability *cap,

@@ -6,7 +6,8 @@
 #   make csi                build/flexvol-csi
 #   make check-csi-sanity   csi-sanity (kubernetes-csi/csi-test, built from its Go module by
 #                           tests/csi/build, cached), every spec the driver's services reach, against
-#                           flexvol-csi --driver D for each D in CSI_SANITY_DRIVERS (root)
+#                           flexvol-csi --driver D for each D in CSI_SANITY_DRIVERS, then loop's
+#                           raw block volumes (--csi.testvolumeaccesstype block) (root)
 #   make bench-csi          (part of make bench) the loop node cycle through CSI beside
 #                           FlexVolume, and the endpoint's memory (tests/bench/csi.py)
 #   make check-csi          the endpoint's own tests (tests/csi/run-node: stage/publish of loop
@@ -71,6 +72,7 @@ $(O)/flexvol-csi: $(CSI_OBJS) $(CSI_GEN_OBJS) $(CSI_FV_OBJS)
 
 check-csi-sanity: $(O)/flexvol-csi
 	$(Q)set -e; for d in $(CSI_SANITY_DRIVERS); do tests/csi/run-sanity --build $(O) --driver $$d; done
+	$(Q)tests/csi/run-sanity --build $(O) --driver loop --access-type block
 
 check-csi: $(O)/flexvol-csi
 	$(Q)tests/csi/run-node --build $(O)

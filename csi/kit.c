@@ -127,25 +127,33 @@ int csi_fail(struct grpc_call *call, struct fv_ctx *cx, int r, const char *what)
 }
 
 /*
- * A capability we serve: a filesystem (no raw block yet), no mount flags
- * (the op layer takes its mount options from the node config), a mode of
- * the profile's, and for staged volumes a filesystem the op layer makes and
- * mounts (what NodeStageVolume will take; a driver mounting its volumes
- * itself, an NFS share, has no filesystem of its own to choose).
+ * A capability we serve: a filesystem, or a raw block device where the
+ * profile has them (a staged driver of the block class: no filesystem to
+ * choose), no mount flags (the op layer takes its mount options from the
+ * node config), a mode of the profile's, and for staged filesystems one the
+ * op layer makes and mounts (what NodeStageVolume will take; a driver
+ * mounting its volumes itself, an NFS share, has no filesystem of its own
+ * to choose).
  */
 bool csi_capability_served(const Csi__V1__VolumeCapability *cap, char *why, size_t len)
 {
 	access_mode m = cap->access_mode ? cap->access_mode->mode : 0;
+	bool block = cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
 
-	if (cap->access_type_case != CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT)
-		snprintf(why, len, "only filesystem volumes are served (access type mount)");
-	else if (cap->mount->n_mount_flags)
+	if (block && !csi_plugin.block)
+		snprintf(why, len, "raw block volumes are not served for %s volumes (access type "
+			 "mount only)", csi_plugin.drv->name);
+	else if (!block && cap->access_type_case != CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT)
+		snprintf(why, len, "an access type (mount%s) is required",
+			 csi_plugin.block ? " or block" : "");
+	else if (!block && cap->mount->n_mount_flags)
 		snprintf(why, len, "mount flags are not accepted (the node config sets mount options)");
 	else if (m <= 0 || m >= 32 || !(csi_plugin.modes & CSI_MODE(m)))
 		snprintf(why, len, "access mode %d is not served (%s)", (int)m,
 			 csi_plugin.mounts ? "every mode but the multi-node single-writer one"
 					   : "single node modes only");
-	else if (csi_plugin.stages && *cap->mount->fs_type && !fv_fs_supported(cap->mount->fs_type))
+	else if (!block && csi_plugin.stages && *cap->mount->fs_type &&
+		 !fv_fs_supported(cap->mount->fs_type))
 		snprintf(why, len, "fsType '%s' is not served (ext2, ext3, ext4, xfs)",
 			 cap->mount->fs_type);
 	else
@@ -161,7 +169,7 @@ int csi_check_capability(struct grpc_call *call, const Csi__V1__VolumeCapability
 	if (!csi_capability_served(cap, why, sizeof(why)))
 		return -grpc_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
 	*ro = (csi_plugin.ro_modes & CSI_MODE(cap->access_mode->mode)) != 0;
-	*fstype = cap->mount->fs_type;
+	*fstype = csi_is_block(cap) ? NULL : cap->mount->fs_type;
 	return 0;
 }
 

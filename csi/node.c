@@ -10,9 +10,14 @@
  *                        its own mount of the volume, as kubelet's FlexVolume mount
  *   NodeUnpublishVolume  unpublish, then the target removed
  *   NodeExpandVolume     expandfs with the options the volume was staged with
- *   NodeGetVolumeStats   statvfs of a mount of the volume (what kubelet does for
- *                        FlexVolume); staged drivers only
+ *   NodeGetVolumeStats   the driver's stats of a mount of the volume: statvfs (what
+ *                        kubelet does for FlexVolume), a raw block volume's size,
+ *                        and the volume's condition; every probe bounded
  *
+ * A raw block volume (access type block, the block class's drivers) goes the
+ * same way with fv_opts.block set: staged as its device's node in the same
+ * directory, published as a bind of that node on a target file the runner
+ * makes (FV_OP_FILE); unpublish and unstage tell it from the kernel.
  * Why a subdirectory of the staging path: the block class names a volume by
  * the last component of its device mount directory (fv/blkvol.h,
  * "Identity"), and kubelet's CSI staging path always ends in "globalmount".
@@ -82,6 +87,7 @@ static void node_stage(struct grpc_call *call, const ProtobufCMessage *m)
 		     CSI_MAP(q, secrets), &o) < 0)
 		return;
 	c.dir = dir;
+	o.block = csi_is_block(q->volume_capability);
 	c.opts = &o;
 	if (run(call, &cx, &c, "stage") == 0)
 		grpc_reply(call, &resp.base);
@@ -135,6 +141,9 @@ static void node_publish(struct grpc_call *call, const ProtobufCMessage *m)
 		return;
 	c.dir = q->target_path;
 	c.staged = csi_plugin.stages ? staged : NULL;
+	o.block = csi_is_block(q->volume_capability);
+	if (o.block) /* the target is a file, the node is bound on it */
+		c.flags |= FV_OP_FILE;
 	c.opts = &o;
 	if (run(call, &cx, &c, "publish") == 0)
 		grpc_reply(call, &resp.base);
@@ -199,10 +208,12 @@ static void node_expand(struct grpc_call *call, const ProtobufCMessage *m)
 }
 
 /*
- * The filesystem figures of a staged or published volume (kubelet's statfs
- * of a FlexVolume pod dir).  @volume_path must be a mount of the volume by
- * the driver's own account (its owns slot: the device its record names),
- * else NOT_FOUND; the staging path itself names the staged mount below it.
+ * The figures and condition of a staged or published volume (kubelet's
+ * statfs of a FlexVolume pod dir), by the driver's stats slot: @volume_path
+ * must be a mount of the volume by the driver's own account (its owns slot),
+ * else NOT_FOUND; the staging path itself names the volume's stage below it.
+ * A raw block volume has its size only.  The condition is abnormal, with a
+ * message, when the driver's bounded probes say the backing is not well.
  */
 static void node_get_volume_stats(struct grpc_call *call, const ProtobufCMessage *m)
 {
@@ -210,45 +221,46 @@ static void node_get_volume_stats(struct grpc_call *call, const ProtobufCMessage
 	Csi__V1__NodeGetVolumeStatsResponse r = CSI__V1__NODE_GET_VOLUME_STATS_RESPONSE__INIT;
 	Csi__V1__VolumeUsage bytes = CSI__V1__VOLUME_USAGE__INIT, inodes = CSI__V1__VOLUME_USAGE__INIT;
 	Csi__V1__VolumeUsage *usage[] = { &bytes, &inodes };
-	_cleanup_(fv_dir_closep) struct fv_dir d = { .parent = -1 };
-	_cleanup_close_ int fd = -1;
+	Csi__V1__VolumeCondition cond = CSI__V1__VOLUME_CONDITION__INIT;
 	char staged[PATH_MAX];
 	const char *path = q->volume_path;
-	struct statvfs sv;
+	struct fv_volstats st;
 	struct fv_ctx cx;
 	int k;
 
-	if (csi_need(call, *q->volume_id && *q->volume_path, "volume_id and volume_path") < 0 ||
-	    require_stages(call) < 0 || csi_open(call, &cx, q->volume_id) < 0)
+	if (csi_need(call, *q->volume_id && *q->volume_path, "volume_id and volume_path") < 0)
 		return;
-	if (*q->staging_target_path) {
+	if (!csi_plugin.stats)
+		return (void)grpc_fail(call, GRPC_UNIMPLEMENTED, "%s volumes have no stats here",
+				       csi_plugin.drv->name);
+	if (csi_open(call, &cx, q->volume_id) < 0)
+		return;
+	if (csi_plugin.stages && *q->staging_target_path) {
 		if (staged_dir(call, q->staging_target_path, q->volume_id, staged, sizeof(staged)) < 0)
 			return;
 		if (streq(path, q->staging_target_path))
 			path = staged;
 	}
-	k = fv_op_owns(&cx, q->volume_id, path);
-	if (k == 0 || k == -ENOENT || k == -EINVAL || k == -ENOTDIR || k == -ELOOP)
+	k = fv_op_stats(&cx, q->volume_id, path, &st);
+	if (k == -ENOENT || k == -EINVAL || k == -ENOTDIR || k == -ELOOP)
 		return (void)grpc_fail(call, GRPC_NOT_FOUND, "'%s' holds no mount of volume '%s'%s%s",
-				       path, q->volume_id, k == 0 ? ": " : "", k == 0 ? cx.message : "");
+				       path, q->volume_id, cx.message[0] ? ": " : "", cx.message);
 	if (k < 0)
 		return (void)csi_fail(call, &cx, k, "stats");
-	if (fv_dir_open_quiet(path, &d) == 0)
-		fd = openat(d.parent, fv_path_last(d.path),
-			    O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0 || fstatvfs(fd, &sv) < 0)
-		return (void)grpc_fail(call, GRPC_INTERNAL, "cannot read the filesystem at '%s': %s",
-				       path, strerror(errno));
+	/* kubelet takes an answer without usage for an error: zeros when it could not be read */
 	bytes.unit = CSI__V1__VOLUME_USAGE__UNIT__BYTES;
-	bytes.total = (int64_t)(sv.f_blocks * sv.f_frsize);
-	bytes.available = (int64_t)(sv.f_bavail * sv.f_frsize);
-	bytes.used = (int64_t)((sv.f_blocks - sv.f_bfree) * sv.f_frsize);
+	bytes.total = (int64_t)st.bytes_total;
+	bytes.available = (int64_t)st.bytes_avail;
+	bytes.used = (int64_t)st.bytes_used;
 	inodes.unit = CSI__V1__VOLUME_USAGE__UNIT__INODES;
-	inodes.total = (int64_t)sv.f_files;
-	inodes.available = (int64_t)sv.f_favail;
-	inodes.used = (int64_t)(sv.f_files - sv.f_ffree);
-	r.n_usage = ARRAY_SIZE(usage);
+	inodes.total = (int64_t)st.inodes_total;
+	inodes.available = (int64_t)st.inodes_avail;
+	inodes.used = (int64_t)st.inodes_used;
+	r.n_usage = st.block || !st.has_usage ? 1 : ARRAY_SIZE(usage);
 	r.usage = usage;
+	cond.abnormal = st.abnormal;
+	cond.message = st.abnormal ? st.message : (char *)"";
+	r.volume_condition = &cond;
 	grpc_reply(call, &r.base);
 }
 

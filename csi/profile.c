@@ -101,6 +101,10 @@ int csi_profile_init(struct csi_profile *p, const struct fv_driver *drv, const c
 	p->mounts = !p->stages && fv_op_served(drv, FV_OP_PUBLISH) &&
 		    fv_op_served(drv, FV_OP_UNPUBLISH);
 	p->node_local = drv->node_local;
+	/* raw block: staged as the device's node (the block class), never an NFS share */
+	p->block = p->stages && drv->raw_block;
+	/* stats and the volume's condition, wherever volumes are mounted on the node */
+	p->stats = (p->stages || p->mounts) && drv->stats;
 	p->modes = CSI_MODE(CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_WRITER) |
 		   CSI_MODE(CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_SINGLE_WRITER) |
 		   CSI_MODE(CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_READER_ONLY);
@@ -134,9 +138,11 @@ int csi_profile_init(struct csi_profile *p, const struct fv_driver *drv, const c
 		p->n_plugin_caps++;
 	}
 
-	if (p->stages) {
+	if (p->stages)
 		node_rpc_cap(p, CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__STAGE_UNSTAGE_VOLUME);
+	if (p->stats) {
 		node_rpc_cap(p, CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_STATS);
+		node_rpc_cap(p, CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__VOLUME_CONDITION);
 	}
 	if (p->expands)
 		node_rpc_cap(p, CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME);

@@ -16,6 +16,7 @@
 #include "fv/blkvol.h"
 #include "fv/lock.h"
 #include "fv/log.h"
+#include "fv/mounttab.h"
 #include "fv/state.h"
 #include "fv/util.h"
 
@@ -53,10 +54,17 @@ static void gc_failed(struct fv_ctx *cx, struct gc_run *g, const char *key, int 
 static bool record_device_busy(json_object *rec)
 {
 	json_object *d;
+	struct stat st;
+	const char *dev;
 
-	return rec && json_object_object_get_ex(rec, "device", &d) &&
-	       json_object_is_type(d, json_type_string) &&
-	       fv_blk_busy(json_object_get_string(d)) != 0;
+	if (!rec || !json_object_object_get_ex(rec, "device", &d) ||
+	    !json_object_is_type(d, json_type_string))
+		return false;
+	dev = json_object_get_string(d);
+	if (fv_blk_busy(dev) != 0)
+		return true;
+	/* a raw block volume's device nobody opens exclusively: the binds of its node say it */
+	return stat(dev, &st) == 0 && S_ISBLK(st.st_mode) && fv_mnt_count_devno(st.st_rdev) != 0;
 }
 
 /*

@@ -84,6 +84,57 @@ int fv_blkvol_require_named_device(struct fv_ctx *cx, const char *name, int foun
 int fv_blkvol_writable(struct fv_ctx *cx, const struct fv_dir *gd);
 
 
+/* Write the state record of volume @name (@dev its device, "" not yet known): 0 or <0. */
+int fv_blkvol_save_record(struct fv_ctx *cx, const char *name, const void *v, const char *dev,
+			  const struct fv_opts *o);
+
+/*
+ * blkvol-raw.c: raw block volumes (fv_opts.block), staged as their device's
+ * node bound on the file BLKVOL_NODE_FILE in the stage directory, published
+ * as binds of that node on the target file (docs/design.md, "Raw block").
+ */
+#define BLKVOL_NODE_FILE "device"
+
+/* mountdevice of a raw block volume @name in the stage directory @gd (locked by the caller). */
+int fv_blkvol_stage_block(struct fv_ctx *cx, const void *v, const struct fv_opts *o,
+			  const char *name, const struct fv_dir *gd);
+
+/*
+ * unmountdevice's raw block part: the node bound in @gd goes, then the
+ * node-side attach.  1: @gd holds no raw block stage (the filesystem path runs).
+ */
+int fv_blkvol_unstage_block(struct fv_ctx *cx, const char *name, const struct fv_dir *gd);
+
+/* publish of a raw block volume: its staged node in @staged bound on the file @dir. */
+int fv_blkvol_publish_block(struct fv_ctx *cx, const char *dir, const char *staged,
+			    const struct fv_opts *o);
+
+/*
+ * A filesystem's @what ("stage", "publish") of the volume staged in @staged:
+ * @err (with a message) when @staged holds a raw block stage, else 0.
+ */
+int fv_blkvol_staged_as_block(struct fv_ctx *cx, const char *staged, const char *what, int err);
+
+/*
+ * unpublish of what is not a directory: the node bound on the file @dir
+ * unmounted (the file stays, for the runner to remove).  1: @dir is a
+ * directory (the filesystem path runs).
+ */
+int fv_blkvol_unpublish_block(struct fv_ctx *cx, const char *dir);
+
+/*
+ * Is device @rdev (its node bound somewhere) volume @name's: the device its
+ * record names, or without a record the kernel's word (a device of this
+ * backend whose node is bound in a stage directory named @name)?  1, 0, <0.
+ */
+int fv_blkvol_owns_node(struct fv_ctx *cx, const char *name, dev_t rdev);
+
+/*
+ * A filesystem stage of volume @name on device @dev: refused while the
+ * device's node is bound anywhere (a raw block stage or publish).  0 or <0.
+ */
+int fv_blkvol_no_node_binds(struct fv_ctx *cx, const char *dev, const char *name);
+
 /* blkvol-node.c: node mode's mount and unmount (fv_blkvol_op_mount(), fv_blkvol_op_unmount()). */
 int fv_blkvol_node_mount(struct fv_ctx *cx, const char *dir, const struct fv_opts *o);
 int fv_blkvol_node_unmount(struct fv_ctx *cx, const char *dir);

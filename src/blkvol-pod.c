@@ -204,12 +204,18 @@ int fv_blkvol_op_publish(struct fv_ctx *cx, const char *dir, const char *staged,
 {
 	char dev[PATH_MAX];
 	bool named = false;
-	int found = 1;
+	int found;
 
 	if (!staged)
 		return fv_fail(cx, -EINVAL, "no device mount named for the publish of '%s'", dir);
+	if (o->block)
+		return fv_blkvol_publish_block(cx, dir, staged, o);
+	found = fv_blkvol_staged_as_block(cx, staged, "publish", -FV_ERR_CONFLICT);
+	if (found < 0)
+		return found;
 	for (size_t i = 0; i < o->n && !named; i++)
 		named = strncmp(o->pairs[i].key, "kubernetes.io/", 14) != 0;
+	found = 1;
 	if (named)
 		found = find_named(cx, o, dev, sizeof(dev));
 	return found < 0 ? found : bind_from(cx, dir, staged, found, named ? dev : NULL, o, true);
@@ -217,7 +223,9 @@ int fv_blkvol_op_publish(struct fv_ctx *cx, const char *dir, const char *staged,
 
 int fv_blkvol_op_unpublish(struct fv_ctx *cx, const char *dir, const char *name)
 {
-	return fv_blkvol_unmount(cx, dir, NULL);
+	int r = fv_blkvol_unpublish_block(cx, dir); /* a target that is a file: raw block */
+
+	return r != 1 ? r : fv_blkvol_unmount(cx, dir, NULL);
 }
 
 struct named_mount {
@@ -243,8 +251,13 @@ int fv_blkvol_owns(struct fv_ctx *cx, const char *name, const char *path,
 	json_object *rec = NULL, *d;
 	char ident[PATH_MAX];
 	struct stat st;
-	int r = fv_state_read(cx, name, &rec);
+	dev_t rdev;
+	int r;
 
+	/* a raw block volume's mount: a bind of its device's node */
+	if (fv_mnt_node_devno(mi, &rdev) == 0)
+		return fv_blkvol_owns_node(cx, name, rdev);
+	r = fv_state_read(cx, name, &rec);
 	if (r == 0) {
 		/* the device number it recorded; else (an older record) its node's, while it is there */
 		if (json_object_object_get_ex(rec, "rdev", &d) && json_object_is_type(d, json_type_int))

@@ -204,8 +204,8 @@ int fv_blkvol_lock_volume(struct fv_ctx *cx, const char *name)
 	return fv_lock(cx, key);
 }
 
-static int save_record(struct fv_ctx *cx, const char *name, const void *v, const char *dev,
-		       const struct fv_opts *o)
+int fv_blkvol_save_record(struct fv_ctx *cx, const char *name, const void *v, const char *dev,
+			  const struct fv_opts *o)
 {
 	json_object *rec = json_object_new_object(), *opts;
 	struct stat st;
@@ -221,6 +221,8 @@ static int save_record(struct fv_ctx *cx, const char *name, const void *v, const
 	if (stat(dev, &st) == 0 && S_ISBLK(st.st_mode))
 		json_object_object_add(rec, "rdev", json_object_new_int64((int64_t)st.st_rdev));
 	json_object_object_add(rec, "readonly", json_object_new_boolean(o->readonly));
+	if (o->block) /* staged as its device node (blkvol-raw.c) */
+		json_object_object_add(rec, "block", json_object_new_boolean(true));
 	/* the volume's own options (not kubelet's, no Secret's): NodeExpandVolume has none */
 	opts = json_object_new_object();
 	for (size_t i = 0; opts && i < o->n; i++)
@@ -419,8 +421,11 @@ int fv_blkvol_attach_and_mount(struct fv_ctx *cx, const void *v, const struct fv
 			    "volume; refusing to mount it for '%s'", dev, other, name);
 		goto out;
 	}
+	r = fv_blkvol_no_node_binds(cx, dev, name);
+	if (r < 0)
+		goto out;
 	/* before the mount: a refused mkfs still leaves what detach needs to release */
-	r = save_record(cx, name, v, dev, o);
+	r = fv_blkvol_save_record(cx, name, v, dev, o);
 	if (r == 0)
 		forget_hint(cx, o->volume, dev);
 	if (r == 0)
@@ -489,7 +494,7 @@ int fv_blkvol_op_waitforattach(struct fv_ctx *cx, const char *device, const stru
 		char key[PATH_MAX];
 
 		fv_blkvol_hinted_key(o->volume, key, sizeof(key));
-		r = save_record(cx, key, v, dev, o);
+		r = fv_blkvol_save_record(cx, key, v, dev, o);
 	}
 	if (lock >= 0)
 		fv_unlock(lock);
@@ -512,6 +517,12 @@ int fv_blkvol_op_mountdevice(struct fv_ctx *cx, const char *dir, const char *dev
 	if (r < 0)
 		return r;
 	/* the global mount path ends in the volume name (contract §2); locked by the dispatcher */
+	if (o->block)
+		return fv_blkvol_stage_block(cx, v, o, fv_path_last(dir), &gd);
+	/* staged here as a raw block device: the volume exists here, not as asked */
+	r = fv_blkvol_staged_as_block(cx, gd.path, "stage", -EEXIST);
+	if (r < 0)
+		return r;
 	return fv_blkvol_attach_and_mount(cx, v, o, fv_path_last(dir), &gd, device);
 }
 
@@ -524,7 +535,10 @@ int fv_blkvol_op_unmountdevice(struct fv_ctx *cx, const char *dir)
 		return r;
 	if (r == 1) /* no directory: nothing mounted, only what a killed call left to release */
 		return fv_blkvol_release_volume(cx, fv_path_last(dir), 0);
-	/* locked by the dispatcher on the volume name */
+	/* locked by the dispatcher on the volume name; a raw block stage says so from the kernel */
+	r = fv_blkvol_unstage_block(cx, fv_path_last(dir), &gd);
+	if (r != 1)
+		return r;
 	return fv_blkvol_unmount_and_release(cx, fv_path_last(dir), &gd, false);
 }
 
@@ -547,6 +561,31 @@ static int staged_opts(struct fv_ctx *cx, const char *name, struct fv_opts *o)
 		r = fv_fail(cx, -ENOENT, "volume '%s' is not staged on this node", name ? name : "");
 	json_object_put(rec);
 	return r;
+}
+
+/*
+ * A raw block volume grows its device only (CSI's NodeExpandVolume on the
+ * file its node is bound on): 1 when @path is no such publish (a filesystem
+ * to grow), else the backend's grow() of @dev, which must be the device
+ * bound there.
+ */
+static int grow_block(struct fv_ctx *cx, const void *v, const char *dev, const char *path,
+		      uint64_t new_size)
+{
+	_cleanup_(fv_dir_closep) struct fv_dir pd = { .parent = -1 };
+	struct fv_mntinfo mi;
+	struct stat st;
+	dev_t rdev;
+	int r = fv_dir_arg(cx, path, FV_DIRARG_PARENT_ONLY, &pd);
+
+	if (r != 0)
+		return r < 0 ? r : 1;
+	if (fv_mnt_find(pd.path, &mi) != 0 || fv_mnt_node_devno(&mi, &rdev) != 0)
+		return 1;
+	if (stat(dev, &st) < 0 || st.st_rdev != rdev)
+		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' holds another device than %s that these "
+			       "options name; refusing to grow it", pd.path, dev);
+	return blkvol_ops(cx)->grow(cx, v, dev, new_size);
 }
 
 /*
@@ -581,6 +620,9 @@ int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char
 		return r;
 	if (r > 0)
 		return fv_fail(cx, -ENXIO, "the volume is not attached on this node");
+	r = grow_block(cx, v, dev, dir, new_size);
+	if (r != 1)
+		return r;
 	r = fv_dir_arg(cx, dir, 0, &pd);
 	if (r < 0)
 		return r;

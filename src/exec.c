@@ -575,6 +575,13 @@ int fv_fork_call(struct fv_ctx *cx, const char *what, int (*fn)(void *arg), void
 	if (rc < 0 || r.timed_out)
 		return finish(cx, what, t0, rc, timeout_s, &r, ret, false);
 	rc = r.status; /* the function's result, not a helper failure: the caller explains it */
+	if (rc == 0 && (opt->flags & FV_EXEC_QUIET_OK) && (!r.output || !r.output[0])) {
+		if (ret)
+			*ret = r;
+		else
+			fv_run_done(&r);
+		return 0;
+	}
 	finish(cx, what, t0, 0, timeout_s, &r, ret, true);
 	return rc;
 }

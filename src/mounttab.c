@@ -6,9 +6,11 @@
  * (dirarg.c).
  */
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "fv/mounttab.h"
@@ -267,8 +269,57 @@ int fv_mnt_find_source_skip(const char *source, bool (*skip)(const char *target,
 	return r == 1 ? 0 : 1;
 }
 
+/*
+ * A raw block volume's stage and publishes are binds of its device's node
+ * (fv/mounttab.h): the table shows them as mounts of devtmpfs whose root is
+ * the node's name there ("/loop3"), which sysfs maps to the device
+ * ("/sys/class/block/loop3/dev", a '/' in the name is sysfs's '!').  Only
+ * devtmpfs counts: its nodes are the kernel's own, named as the kernel
+ * names the devices, and flexvol binds from nowhere else.
+ */
+#define NODE_FSTYPE "devtmpfs"
+
+/* The devtmpfs name of block device @devno ("loop3"), from sysfs: 0, or -ENOENT (none). */
+static int node_name_of(dev_t devno, char *buf, size_t len)
+{
+	char link[64], target[PATH_MAX];
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/sys/dev/block/%u:%u", major(devno), minor(devno));
+	n = readlink(link, target, sizeof(target) - 1);
+	if (n < 0)
+		return -ENOENT;
+	target[n] = '\0';
+	if ((size_t)snprintf(buf, len, "%s", fv_path_last(target)) >= len)
+		return -ENAMETOOLONG;
+	for (char *p = buf; *p; p++)
+		if (*p == '!')
+			*p = '/';
+	return 0;
+}
+
+int fv_mnt_node_devno(const struct fv_mntinfo *mi, dev_t *ret)
+{
+	char name[NAME_MAX + 1], path[PATH_MAX], num[32];
+	unsigned int maj, min;
+
+	if (!streq(mi->fstype, NODE_FSTYPE) || mi->root[0] != '/' || !mi->root[1] ||
+	    strstr(mi->root, "/.") ||
+	    (size_t)snprintf(name, sizeof(name), "%s", mi->root + 1) >= sizeof(name))
+		return 1;
+	for (char *p = name; *p; p++)
+		if (*p == '/')
+			*p = '!';
+	snprintf(path, sizeof(path), "/sys/class/block/%s/dev", name);
+	if (fv_read_line(path, num, sizeof(num)) < 0 || sscanf(num, "%u:%u", &maj, &min) != 2)
+		return 1;
+	*ret = makedev(maj, min);
+	return 0;
+}
+
 struct count_devno {
 	dev_t devno;
+	char node[NAME_MAX + 2]; /* "/<name>": the root of a bind of its node; "" none */
 	int n;
 };
 
@@ -276,7 +327,8 @@ static bool count_devno_fn(const struct fv_mntline *m, void *arg)
 {
 	struct count_devno *a = arg;
 
-	if (m->devno == a->devno)
+	if (m->devno == a->devno ||
+	    (a->node[0] && streq(m->root, a->node) && streq(m->fstype, NODE_FSTYPE)))
 		a->n++;
 	return false;
 }
@@ -284,9 +336,48 @@ static bool count_devno_fn(const struct fv_mntline *m, void *arg)
 int fv_mnt_count_devno(dev_t devno)
 {
 	struct count_devno a = { .devno = devno };
-	int r = fv_mnt_each(count_devno_fn, &a);
+	int r;
 
+	if (node_name_of(devno, a.node + 1, sizeof(a.node) - 1) == 0)
+		a.node[0] = '/';
+	else
+		a.node[0] = '\0';
+	r = fv_mnt_each(count_devno_fn, &a);
 	return r < 0 ? r : a.n;
+}
+
+struct find_node {
+	char node[NAME_MAX + 2];
+	bool (*skip)(const char *target, void *arg);
+	void *arg;
+	char *ret;
+	size_t len;
+};
+
+static bool find_node_fn(const struct fv_mntline *m, void *arg)
+{
+	struct find_node *a = arg;
+
+	if (!streq(m->root, a->node) || !streq(m->fstype, NODE_FSTYPE) ||
+	    (a->skip && a->skip(m->target, a->arg)))
+		return false;
+	snprintf(a->ret, a->len, "%s", m->target);
+	return true;
+}
+
+int fv_mnt_find_node(dev_t devno, bool (*skip)(const char *target, void *arg), void *arg,
+		     char *ret, size_t len)
+{
+	struct find_node a = { .skip = skip, .arg = arg, .ret = ret, .len = len };
+	int r = node_name_of(devno, a.node + 1, sizeof(a.node) - 1);
+
+	if (r < 0)
+		return 1; /* no block device: no node of it is bound */
+	a.node[0] = '/';
+	r = fv_mnt_each(find_node_fn, &a);
+	if (r < 0)
+		return r;
+	return r == 1 ? 0 : 1;
 }
 
 struct find_id {

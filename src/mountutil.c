@@ -384,3 +384,35 @@ int fv_dir_bind(struct fv_ctx *cx, const struct fv_dir *src, const struct fv_dir
 			       ro ? "read-only " : "", src->path, dst->path, strerror(-r));
 	return 0;
 }
+
+int fv_node_bind(struct fv_ctx *cx, int sfd, const char *src, int parent, const char *name,
+		 const char *dst, bool ro)
+{
+	_cleanup_close_ int dfd = openat(parent, name, O_PATH | O_NOFOLLOW | O_CLOEXEC), bfd = -1;
+	char s[32], t[32];
+	struct stat st;
+	int r = -ENOSYS;
+
+	if (dfd < 0 || fstat(dfd, &st) < 0)
+		return fv_fail(cx, NEG_ERRNO(), "cannot open '%s': %m", dst);
+	if (!S_ISREG(st.st_mode))
+		return fv_fail(cx, -EEXIST, "'%s' is %s, not the file a raw block volume is "
+			       "bound on", dst, fv_file_type(st.st_mode));
+	fv_log("mount: %s on %s (bind%s)", src, dst, ro ? ",ro" : "");
+	if (ro)
+		r = bind_atomic(sfd, dfd, true);
+	if (!ro || no_new_api(r)) {
+		/* two steps: the flag guards no device's I/O, so no window to close here */
+		snprintf(s, sizeof(s), "/proc/self/fd/%d", sfd);
+		snprintf(t, sizeof(t), "/proc/self/fd/%d", dfd);
+		r = mount(s, t, NULL, MS_BIND, NULL) == 0 ? 0 : NEG_ERRNO();
+		if (r == 0 && ro) {
+			bfd = openat(parent, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+			r = bfd < 0 ? NEG_ERRNO() : remount_ro_fd(bfd);
+		}
+	}
+	if (r < 0)
+		return fv_fail(cx, r, "bind mount of '%s' on '%s' failed: %s", src, dst,
+			       strerror(-r));
+	return 0;
+}

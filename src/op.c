@@ -159,29 +159,44 @@ static int check_dir_arg(struct fv_ctx *cx, const char *p, bool must_exist, char
 }
 
 /*
- * Make directory @path (checked already), taken literally; its parent must
- * exist; there already is fine.  1: made now, 0: there before, or <0.
+ * Make directory @path (checked already), taken literally, or with @file an
+ * empty regular file (a raw block volume's target); its parent must exist;
+ * there already is fine (what it is, the driver checks).  1: made now, 0:
+ * there before, or <0.
  */
-static int make_dir(struct fv_ctx *cx, const char *path)
+static int make_dir(struct fv_ctx *cx, const char *path, bool file)
 {
 	_cleanup_(fv_dir_closep) struct fv_dir d = { .parent = -1 };
-	int r = fv_dir_arg(cx, path, FV_DIRARG_PARENT_ONLY | FV_DIRARG_MUST_EXIST, &d);
+	int r = fv_dir_arg(cx, path, FV_DIRARG_PARENT_ONLY | FV_DIRARG_MUST_EXIST, &d), fd;
 
 	if (r < 0)
 		return r;
-	if (mkdirat(d.parent, fv_path_last(d.path), 0750) == 0)
+	if (!file && mkdirat(d.parent, fv_path_last(d.path), 0750) == 0)
 		return 1;
+	if (file) {
+		fd = openat(d.parent, fv_path_last(d.path),
+			    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+		if (fd >= 0) {
+			close(fd);
+			return 1;
+		}
+	}
 	if (errno == EEXIST)
 		return 0;
 	r = -errno;
 	return fv_fail(cx, r, "cannot create '%s': %s", path, strerror(-r));
 }
 
-/* Remove directory @path, taken literally, when it is there and empty: 0 or <0. */
+/*
+ * Remove directory @path, taken literally, when it is there and empty, or
+ * the empty regular file that is a raw block volume's target (made by
+ * make_dir(); the mount on it gone): 0 or <0.  Nothing else is removed.
+ */
 static int remove_dir(struct fv_ctx *cx, const char *path)
 {
 	_cleanup_(fv_dir_closep) struct fv_dir d = { .parent = -1 };
 	int r = fv_dir_arg(cx, path, FV_DIRARG_PARENT_ONLY, &d);
+	struct stat st;
 
 	if (r == 1)
 		return 0; /* a parent is gone: so is the directory */
@@ -190,6 +205,13 @@ static int remove_dir(struct fv_ctx *cx, const char *path)
 	if (unlinkat(d.parent, fv_path_last(d.path), AT_REMOVEDIR) == 0 || errno == ENOENT)
 		return 0;
 	r = -errno;
+	/* not a directory: only a plain empty file goes (never a mount point: EBUSY) */
+	if (r == -ENOTDIR && fstatat(d.parent, d.name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISREG(st.st_mode) && st.st_size == 0) {
+		if (unlinkat(d.parent, d.name, 0) == 0 || errno == ENOENT)
+			return 0;
+		r = -errno;
+	}
 	return fv_fail(cx, r, "cannot remove '%s': %s", path, strerror(-r));
 }
 
@@ -221,6 +243,20 @@ int fv_op_owns(struct fv_ctx *cx, const char *name, const char *path)
 	if (!cx->drv->owns)
 		return fv_fail(cx, -EOPNOTSUPP, "%s cannot tell its mounts", cx->drv->name);
 	return owns_at(cx, name, norm);
+}
+
+int fv_op_stats(struct fv_ctx *cx, const char *name, const char *path, struct fv_volstats *ret)
+{
+	char norm[PATH_MAX];
+	int fd = fv_dir_open(path, FV_DIR_PARENT, norm, sizeof(norm));
+
+	memset(ret, 0, sizeof(*ret));
+	if (fd < 0)
+		return fd == -ENOENT ? -ENOENT : fv_fail(cx, fd, "'%s': %s", path, strerror(-fd));
+	close(fd);
+	if (!cx->drv->stats)
+		return fv_fail(cx, -EOPNOTSUPP, "%s volumes have no stats", cx->drv->name);
+	return cx->drv->stats(cx, name, norm, ret);
 }
 
 /*
@@ -288,7 +324,7 @@ static int run_in_dir(struct fv_ctx *cx, struct fv_op_call *c)
 	int made = 0, r;
 
 	if (c->flags & FV_OP_MKDIR) {
-		made = make_dir(cx, c->dir);
+		made = make_dir(cx, c->dir, c->flags & FV_OP_FILE);
 		if (made < 0)
 			return made;
 	}

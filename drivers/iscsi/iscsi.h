@@ -71,6 +71,7 @@ struct iscsivol {
 	bool has_secret;      /* CHAP from kubernetes.io/secret/<key> (node-mode mount) */
 	struct creds secret;  /* wiped with the volume (blkvol.c) */
 	bool ro;
+	bool block; /* a raw block volume: read-only is the disk's own flag then */
 };
 
 /* options.c */
@@ -168,6 +169,12 @@ typedef int (*iscsi_in_use_fn)(const struct iscsi_disk *dk, void *arg, char *why
  */
 int iscsi_release_decide(const struct iscsi_view *v, int lun, iscsi_in_use_fn in_use, void *arg,
 			 char *why, size_t len);
+
+/*
+ * Is the iSCSI disk @devt well: its session logged in, the disk running?
+ * From sysfs alone.  0 yes, 1 no (why in @msg), <0 cannot tell.
+ */
+int iscsi_devt_health(dev_t devt, char *msg, size_t len);
 
 /* The target and LUN behind block device @devt (sysfs parents): 0 found, 1 not. */
 int iscsi_devt_target(dev_t devt, char *iqn, size_t len, unsigned int *lun);

@@ -24,6 +24,8 @@
 #include <json-c/json.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 
 #include "fv/blkutil.h"
@@ -520,6 +522,32 @@ static void fault_other_lun(const struct iscsivol *v, char *dev, size_t len)
 #endif
 
 /*
+ * A raw block volume's read-only stage makes the LUN's disk read-only on
+ * this node (BLKROSET): no bind of a device node can (docs/design.md, "Raw
+ * block volumes"), and a read-only stage takes no reservation, so nothing
+ * else would keep this node from writing.  The flag goes with the disk when
+ * the release deletes it; release() clears it where the disk stays.  The
+ * node is opened O_PATH and checked first, the device itself only through it.
+ */
+static int disk_set_ro(struct fv_ctx *cx, const char *dev, bool ro)
+{
+	_cleanup_close_ int pfd = open(dev, O_PATH | O_NOFOLLOW | O_CLOEXEC), fd = -1;
+	char self[32];
+	struct stat st;
+	int v = ro;
+
+	if (pfd < 0 || fstat(pfd, &st) < 0 || !S_ISBLK(st.st_mode))
+		return fv_fail(cx, -ENXIO, "%s is not a block device", dev);
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", pfd);
+	fd = open(self, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0 || ioctl(fd, BLKROSET, &v) < 0)
+		return fv_fail(cx, NEG_ERRNO(), "cannot make %s %s: %m", dev,
+			       ro ? "read-only" : "read-write");
+	fv_log("%s is %s on this node", dev, ro ? "read-only" : "read-write");
+	return 0;
+}
+
+/*
  * Sessions are per target, LUNs carry no owner: the claim of a volume on
  * its LUN is its mount (the class refuses a disk mounted for another
  * volume), and the target lock, held until the mount is done, keeps a
@@ -549,6 +577,9 @@ static int iscsi_attach(struct fv_ctx *cx, const void *vol, const char *name, co
 			fv_fail(cx, r, "%s", msg);
 		}
 	}
+	/* a raw block stage: the disk's own flag is its mode */
+	if (r == 0 && name && v->block)
+		r = disk_set_ro(cx, dev, v->ro);
 	if (r < 0) {
 		fv_unlock(lock);
 		return r;
@@ -606,6 +637,7 @@ static int iscsi_release(struct fv_ctx *cx, const char *name, dev_t devno, json_
 	char iqn[IQN_MAX + 32], dev[64];
 	struct iscsi_disk dk;
 	uint64_t t0 = fv_now_ms();
+	json_object *x;
 	int lock, r;
 
 	/* the kernel knows which target the mount was on; the record is the fallback */
@@ -616,6 +648,13 @@ static int iscsi_release(struct fv_ctx *cx, const char *name, dev_t devno, json_
 	if (find_disk(&v, &dk, dev, sizeof(dev)) == 0 && fv_mnt_count_devno(dk.devt) > 0)
 		return fv_fail(cx, -EBUSY, "LUN %u of '%s' (%s) is still mounted; not releasing it",
 			       v.lun, iqn, dev);
+	/* a read-only raw block stage's flag: cleared where the disk outlives the release */
+	if (rec && json_object_object_get_ex(rec, "block", &x) && json_object_get_boolean(x) &&
+	    json_object_object_get_ex(rec, "readonly", &x) && json_object_get_boolean(x) &&
+	    find_disk(&v, &dk, dev, sizeof(dev)) == 0 && disk_set_ro(cx, dev, false) < 0) {
+		fv_log("%s", fv_ctx_message(cx));
+		fv_ctx_reset_message(cx);
+	}
 	lock = lock_target(cx, iqn);
 	if (lock < 0)
 		return lock;
@@ -655,6 +694,13 @@ static int iscsi_ident_of(struct fv_ctx *cx, dev_t devno, char *buf, size_t len)
 	return 0;
 }
 
+static int iscsi_health(struct fv_ctx *cx, dev_t devno, json_object *rec, char *msg, size_t len)
+{
+	int r = iscsi_devt_health(devno, msg, len);
+
+	return r < 0 ? fv_fail(cx, r, "cannot read the iSCSI sessions: %s", strerror(-r)) : r;
+}
+
 static int iscsi_grow(struct fv_ctx *cx, const void *vol, const char *dev, uint64_t new_size)
 {
 	const struct iscsivol *v = vol;
@@ -684,6 +730,7 @@ static const struct fv_blkvol_ops iscsi_ops = {
 	.grow = iscsi_grow,
 	.ident = iscsi_ident,
 	.ident_of = iscsi_ident_of,
+	.health = iscsi_health,
 };
 
 const struct fv_driver fv_driver_iscsi = {

@@ -494,6 +494,7 @@ int iscsi_parse(struct fv_ctx *cx, const struct fv_opts *o, void *vol)
 		return fv_fail(cx, -FV_ERR_BADOPT, "CHAP comes from option 'chapCredentialsFile' or "
 			       "from the PV's Secret, not both");
 	v->ro = o->readonly;
+	v->block = o->block;
 	return 0;
 }
 

@@ -457,6 +457,50 @@ int iscsi_devt_target(dev_t devt, char *iqn, size_t len, unsigned int *lun)
 	return 0;
 }
 
+int iscsi_devt_health(dev_t devt, char *msg, size_t len)
+{
+	_cleanup_(udev_unrefp) struct udev *udev = udev_new();
+	_cleanup_(udev_device_unrefp) struct udev_device *d = NULL, *cls = NULL;
+	struct udev_device *sd, *p;
+	const char *state, *target;
+	char addr[PORTAL_MAX] = "";
+	int sid;
+
+	if (!udev)
+		return -ENOMEM;
+	d = udev_device_new_from_devnum(udev, 'b', devt);
+	if (!d) {
+		snprintf(msg, len, "the LUN's disk %u:%u is gone", major(devt), minor(devt));
+		return 1;
+	}
+	sd = udev_device_get_parent_with_subsystem_devtype(d, "scsi", "scsi_device");
+	for (p = sd ? udev_device_get_parent(sd) : NULL; p; p = udev_device_get_parent(p))
+		if (parse_sid(udev_device_get_sysname(p), &sid) == 0)
+			break;
+	if (!p)
+		return 0; /* no iSCSI disk: nothing of a session to say */
+	cls = udev_device_new_from_subsystem_sysname(udev, "iscsi_session",
+						     udev_device_get_sysname(p));
+	state = cls ? udev_device_get_sysattr_value(cls, "state") : NULL;
+	target = cls ? udev_device_get_sysattr_value(cls, "targetname") : NULL;
+	session_address(sid, addr, sizeof(addr));
+	/* LOGGED_IN; FAILED while the initiator tries to recover it; FREE when it is gone */
+	if (!state || !streq(state, "LOGGED_IN")) {
+		snprintf(msg, len, "the iSCSI session %d to %s%s%s is %s", sid,
+			 target ? target : "its target", addr[0] ? " at " : "", addr,
+			 state ? state : "gone");
+		return 1;
+	}
+	/* the disk itself: running, or blocked / offline / transport-offline */
+	state = udev_device_get_sysattr_value(sd, "state");
+	if (state && !streq(state, "running")) {
+		snprintf(msg, len, "the disk %s of session %d to %s is %s",
+			 udev_device_get_sysname(d), sid, target ? target : "its target", state);
+		return 1;
+	}
+	return 0;
+}
+
 /* udev: a disk whose scsi_device is H:C:T:<lun> under an iSCSI session to <iqn> */
 bool iscsi_match_lun(struct udev_device *d, void *arg)
 {

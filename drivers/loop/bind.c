@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <sys/ioctl.h>
+#include <linux/fs.h>
 #include <sys/stat.h>
 
 #include "fv/blkutil.h"
@@ -299,6 +300,12 @@ int loop_bind(struct fv_ctx *cx, const char *rel, bool ro, int fd, const char *t
 			r = fv_fail(cx, NEG_ERRNO(), "cannot open %s: %m", b->dev);
 			goto out;
 		}
+		/*
+		 * A read-only flag someone set with BLKROSET outlives the
+		 * binding it was set on (the device's, not the disk's): cleared,
+		 * so that only LO_FLAGS_READ_ONLY decides.
+		 */
+		(void)ioctl(lfd, BLKROSET, &(int){ 0 });
 		r = ioctl(lfd, LOOP_CONFIGURE, &lc) < 0 ? NEG_ERRNO() : 0;
 		if (r == -EINVAL && (lc.info.lo_flags & LO_FLAGS_DIRECT_IO)) {
 			/* the backing filesystem cannot do direct I/O: buffered it is */

@@ -85,6 +85,7 @@ static int loop_parse(struct fv_ctx *cx, const struct fv_opts *o, void *vol)
 			       prealloc);
 	v->fstype = o->fstype;
 	v->ro = o->readonly;
+	v->block = o->block;
 	return 0;
 }
 
@@ -247,7 +248,8 @@ static void writable_if_possible(const struct loopvol *v, int *fd, struct loopvo
 	int rw;
 
 	*dv = *v;
-	if (!v->ro)
+	/* a raw block volume has no per-pod binds to carry the mode: its device does */
+	if (!v->ro || v->block)
 		return;
 	snprintf(p, sizeof(p), "/proc/self/fd/%d", *fd);
 	rw = open(p, O_RDWR | O_CLOEXEC | O_NONBLOCK); /* the magic link: followed on purpose */
@@ -296,6 +298,41 @@ static int claim(struct fv_ctx *cx, const struct loopvol *v, const struct loopvo
 		return fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' is bound read-only to %s and in "
 			       "use by read-only pods; a pod asking for read-write can use it once "
 			       "they are gone", v->rel, b->dev);
+	fv_log("reusing %s for %s", b->dev, v->rel);
+	return 0;
+}
+
+/*
+ * The claim of a raw block stage on the binding @b of the image (block.c of
+ * the class: nothing is ever mounted on it, so nothing may release it at a
+ * last close): 1 to bind anew (@b released: it was unused and of the wrong
+ * mode), 0 to use @b, <0 refused.  A binding to be released at its last
+ * close is a filesystem stage's (held by its mount, or by its stage call):
+ * never taken for a raw block device.
+ */
+static int claim_block(struct fv_ctx *cx, const struct loopvol *v, struct binding *b,
+		       const char *tag)
+{
+	struct stat st;
+	int n = stat(b->dev, &st) < 0 ? NEG_ERRNO() : fv_mnt_count_devno(st.st_rdev);
+
+	if (n < 0)
+		return fv_fail(cx, n, "cannot tell whether %s is in use: %s", b->dev, strerror(-n));
+	if (b->autoclear)
+		return fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' is bound to %s for a filesystem "
+			       "(released with its last mount); refusing it as a raw block device",
+			       v->rel, b->dev);
+	if (n == 0 && b->ro != v->ro) /* unused, of the other mode: bound again as asked */
+		return loop_unbind(cx, b) < 0 ? -EBUSY : 1;
+	if (b->ro && !v->ro)
+		return fv_fail(cx, -FV_ERR_CONFLICT, "image '%s' is bound read-only to %s and in "
+			       "use; a read-write stage can use it once that is gone", v->rel, b->dev);
+	if (!streq(b->tag, tag)) {
+		int r = loop_set_tag(cx, b, tag);
+
+		if (r < 0)
+			return r;
+	}
 	fv_log("reusing %s for %s", b->dev, v->rel);
 	return 0;
 }
@@ -374,13 +411,15 @@ static int loop_attach(struct fv_ctx *cx, const void *vol, const char *name, con
 				    v->rel, b.dev, b.tag);
 			goto fail;
 		}
-		r = name ? claim(cx, v, &dv, &b, tag) : reuse(cx, v, &dv, &b);
+		r = !name ? reuse(cx, v, &dv, &b) : v->block ? claim_block(cx, v, &b, tag)
+							      : claim(cx, v, &dv, &b, tag);
 		if (r < 0)
 			goto fail;
 		if (r == 0)
 			goto done;
 	}
-	r = loop_bind(cx, v->rel, dv.ro, fd, tag, name != NULL, &b);
+	/* a claim is released with its last mount; a raw block device has none */
+	r = loop_bind(cx, v->rel, dv.ro, fd, tag, name && !v->block, &b);
 	if (r < 0)
 		goto fail;
 done:
@@ -440,31 +479,114 @@ static int loop_ident(struct fv_ctx *cx, const void *vol, char *buf, size_t len)
 	return 0;
 }
 
-static int loop_ident_of(struct fv_ctx *cx, dev_t devno, char *buf, size_t len)
+/* The loop device behind @devno, by the kernel's name (loop minors depend on max_part): -1 none. */
+static long loop_of_devno(dev_t devno)
 {
-	struct loop_info64 info;
 	char link[64], target[PATH_MAX];
-	const char *name;
 	ssize_t n;
-	long nr;
-	int r;
 
-	/* the kernel's name of the device (loop minors depend on max_part) */
 	snprintf(link, sizeof(link), "/sys/dev/block/%u:%u", major(devno), minor(devno));
 	n = readlink(link, target, sizeof(target) - 1);
 	if (n < 0)
-		return 1;
+		return -1;
 	target[n] = '\0';
-	name = fv_path_last(target);
-	nr = loop_nr(name);
+	return loop_nr(fv_path_last(target));
+}
+
+static int loop_ident_of(struct fv_ctx *cx, dev_t devno, char *buf, size_t len)
+{
+	struct loop_info64 info;
+	long nr = loop_of_devno(devno);
+	int r;
+
 	if (nr < 0)
 		return 1;
 	r = loop_status((int)nr, &info);
 	if (r == -ENXIO)
 		return 1;
 	if (r < 0)
-		return fv_fail(cx, r, "cannot read the status of /dev/%s: %s", name, strerror(-r));
+		return fv_fail(cx, r, "cannot read the status of /dev/loop%ld: %s", nr, strerror(-r));
 	image_ident(info.lo_device, info.lo_inode, buf, len);
+	return 0;
+}
+
+/*
+ * Is the image behind loop device @devno still the file the volume names?
+ * From the kernel: the binding's backing file (its device and inode) must
+ * be what the image's path names (the record's, confined to the loop root,
+ * looked up without following anything): a path gone or naming another
+ * file is abnormal, the same inode under its name again (a hard link put
+ * back) is well.  sysfs's backing_file ends in " (deleted)" once the name
+ * the binding was made through is removed: the message says so, and
+ * without a record it is all there is.  No I/O.
+ */
+static int loop_health(struct fv_ctx *cx, dev_t devno, json_object *rec, char *msg, size_t len)
+{
+	const char *root = fv_ctx_config(cx)->loop_root;
+	char path[96], backing[PATH_MAX] = "", rel[PATH_MAX] = "";
+	struct loop_info64 info;
+	json_object *f;
+	struct stat st;
+	long nr = loop_of_devno(devno);
+	int r, fd, rootfd;
+	bool deleted;
+	size_t n;
+
+	if (nr < 0) {
+		snprintf(msg, len, "device %u:%u is no loop device any more", major(devno),
+			 minor(devno));
+		return 1;
+	}
+	r = loop_status((int)nr, &info);
+	if (r == -ENXIO) {
+		snprintf(msg, len, "/dev/loop%ld is not bound to an image any more", nr);
+		return 1;
+	}
+	if (r < 0)
+		return fv_fail(cx, r, "cannot read the status of /dev/loop%ld: %s", nr, strerror(-r));
+	snprintf(path, sizeof(path), "/sys/block/loop%ld/loop/backing_file", nr);
+	(void)fv_read_line(path, backing, sizeof(backing));
+	if (rec && json_object_object_get_ex(rec, "file", &f) &&
+	    json_object_is_type(f, json_type_string))
+		snprintf(rel, sizeof(rel), "%s", json_object_get_string(f));
+	n = strlen(backing);
+	deleted = n > 10 && streq(backing + n - 10, " (deleted)");
+	if (deleted)
+		backing[n - 10] = '\0';
+	if (!rel[0] && !deleted)
+		return 0; /* no record: the kernel's word is all there is */
+	if (!rel[0]) {
+		snprintf(msg, len, "image '%s' was deleted while /dev/loop%ld is bound to it: the "
+			 "volume's data lives only as long as that binding", backing, nr);
+		return 1;
+	}
+	rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0)
+		return fv_fail(cx, NEG_ERRNO(), "loop root '%s' is not usable: %m", root);
+	fd = fv_open_beneath(rootfd, rel, O_PATH | O_NOFOLLOW, 0);
+	close(rootfd);
+	if (fd < 0 && fd != -ENOENT)
+		return fv_fail(cx, fd, "cannot look at image '%s': %s", rel, strerror(-fd));
+	if (fd < 0 && deleted) {
+		snprintf(msg, len, "image '%s' was deleted while /dev/loop%ld is bound to it: the "
+			 "volume's data lives only as long as that binding", rel, nr);
+		return 1;
+	}
+	if (fd < 0) {
+		snprintf(msg, len, "image '%s' is gone from the loop root (/dev/loop%ld still reads "
+			 "the file it was bound to)", rel, nr);
+		return 1;
+	}
+	r = fstat(fd, &st) < 0 ? NEG_ERRNO() : 0;
+	close(fd);
+	if (r < 0)
+		return fv_fail(cx, r, "cannot look at image '%s': %s", rel, strerror(-r));
+	if (st.st_dev != info.lo_device || st.st_ino != info.lo_inode) {
+		snprintf(msg, len, "image '%s' was replaced: /dev/loop%ld still reads the file it "
+			 "was bound to (inode %llu), the path names inode %llu", rel, nr,
+			 (unsigned long long)info.lo_inode, (unsigned long long)st.st_ino);
+		return 1;
+	}
 	return 0;
 }
 
@@ -606,6 +728,7 @@ static const struct fv_blkvol_ops loop_ops = {
 	.grow = loop_grow,
 	.ident = loop_ident,
 	.ident_of = loop_ident_of,
+	.health = loop_health,
 };
 
 const struct fv_driver fv_driver_loop = {

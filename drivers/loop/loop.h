@@ -24,6 +24,7 @@ struct loopvol {
 	uint64_t size;	    /* bytes, 0 when not given */
 	const char *fstype; /* requested, or NULL: keep what is there / ext4 */
 	bool ro;
+	bool block; /* a raw block volume: its binding outlives every close (no autoclear) */
 };
 
 struct binding {

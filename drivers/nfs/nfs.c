@@ -34,6 +34,7 @@
 #include <json-c/json.h>
 #include <limits.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -622,6 +623,76 @@ static int nfs_owns(struct fv_ctx *cx, const char *name, const char *path,
 	return r;
 }
 
+/*
+ * NodeGetVolumeStats: the share's figures and whether its server answers.
+ * statfs() asks the server (FSSTAT), so it runs in a child under the probe
+ * deadline (fv_probe_timeout()): a dead server is a condition, never a call
+ * that hangs.  The figures come back through a shared page, so a probe that
+ * answered leaves no line in the log.
+ */
+struct stats_probe {
+	const char *dir;
+	struct statfs sfs; /* in a MAP_SHARED page */
+};
+
+static int child_statfs(void *arg)
+{
+	struct stats_probe *p = arg;
+
+	return statfs(p->dir, &p->sfs) < 0 ? errno : 0;
+}
+
+static int nfs_stats(struct fv_ctx *cx, const char *name, const char *path, struct fv_volstats *ret)
+{
+	struct fv_exec_opts o = fv_exec_opts_of(cx);
+	struct stats_probe *p;
+	struct fv_mntinfo mi;
+	int r = fv_mnt_find(path, &mi); /* the table, never a lookup of a maybe dead mount */
+
+	if (r < 0)
+		return fv_fail(cx, r, "cannot read the mount table: %s", strerror(-r));
+	if (r == 1)
+		return fv_fail(cx, -ENOENT, "'%s' holds no mount of volume '%s'", path, name);
+	r = nfs_owns(cx, name, path, &mi);
+	if (r <= 0)
+		return r < 0 ? r : fv_fail(cx, -ENOENT, "'%s' holds %s (%s), not a mount of "
+					   "volume '%s'", path, mi.source, mi.fstype, name);
+	p = mmap(NULL, sizeof(*p), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return fv_fail(cx, NEG_ERRNO(), "cannot map the probe's page: %m");
+	p->dir = path;
+	o.timeout_s = fv_probe_timeout(cx);
+	o.flags |= FV_EXEC_QUIET_OK;
+	r = fv_fork_call(cx, "statfs probe", child_statfs, p, &o, NULL);
+	if (r < 0 && r != -FV_ERR_TIMEOUT) {
+		munmap(p, sizeof(*p));
+		return fv_fail(cx, r, "cannot probe '%s': %s", path, strerror(-r));
+	}
+	fv_ctx_reset_message(cx); /* a server that does not answer is the condition, not an error */
+	if (r == 0) {
+		ret->bytes_total = (uint64_t)p->sfs.f_blocks * (uint64_t)p->sfs.f_frsize;
+		ret->bytes_avail = (uint64_t)p->sfs.f_bavail * (uint64_t)p->sfs.f_frsize;
+		ret->bytes_used = (uint64_t)(p->sfs.f_blocks - p->sfs.f_bfree) *
+				  (uint64_t)p->sfs.f_frsize;
+		ret->inodes_total = p->sfs.f_files;
+		ret->inodes_avail = p->sfs.f_ffree;
+		ret->inodes_used = p->sfs.f_files - p->sfs.f_ffree;
+		ret->has_usage = true;
+	} else {
+		ret->abnormal = true;
+		if (r == -FV_ERR_TIMEOUT)
+			snprintf(ret->message, sizeof(ret->message), "the NFS server of %s did not "
+				 "answer within %u s", mi.source, o.timeout_s);
+		else
+			snprintf(ret->message, sizeof(ret->message), "%s: %s%s", mi.source,
+				 strerror(r > 0 ? r : -r), r == ESTALE ? " (the server lost the "
+				 "export: remount)" : "");
+		fv_log("volume '%s' is not well: %s", name, ret->message);
+	}
+	munmap(p, sizeof(*p));
+	return 0;
+}
+
 static int nfs_unpublish(struct fv_ctx *cx, const char *dir, const char *name)
 {
 	char key[PATH_MAX + 16];
@@ -658,6 +729,7 @@ const struct fv_driver fv_driver_nfs = {
 	.publish = nfs_publish,
 	.unpublish = nfs_unpublish,
 	.owns = nfs_owns,
+	.stats = nfs_stats,
 };
 
 /*

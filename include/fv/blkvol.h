@@ -51,6 +51,7 @@ struct fv_ctx;
 struct fv_mntinfo;
 struct fv_dir;
 struct fv_opts;
+struct fv_volstats;
 struct json_object;
 
 /*
@@ -135,6 +136,17 @@ struct fv_blkvol_ops {
 	 * @devno: 0 (in @buf), 1 when @devno is none of this backend's, <0.
 	 */
 	int (*ident_of)(struct fv_ctx *cx, dev_t devno, char *buf, size_t len);
+
+	/*
+	 * health() - optional: is the backend behind device @devno, attached for
+	 * a volume whose state record is @rec (NULL: none), well?  From the
+	 * kernel, without I/O (loop: the image file still the one bound; iscsi:
+	 * the session and the disk's state in sysfs).  0 well, 1 not (why in
+	 * @msg), <0 cannot tell.  The class reads from the device afterwards
+	 * (its own bounded probe), so I/O errors need no backend step.
+	 */
+	int (*health)(struct fv_ctx *cx, dev_t devno, struct json_object *rec, char *msg,
+		      size_t len);
 };
 
 /* The generic ops, with the signatures of struct fv_driver's slots. */
@@ -160,6 +172,13 @@ int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char
  */
 int fv_blkvol_owns(struct fv_ctx *cx, const char *name, const char *path,
 		   const struct fv_mntinfo *mi);
+/*
+ * stats (fv/driver.h): a filesystem volume's statvfs, a raw block volume's
+ * size, and the condition: the backend's health(), then a read of the
+ * device's first block in a child under the probe deadline (blkvol-stats.c).
+ */
+int fv_blkvol_stats(struct fv_ctx *cx, const char *name, const char *path,
+		    struct fv_volstats *ret);
 /* publish and unpublish (fv/driver.h): mount and unmount with the device mount named */
 int fv_blkvol_op_publish(struct fv_ctx *cx, const char *dir, const char *staged,
 			 const struct fv_opts *o);
@@ -195,7 +214,8 @@ void fv_blkvol_init_caps(const struct fv_ctx *cx, struct fv_caps *caps);
 	.mount = fv_blkvol_op_mount, .unmount = fv_blkvol_op_unmount, \
 	.publish = fv_blkvol_op_publish,                          \
 	.unpublish = fv_blkvol_op_unpublish,                      \
-	.owns = fv_blkvol_owns,                                   \
+	.owns = fv_blkvol_owns, .stats = fv_blkvol_stats,         \
+	.raw_block = true,                                        \
 	.expandfs = fv_blkvol_op_expandfs, .gc = fv_blkvol_op_gc,  \
 	.init_caps = fv_blkvol_init_caps, .after_node_op = fv_blkvol_gc_maybe
 

@@ -82,6 +82,13 @@ struct fv_opts {
 	bool has_fsgroup;	 /* kubernetes.io/mounterArgs.FsGroup present */
 	uint32_t fsgroup;	 /* its value */
 	/*
+	 * A raw block volume (CSI's access type block): staged and published as
+	 * its device node, no filesystem made or mounted.  Set by a front door
+	 * from its own protocol, never from an option (kubelet's FlexVolume has
+	 * no raw block, and a PV's options are its author's).
+	 */
+	bool block;
+	/*
 	 * The volume's Secret, its values as they are (CSI's node-stage or
 	 * node-publish secrets); kubelet's FlexVolume call carries it base64 in
 	 * the options kubernetes.io/secret/<key> instead.  Never logged.
@@ -104,6 +111,19 @@ int fv_opt(struct fv_ctx *cx, const struct fv_opts *o, const char *key, const ch
 /* fv_opt_required() - fv_opt() where absent or "" is a Failure naming @key.  Returns 0 or <0. */
 int fv_opt_required(struct fv_ctx *cx, const struct fv_opts *o, const char *key, const char **ret);
 
+/*
+ * What NodeGetVolumeStats tells of a volume (the stats slot): its usage and
+ * its condition.  A raw block volume has a size only.
+ */
+struct fv_volstats {
+	bool block;	  /* a raw block device: bytes_total is its size, nothing else */
+	bool has_usage;	  /* the figures below were read (else the condition says why not) */
+	uint64_t bytes_total, bytes_avail, bytes_used;
+	uint64_t inodes_total, inodes_avail, inodes_used;
+	bool abnormal;	  /* the volume's backing is not well: @message says how */
+	char message[512];
+};
+
 /* Capabilities, printed in full by init (contract §1.4: the defaults are generous). */
 struct fv_caps {
 	bool attach;
@@ -122,6 +142,11 @@ struct fv_driver {
 	 * topology.
 	 */
 	bool node_local;
+	/*
+	 * Its volumes can also be raw block devices (fv_opts.block): the block
+	 * class (FV_BLKVOL_OPS) serves them staged as their device node.
+	 */
+	bool raw_block;
 
 	/*
 	 * Block drivers: the backend steps of the block-volume class (fv/blkvol.h),
@@ -176,6 +201,17 @@ struct fv_driver {
 		    const struct fv_mntinfo *mi);
 
 	/*
+	 * Optional: the usage and condition of volume @name at @path (taken
+	 * literally: a pod's target, or the volume's stage directory), into
+	 * @ret.  -ENOENT when @path holds no mount of the volume by the
+	 * driver's own account (owns).  Bounded: a dead backing (an NFS server
+	 * that does not answer, a device whose reads hang) is a condition,
+	 * never a wait past the driver's probe deadline.  Looks only.
+	 */
+	int (*stats)(struct fv_ctx *cx, const char *name, const char *path,
+		     struct fv_volstats *ret);
+
+	/*
 	 * Our own op, never called by kubelet: release what this node holds for
 	 * volumes nobody uses any more (docs/design.md, "Garbage collection").
 	 */
@@ -214,6 +250,12 @@ void fv_ctx_reset_message(struct fv_ctx *cx);
 
 /* The node configuration, resolved once (config.c). */
 const struct fv_config *fv_ctx_config(const struct fv_ctx *cx);
+
+/*
+ * The deadline of a health probe (a statfs of a network mount, a read of a
+ * device), in seconds: a quarter of mount_timeout, 2 to 15.
+ */
+unsigned int fv_probe_timeout(const struct fv_ctx *cx);
 
 /* Is @node (an attach/isattached/detach argument) the node this runs on (config node_name)? */
 bool fv_ctx_node_is_local(const struct fv_ctx *cx, const char *node);

@@ -58,6 +58,13 @@ struct fv_exec_opts {
  */
 #define FV_EXEC_SPAWN (1U << 1)
 
+/*
+ * A run that exits 0 within its deadline, with no output, writes no log
+ * line: a periodic probe (NodeGetVolumeStats' health) that only looks, as
+ * calls that only look are not logged when they succeed.
+ */
+#define FV_EXEC_QUIET_OK (1U << 2)
+
 /* The helper path and helper timeout of @cx's node config; no kept fd, no flags. */
 struct fv_exec_opts fv_exec_opts_of(const struct fv_ctx *cx);
 

@@ -53,10 +53,28 @@ int fv_mnt_find_source_skip(const char *source, bool (*skip)(const char *target,
 			    void *arg, char *ret, size_t len);
 
 /*
- * How many mounts are of the filesystem on device number @devno (the
- * mountinfo major:minor field: whole-fs mounts and bind mounts alike,
- * whatever path the source was given as).  Returns the count or -errno.
+ * How many mounts use device number @devno: those of the filesystem on it
+ * (the mountinfo major:minor field: whole-fs mounts and bind mounts alike,
+ * whatever path the source was given as) and, for a block device, the
+ * binds of its node (a raw block volume's stage and publishes,
+ * fv_mnt_node_devno()).  Returns the count or -errno.
  */
 int fv_mnt_count_devno(dev_t devno);
+
+/*
+ * fv_mnt_node_devno() - is the mount @mi a bind of a block device's node:
+ * devtmpfs, its root the node's name there ("/loop3")?  0 and the device
+ * in *@ret, 1 when it is no such bind.  Reads sysfs, never the mount's
+ * target: a raw block volume's mounts are told from the table alone.
+ */
+int fv_mnt_node_devno(const struct fv_mntinfo *mi, dev_t *ret);
+
+/*
+ * fv_mnt_find_node() - the first bind (in mount order) of the node of
+ * block device @devno at a target that @skip (may be NULL) does not pass
+ * over.  0 and the target in @ret, 1 none, or -errno.
+ */
+int fv_mnt_find_node(dev_t devno, bool (*skip)(const char *target, void *arg), void *arg,
+		     char *ret, size_t len);
 
 #endif

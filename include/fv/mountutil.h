@@ -62,6 +62,17 @@ int fv_dir_mount(struct fv_ctx *cx, const struct fv_dir *d, const char *source,
 int fv_dir_bind(struct fv_ctx *cx, const struct fv_dir *src, const struct fv_dir *dst, bool ro);
 
 /*
+ * fv_node_bind() - bind the node @sfd (an O_PATH descriptor of a block
+ * device's node, @src in messages) onto the file @name under the directory
+ * @parent (a regular file, else -EEXIST; @dst in messages), read-only when
+ * @ro.  A read-only bind records the mode asked; it does not make the device
+ * read-only (the kernel checks a mount's flag for a filesystem's files, not
+ * for a device node's I/O: docs/design.md, "Raw block volumes").
+ */
+int fv_node_bind(struct fv_ctx *cx, int sfd, const char *src, int parent, const char *name,
+		 const char *dst, bool ro);
+
+/*
  * fv_dir_remount_rw() - remount the filesystem mounted on @d read-write (the
  * superblock and that mount; other binds keep their own flags); message set.
  */

@@ -30,6 +30,7 @@
 struct fv_ctx;
 struct fv_driver;
 struct fv_opts;
+struct fv_volstats;
 
 enum fv_op {
 	FV_OP_ATTACH,	     /* @opts @node -> @ret_device (a handle) */
@@ -50,6 +51,12 @@ enum fv_op {
 /* How the front door wants the directory argument treated. */
 #define FV_OP_MKDIR 1u /* make @dir (its parent must exist), removed again if the op fails */
 #define FV_OP_RMDIR 2u /* remove @dir, when empty, after the undo op succeeded */
+/*
+ * With FV_OP_MKDIR: make @dir an empty regular file instead, the target of a
+ * raw block volume (CSI: the plugin makes it); FV_OP_RMDIR removes such a
+ * file as it removes an empty directory.
+ */
+#define FV_OP_FILE 4u
 
 struct fv_op_call {
 	enum fv_op op;
@@ -95,6 +102,15 @@ int fv_op_run(struct fv_ctx *cx, struct fv_op_call *c);
  * there, or <0.
  */
 int fv_op_owns(struct fv_ctx *cx, const char *name, const char *path);
+
+/*
+ * fv_op_stats() - the usage and condition of volume @name at @path (taken
+ * literally), by the driver's stats slot (struct fv_volstats).  Changes
+ * nothing, takes no lock.  -ENOENT: @path holds no mount of the volume
+ * (nothing, or another's: a message in @cx says which); -EOPNOTSUPP: the
+ * driver has no stats; or <0.
+ */
+int fv_op_stats(struct fv_ctx *cx, const char *name, const char *path, struct fv_volstats *ret);
 
 /* The message for an op layer error code without one of its own ("timed out", strerror...). */
 const char *fv_op_errstr(int r);

@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -228,5 +229,51 @@ func main() {
 		os.Exit(100 + int(s.Code()))
 	}
 	j, _ := protojson.MarshalOptions{EmitUnpopulated: false}.Marshal(out)
+	if u := unknown(out.GetUnknown()); u != nil {
+		// fields this client's spec no longer has (v1.13 removed NodeGetVolumeStats'
+		// volume_condition, which flexvol-csi's v1.12 spec answers): by number
+		var m map[string]any
+		json.Unmarshal(j, &m)
+		m["unknownFields"] = u
+		j, _ = json.Marshal(m)
+	}
 	fmt.Println(string(j))
+}
+
+// unknown: the unknown fields @b of a message as {number: value}, nested messages decoded
+// where their bytes parse as one (else a string), nil when there are none.
+func unknown(b []byte) map[string]any {
+	if len(b) == 0 {
+		return nil
+	}
+	out := map[string]any{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+		var v any
+		switch typ {
+		case protowire.VarintType:
+			x, k := protowire.ConsumeVarint(b)
+			v, n = x, k
+		case protowire.BytesType:
+			x, k := protowire.ConsumeBytes(b)
+			if sub := unknown(x); sub != nil {
+				v = sub
+			} else {
+				v = string(x)
+			}
+			n = k
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+		out[fmt.Sprint(num)] = v
+	}
+	return out
 }
