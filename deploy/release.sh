@@ -6,7 +6,8 @@
 # has just built with that version compiled in:
 #
 #   OUTDIR/flexvol-installer-VERSION.oci.tar  the installer image for linux/amd64 and linux/arm64
-#                                             (the drivers, flexvol-provisioner, flexvol-csi):
+#                                             (the drivers, flexvol-provisioner and flexvol-migrate,
+#                                             flexvol-csi):
 #                                             one OCI image index, as an OCI archive
 #                                             (skopeo copy --all oci-archive:FILE docker://IMAGE:VERSION,
 #                                             or buildah/podman pull oci-archive:FILE)
