@@ -33,6 +33,31 @@ rke: {pluginDir: /var/lib/kubelet/volumeplugins, attachMode: controller}
 {{- $m -}}
 {{- end -}}
 
+{{/*
+The node configuration's text with nodeConfig's keys set: a key's line (set, or commented out
+as the shipped file lists its defaults) becomes "key = value", a key the text does not name is
+added at the end.  Args: (dict "root" $ "conf" <text>)
+*/}}
+{{- define "flexvol.nodeConfig" -}}
+{{- $t := .conf -}}
+{{- range $k, $v := .root.Values.nodeConfig -}}
+{{- $re := printf `(?m)^#?[ \t]*%s[ \t]*=.*$` $k -}}
+{{- if regexMatch $re $t -}}
+{{- $t = regexReplaceAll $re $t (printf "%s = %v" $k $v) -}}
+{{- else -}}
+{{- $t = printf "%s%s = %v\n" $t $k $v -}}
+{{- end -}}
+{{- end -}}
+{{- $t -}}
+{{- end -}}
+
+{{/* A value of the node configuration (nodeConfig, or the shipped file's).  Args: (dict "root" $ "key" "loop_root") */}}
+{{- define "flexvol.confValue" -}}
+{{- $conf := include "flexvol.nodeConfig" (dict "root" .root "conf" (get (.root.Files.Get "files/configmap.yaml" | fromYaml).data "flexvol.conf")) -}}
+{{- $m := regexFind (printf `(?m)^%s[ \t]*=[ \t]*\S+` .key) $conf -}}
+{{- regexReplaceAll `^[^=]*=[ \t]*` $m "" -}}
+{{- end -}}
+
 {{/* "true" when the chart renders the Namespace object of the release's namespace */}}
 {{- define "flexvol.createNamespace" -}}
 {{- $c := .Values.createNamespace -}}
@@ -150,6 +175,16 @@ OpenShift SCC grants (*-scc) on OpenShift only.  Args: (dict "root" $ "objs" (li
 {{- end }}
 ---
 {{ toYaml $o }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* csi.hostNamespaceProcess as HOST_NS_PID of a node plugin.  Args: (dict "root" $ "obj" <DaemonSet> "container" <name>) */}}
+{{- define "flexvol.hostNs" -}}
+{{- with .root.Values.csi.hostNamespaceProcess }}
+{{- $p := . }}
+{{- range $ct := $.obj.spec.template.spec.containers }}
+{{- if eq $ct.name $.container }}{{ $_ := set $ct "env" (append $ct.env (dict "name" "HOST_NS_PID" "value" (toString $p))) }}{{ end }}
 {{- end }}
 {{- end }}
 {{- end -}}
