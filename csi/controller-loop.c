@@ -433,7 +433,15 @@ static void get_capacity(struct grpc_call *call, const ProtobufCMessage *m)
 					       cx.cfg.loop_root, strerror(-r));
 		resp.available_capacity = (int64_t)room_for(&cp, &sp);
 	}
+	/*
+	 * The largest CreateVolume of this class would make here: the largest file
+	 * the root's filesystem holds, but no more than the room (check_room()
+	 * refuses the rest).  kube-scheduler prefers this to the capacity when it
+	 * places a claim (CSIStorageCapacity's maximumVolumeSize).
+	 */
 	max.value = rootfd >= 0 ? root_max(rootfd) : MAX_SIZE;
+	if (rootfd >= 0 && resp.available_capacity < max.value)
+		max.value = resp.available_capacity;
 	min.value = MiB;
 	resp.maximum_volume_size = &max;
 	resp.minimum_volume_size = &min;
