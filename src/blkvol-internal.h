@@ -57,9 +57,11 @@ int fv_blkvol_release_volume(struct fv_ctx *cx, const char *name, dev_t devno);
 /*
  * The device mount @gd of volume @name goes, and the node-side attach with
  * it.  Call with the volume lock held.  1: left for other mounts (@busy_ok).
+ * @ours: a mount that is not the volume's (fv_blkvol_owns()) is left alone,
+ * -FV_ERR_CONFLICT.
  */
 int fv_blkvol_unmount_and_release(struct fv_ctx *cx, const char *name, const struct fv_dir *gd,
-				  bool busy_ok);
+				  bool busy_ok, bool ours);
 
 /*
  * The node-side attach claimed for @name, the device formatted if blank and

@@ -303,7 +303,7 @@ int fv_blkvol_release_volume(struct fv_ctx *cx, const char *name, dev_t devno)
  * Call with the volume lock held.  1: left for other mounts (@busy_ok).
  */
 int fv_blkvol_unmount_and_release(struct fv_ctx *cx, const char *name, const struct fv_dir *gd,
-			       bool busy_ok)
+			       bool busy_ok, bool ours)
 {
 	const struct fv_blkvol_ops *ops = blkvol_ops(cx);
 	struct fv_mntinfo mi;
@@ -315,6 +315,16 @@ int fv_blkvol_unmount_and_release(struct fv_ctx *cx, const char *name, const str
 			       strerror(-r));
 	if (r == 1)
 		return fv_blkvol_release_volume(cx, name, 0); /* unmounted before: what a killed call left */
+	/* only the volume's own device mount (fv_op_run()'s only_ours(), with the mount read here) */
+	r = ours ? fv_blkvol_owns(cx, name, gd->path, &mi) : 1;
+	if (r < 0)
+		return fv_fail(cx, r, "cannot tell whose mount '%s' is: %s", gd->path, strerror(-r));
+	if (r == 0) {
+		fv_log("unmountdevice of volume '%s': '%s' holds %s (%s), left alone", name,
+		       gd->path, mi.source, mi.fstype);
+		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' holds %s (%s), not a mount of volume "
+			       "'%s': left alone", gd->path, mi.source, mi.fstype, name);
+	}
 	n = fv_mnt_count_devno(mi.devno);
 	if (n < 0)
 		return fv_fail(cx, n, "cannot read the mount table: %s", strerror(-n));
@@ -539,7 +549,7 @@ int fv_blkvol_op_unmountdevice(struct fv_ctx *cx, const char *dir)
 	r = fv_blkvol_unstage_block(cx, fv_path_last(dir), &gd);
 	if (r != 1)
 		return r;
-	return fv_blkvol_unmount_and_release(cx, fv_path_last(dir), &gd, false);
+	return fv_blkvol_unmount_and_release(cx, fv_path_last(dir), &gd, false, true);
 }
 
 int fv_blkvol_op_detach(struct fv_ctx *cx, const char *volume, const char *node)

@@ -58,8 +58,13 @@ static const struct op_spec specs[FV_OP_N] = {
 	[FV_OP_WAITFORATTACH] = { SLOT(waitforattach), R_NODE_SIDE, NAME_OPTS },
 	[FV_OP_MOUNTDEVICE] = { SLOT(mountdevice), R_DIR | R_DIR_MADE | R_LOCK_VOL | R_NODE_SIDE,
 				NAME_DIR },
-	[FV_OP_UNMOUNTDEVICE] = { SLOT(unmountdevice), R_DIR | R_LOCK_VOL | R_NODE_SIDE | R_OURS,
-				  NAME_DIR },
+	/*
+	 * unmountdevice touches only a mount of its volume too, but the block
+	 * class asks the driver's owns() itself, with the mount it reads anyway
+	 * (fv_blkvol_unmount_and_release()): no second read of the table on
+	 * kubelet's path.
+	 */
+	[FV_OP_UNMOUNTDEVICE] = { SLOT(unmountdevice), R_DIR | R_LOCK_VOL | R_NODE_SIDE, NAME_DIR },
 	/*
 	 * Pod mounts lock their own directory: kubelet runs mount and unmount
 	 * of one volume for different pods in parallel (contract §1.1), and
