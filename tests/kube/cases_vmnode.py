@@ -1279,6 +1279,143 @@ def case_vmnode_csi_migrate(t):
         g.sh("rm", "-rf", f"{CSI_SHARE}/mig", check_rc=False)
 
 
+def _csi_lane_attach_mode(t, g, mode):
+    """The FlexVolume attach mode under the CSI lane's install (csi-vm, on the kubeadm overlay:
+    controller mode): the node config's attach_mode in the ConfigMap flexvol-config as
+    deploy/overlays/kubeadm-1.36 sets it (node) or without that line (controller), the installer
+    restarted (its pods copy the config; the CSI node plugins restart with them), the
+    controller-manager with or without the FlexVolume plugin dir and both kubelets restarted, so
+    that they probe the drivers again (as t.ensure_mode and guest_mode do for the kubeadm
+    overlays); the CSI drivers registered on the guest again."""
+    t0 = time.monotonic()
+    line = "attach_mode = node\n"
+    conf = t.kj("-n", "kube-system", "get", "cm", "flexvol-config")["data"]["flexvol.conf"]
+    has = ("\n" + line) in conf
+    if has == (mode == "node") and (t.mode or "controller") == mode:   # the lane starts in controller mode
+        return
+    if mode == "node" and not has:
+        conf = conf + ("" if conf.endswith("\n") else "\n") + line
+    elif mode != "node":
+        conf = conf.replace("\n" + line, "\n")
+    t.k("-n", "kube-system", "patch", "cm", "flexvol-config", "--type=merge", "-p",
+        json.dumps({"data": {"flexvol.conf": conf}}))
+    t.k("-n", "kube-system", "rollout", "restart", "ds/flexvol-installer")
+    t.rollout(timeout=600)
+    want = C.p("etc", "flexvol.conf")
+    C.wait_for(f"the host's node config in {mode} mode", lambda: os.path.exists(want) and
+               (("\nattach_mode = node" in open(want).read()) == (mode == "node")), 60)
+    pos = t.logpos()
+    t.cl.restart_kcm(flex=(mode == "controller"))
+    t.cl.restart_kubelet()
+    t.wait_op("kubelet", "init", pos, timeout=60)
+    t.mode = mode
+    C.wait_for(f"the guest's node config in {mode} mode", lambda: (
+        "\nattach_mode = node" in g.sh("cat", want, check_rc=False)["stdout"]) == (mode == "node"), 180, 2)
+    gpos = g.logpos()
+    r = g.rpc({"op": "restart-kubelet"}, 400)
+    check(r["rc"] == 0, f"restart of the guest's kubelet: {r}")
+    g.wait_op("init", gpos, "iscsi", timeout=180)
+
+    def registered():
+        n = t.kj("get", "csinode", g.name)
+        return {x["name"] for x in n.get("spec", {}).get("drivers") or []}
+    C.wait_for(f"{', '.join(CSI_DRIVERS)} in CSINode {g.name} again",
+               lambda: all(x in registered() for x in CSI_DRIVERS), 180, 1)
+    log(f"FlexVolume attach mode {mode}: config, installer, controller-manager, kubelets in "
+        f"{time.monotonic() - t0:.0f} s")
+
+
+def _chap_user_of_session(g, iqn):
+    """the CHAP user names the guest's sessions to @iqn logged in with (sysfs; never a password)"""
+    r = g.sh("sh", "-c", "for s in /sys/class/iscsi_session/session*; do "
+             f"[ \"$(cat $s/targetname)\" = '{iqn}' ] && cat $s/username; done; true")
+    return r["stdout"].split()
+
+
+CSI_CHAP_SECRET = "vm-csi-chap"
+
+
+def case_vmnode_csi_migrate_chap(t):
+    """migrate of a PV of the CHAP target (issue 37 point 2), with CHAP from a
+    credentials file on the node (option chapCredentialsFile: it stays a volume attribute;
+    FlexVolume in controller mode) and with CHAP from the PV's Secret (secretRef: migrate writes
+    nodeStageSecretRef to the same Secret, whose keys kubelet hands NodeStageVolume as its node-stage
+    secrets; FlexVolume in node mode, the one whose kubelet passes a Secret to the driver): each
+    written through FlexVolume, moved to CSI (the PV's csi source checked), read and written through
+    CSI with the session logged in as the CHAP user, rolled back (the FlexVolume source as it was)
+    and read through FlexVolume again; no session, record or disk left; the secret in no driver log
+    and in no log of flexvol-csi's containers. The target's portal is in the policy's chapPortals."""
+    import cases_csi as CSI
+    g = guest()
+    g.sh("sh", "-c", f"umask 077 && mkdir -p {os.path.dirname(CHAP_FILE)} && cat > {CHAP_FILE}",
+         input=f"session.username = {CHAP_USER}\nsession.password = {CHAP_SECRET}\n")
+    t.apply({"apiVersion": "v1", "kind": "Secret", "type": "flexvol/iscsi",
+             "metadata": {"name": CSI_CHAP_SECRET, "namespace": NS},
+             "data": {"session.username": base64.b64encode(CHAP_USER.encode()).decode(),
+                      "session.password": base64.b64encode(CHAP_SECRET.encode()).decode()}})
+    opts = {"targetPortal": PORTAL, "iqn": IQN2, "lun": "1"}
+    vols = (("vm-mig-chap-file", "controller", dict(opts, chapCredentialsFile=CHAP_FILE), None),
+            ("vm-mig-chap-secret", "node", opts, CSI_CHAP_SECRET))
+    portals = t.chap_portal_listed(PORTAL)
+    try:
+        for pv, mode, o, secret in vols:
+            t0 = time.monotonic()
+            _csi_lane_attach_mode(t, g, mode)
+            admitted(t, lambda: flex_pv(t, pv, "iscsi", o, "ReadWriteOnce", fs="ext4", secret=secret))
+            flex = t.kj("get", "pv", pv)["spec"]["flexVolume"]
+            run_pod(t, g, pv, f"echo {pv}-flex > /data/f && sync && echo WROTE && sleep 3600", pv, "WROTE")
+            check(_chap_user_of_session(g, IQN2) == [CHAP_USER],
+                  f"{pv}: FlexVolume's session: CHAP users {_chap_user_of_session(g, IQN2)}")
+            delete_pods(t, pv)
+            _iscsi_gone(g, IQN2, within=120)
+            CSI.migrate_when_idle(t, pv)
+            csi = t.kj("get", "pv", pv)["spec"].get("csi", {})
+            check(csi.get("driver") == "iscsi.csi.flexvol" and csi.get("volumeAttributes") == o,
+                  f"{pv} after migrate: {csi}")
+            want_ref = {"name": secret, "namespace": NS} if secret else None
+            check(csi.get("nodeStageSecretRef") == want_ref,
+                  f"{pv}: nodeStageSecretRef {csi.get('nodeStageSecretRef')}, want {want_ref}")
+            run_pod(t, g, pv, f"cat /data/f && echo {pv}-csi >> /data/f && sync && echo WROTE2 && sleep 3600",
+                    pv, "WROTE2")
+            t.wait_log(pv, f"{pv}-flex")
+            _iscsi_in_use(t, g, pv, pv, IQN2, "csi")
+            check(_chap_user_of_session(g, IQN2) == [CHAP_USER],
+                  f"{pv}: CSI's session: CHAP users {_chap_user_of_session(g, IQN2)}")
+            delete_pods(t, pv)
+            C.wait_for("the VolumeAttachment deleted", lambda: not volume_attachments(t, pv), 180, 1)
+            _iscsi_gone(g, IQN2, within=60)
+            CSI.migrate_when_idle(t, pv, rollback=True)
+            back = t.kj("get", "pv", pv)["spec"]
+            check(back.get("flexVolume") == flex and "csi" not in back,
+                  f"{pv} after --rollback: {back.get('flexVolume') or back.get('csi')}, was {flex}")
+            run_pod(t, g, pv, "cat /data/f && echo READ && sleep 3600", pv, "READ")
+            t.wait_log(pv, f"{pv}-csi")
+            delete_pods(t, pv)
+            _iscsi_gone(g, IQN2, within=120)
+            log(f"{pv}: FlexVolume ({mode} mode), CSI, FlexVolume again in {time.monotonic() - t0:.0f} s")
+    finally:
+        for pv, _, _, _ in vols:
+            delete_pods(t, pv)
+            t.drop_pv(pv)
+        t.delete("secret", CSI_CHAP_SECRET)
+        t.chap_portals_restored(portals)
+        g.sh("rm", "-f", CHAP_FILE, check_rc=False)
+        _csi_lane_attach_mode(t, g, "controller")
+    forms = (CHAP_SECRET, base64.b64encode(CHAP_SECRET.encode()).decode())
+    logs = {"the guest's driver log": g.read(GUEST_DRIVER_LOG)[0],
+            "the guest's csi-iscsi log": g.read(C.p("log", "csi-iscsi.log"))[0]}
+    with open(LOG_KCM, errors="replace") as f:
+        logs["the controller-manager's driver log"] = f.read()
+    pods = t.kj("-n", "kube-system", "get", "pods")["items"]
+    for p in pods:
+        for c in p["spec"]["containers"]:
+            if c["name"].startswith("csi-iscsi") or c["name"] == "csi-attacher":
+                r = t.k("-n", "kube-system", "logs", p["metadata"]["name"], "-c", c["name"], check=False)
+                logs[f"the log of {p['metadata']['name']}/{c['name']}"] = r.stdout
+    for what, text in logs.items():
+        check(not any(x in text for x in forms), f"the CHAP secret is in {what}")
+
+
 def case_vmnode_csi_remove(t):
     """The CSI controllers deleted (their pods with them, foreground): the guest's kubelet
     unmounts the nfs controller's share volume, so that the guest leaves with nothing mounted."""
@@ -1326,5 +1463,5 @@ if os.environ.get("FLEXVOL_KUBE_VMNODE") == "1":
     CASES.append(case_vmnode_down)
 if os.environ.get("FLEXVOL_KUBE_VMNODE_CSI") == "1":     # make check-kube-vm-csi: the join, these, the teardown
     CASES = [case_vmnode_join, case_vmnode_csi_install, case_vmnode_csi_nfs, case_vmnode_csi_iscsi,
-             case_vmnode_csi_migrate] + ([case_vmnode_csi_e2e] if os.environ.get("FLEXVOL_E2E_DIR") else []) + \
+             case_vmnode_csi_migrate, case_vmnode_csi_migrate_chap] + ([case_vmnode_csi_e2e] if os.environ.get("FLEXVOL_E2E_DIR") else []) + \
         [case_vmnode_csi_remove, case_vmnode_down]
