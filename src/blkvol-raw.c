@@ -199,10 +199,19 @@ static int bind_stage(struct fv_ctx *cx, int dfd, const char *gmp, const char *d
 				       ro ? "read-only" : "read-write");
 		return 0;
 	}
-	fd = openat(dfd, BLKVOL_NODE_FILE, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return fv_fail(cx, NEG_ERRNO(), "cannot create '%s': %m", path);
-	close(fd);
+	/* the empty file of a stage killed before its bind, or a new one: nothing else is used */
+	if (fstatat(dfd, BLKVOL_NODE_FILE, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (!S_ISREG(st.st_mode) || st.st_size != 0)
+			return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is %s%s, not a raw block stage's: "
+				       "left alone", path, fv_file_type(st.st_mode),
+				       S_ISREG(st.st_mode) ? " with data" : "");
+	} else {
+		fd = openat(dfd, BLKVOL_NODE_FILE, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+			    O_CLOEXEC, 0600);
+		if (fd < 0)
+			return fv_fail(cx, NEG_ERRNO(), "cannot create '%s': %m", path);
+		close(fd);
+	}
 	/* the node itself, checked: never anything swapped in at its path */
 	nfd = open(dev, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (nfd < 0 || fstat(nfd, &st) < 0 || !S_ISBLK(st.st_mode) || st.st_rdev != rdev)
@@ -259,21 +268,39 @@ int fv_blkvol_stage_block(struct fv_ctx *cx, const void *v, const struct fv_opts
 		r = bind_stage(cx, dfd, gd->path, dev, st.st_rdev, o->readonly);
 	if (lock >= 0)
 		fv_unlock(lock);
-	if (r == 0)
+	if (r == 0) {
 		fv_log("staged %s as a raw block device for '%s'%s", dev, name,
 		       o->readonly ? " (read-only)" : "");
+	} else if (fresh) {
+		/*
+		 * Refused after this call attached: what it attached goes again (a
+		 * raw block attach has no last mount to release it), unless it is in
+		 * use (the release refuses that).  The refusal is the answer.
+		 */
+		struct fv_saved_message saved;
+
+		fv_ctx_save_message(cx, &saved);
+		if (fv_blkvol_release_volume(cx, name, 0) < 0)
+			fv_log("after the refused stage of '%s': %s", name, fv_ctx_message(cx));
+		fv_ctx_restore_message(cx, &saved, true);
+	}
 	return r;
 }
 
 int fv_blkvol_unstage_block(struct fv_ctx *cx, const char *name, const struct fv_dir *gd)
 {
-	_cleanup_close_ int dfd = fv_dir_open_self(gd);
+	_cleanup_close_ int dfd = -1;
 	char path[PATH_MAX], other[PATH_MAX];
 	struct fv_mntinfo mi;
 	struct stat st;
 	dev_t rdev = 0;
-	int n, r;
+	int n, r = fv_dir_mounted(gd, &mi);
 
+	/* a mount on the stage directory: a filesystem's, whose files are never looked at here */
+	if (r != 1)
+		return r < 0 ? fv_fail(cx, r, "cannot tell whether '%s' is mounted: %s", gd->path,
+				       strerror(-r)) : 1;
+	dfd = fv_dir_open_self(gd);
 	if (dfd < 0)
 		return dfd == -ENOENT ? 1 : fv_dir_fail(cx, dfd, gd->path);
 	if (fstatat(dfd, BLKVOL_NODE_FILE, &st, AT_SYMLINK_NOFOLLOW) < 0)
@@ -307,10 +334,14 @@ int fv_blkvol_unstage_block(struct fv_ctx *cx, const char *name, const struct fv
 		r = file_umount_all(cx, dfd, BLKVOL_NODE_FILE, path);
 		if (r < 0)
 			return r;
-	} else if (!S_ISREG(st.st_mode)) {
-		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is %s, not a raw block stage: left alone",
-			       path, fv_file_type(st.st_mode));
+		if (fstatat(dfd, BLKVOL_NODE_FILE, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			return fv_fail(cx, NEG_ERRNO(), "cannot look at '%s': %m", path);
 	}
+	/* only the empty file the stage made goes */
+	if (!S_ISREG(st.st_mode) || st.st_size != 0)
+		return fv_fail(cx, -FV_ERR_CONFLICT, "'%s' is %s%s, not a raw block stage's: left "
+			       "alone", path, fv_file_type(st.st_mode),
+			       S_ISREG(st.st_mode) ? " with data" : "");
 	if (unlinkat(dfd, BLKVOL_NODE_FILE, 0) < 0 && errno != ENOENT)
 		return fv_fail(cx, NEG_ERRNO(), "cannot remove '%s': %m", path);
 	return fv_blkvol_release_volume(cx, name, rdev);
@@ -326,6 +357,9 @@ static int staged_node(const char *staged, dev_t *rdev)
 
 	if (r < 0)
 		return r == -ENOENT ? 1 : r;
+	r = fv_dir_mounted(&sd, &mi);
+	if (r != 1)
+		return r < 0 ? r : 1; /* a filesystem staged there: nothing in it is looked at */
 	dfd = fv_dir_open_self(&sd);
 	if (dfd < 0)
 		return dfd == -ENOENT ? 1 : dfd;

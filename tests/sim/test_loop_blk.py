@@ -234,6 +234,26 @@ def unmountdevice_refused_while_a_pod_holds_the_device(e):
     e.nothing_left("pod held the device")
 
 
+@case
+def unmountdevice_keeps_a_file_named_like_a_raw_block_stage(e):
+    """A filesystem volume whose root holds a file named "device", the name a raw block
+    volume's stage binds its node on (src/blkvol-raw.c): unmountdevice never looks into the
+    mounted global path, the file is there after the next mountdevice. (d6acfa2 removed it and
+    then refused the release: the mount was still there.)"""
+    k = e.k
+    o = e.opts()
+    dev = bring_up(e, uids=())
+    with open(os.path.join(k.gmp("pv1"), "device"), "w") as f:
+        f.write("a tenant's file")
+    k.unmountdevice("pv1", expect="Success")
+    k.mountdevice("pv1", dev, o, expect="Success")
+    with open(os.path.join(k.gmp("pv1"), "device")) as f:
+        check(f.read() == "a tenant's file", "the tenant's file changed")
+    k.unmountdevice("pv1", expect="Success")
+    k.detach("pv1", expect="Success")
+    e.nothing_left("a file named device")
+
+
 def unmountdevice_syscalls(e):
     """(name, n) of each syscall of one unmountdevice, from its umount2 on."""
     bring_up(e, uids=())

@@ -21,7 +21,7 @@ from iscsi_driver import (WS, Case, Fail, check, log, lun_disks, mounts_under,  
                           node_records, pr_key, pr_state, run, sessions, settle, size_of)
 
 BLOCK = {"block": {}, "accessMode": {"mode": "SINGLE_NODE_WRITER"}}
-EXT4 = {"mount": {"fsType": "ext4"}, "accessMode": {"mode": "SINGLE_NODE_WRITER"}}
+RO_BLOCK = {"block": {}, "accessMode": {"mode": "SINGLE_NODE_READER_ONLY"}}
 TGTD_PID = "/run/flexvol-vm/tgtd.pid"
 
 
@@ -205,7 +205,9 @@ def iscsi_health(c):
     the target stopped (SIGSTOP: it answers nothing) its condition turns abnormal, the message
     naming the session and its state, every NodeGetVolumeStats answered within the probe bound;
     the target back, the session recovers and the condition is normal again; unpublish and
-    unstage leave nothing"""
+    unstage leave nothing. The volume is a read-only raw block one: no reservation (tgt forgets
+    a reservation's registration when the session is reinstated, and the reservation it then
+    cannot release would stay on LUN 1 for the cases after this one: docs/drivers/iscsi.md)"""
     staging, pods = os.path.join(c.dir, "staging"), os.path.join(c.dir, "pods")
     os.makedirs(staging)
     os.makedirs(pods)
@@ -217,9 +219,13 @@ def iscsi_health(c):
     stopped = False
     try:
         csi("NodeStageVolume", {"volumeId": vid, "stagingTargetPath": staging,
-                                "volumeCapability": EXT4, "volumeContext": ctx})
+                                "volumeCapability": RO_BLOCK, "volumeContext": ctx})
         csi("NodePublishVolume", {"volumeId": vid, "stagingTargetPath": staging, "targetPath": t,
-                                  "volumeCapability": EXT4, "volumeContext": ctx})
+                                  "volumeCapability": RO_BLOCK, "volumeContext": ctx})
+        disk = lun_disks(c.iqn1, 1)[0]
+        check(pr_state(disk)[1] is None, "a read-only stage took a reservation: %r"
+              % (pr_state(disk),))
+        check(run("blockdev", "--getro", disk).stdout.strip() == "1", "the disk is not read-only")
         check(condition(csi, vid, t)[:2] == (False, ""), "well before the target stops")
         os.kill(tgtd, signal.SIGSTOP)
         stopped = True
@@ -247,7 +253,8 @@ def iscsi_health(c):
         csi("NodeUnstageVolume", {"volumeId": vid, "stagingTargetPath": staging})
         settle()
         check(not sessions(c.iqn1), "session left after unstage: %r" % sessions(c.iqn1))
-        check(not mounts_under(c.dir) and not os.listdir(staging), "left: %r" % mounts_under(c.dir))
+        check(not mounts_under(c.dir) and not os.listdir(staging) and not os.path.exists(t),
+              "left: %r" % mounts_under(c.dir))
     finally:
         if stopped:
             os.kill(tgtd, signal.SIGCONT)
