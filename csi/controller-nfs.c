@@ -294,8 +294,16 @@ static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	/* the record says the size: this call's, or that of the call that wrote it (a retry) */
 	if (r == 0)
 		r = fv_ownerdir_owner(rootfd, id, &own);
-	if (r == 0 && streq(own.pv, q->name) && q->volume_content_source)
+	if (r == 0 && streq(own.pv, q->name) && q->volume_content_source) {
 		r = fill(call, rootfd, id, q->volume_content_source);
+		/*
+		 * Not filled (no such source, the copy failed): no volume was answered,
+		 * so no DeleteVolume will come for the directory made for it, which is
+		 * still empty (fill() leaves a filled one alone): not left on the share.
+		 */
+		if (r < 0)
+			(void)fv_ownerdir_remove_empty(rootfd, id, id, NULL);
+	}
 	fv_unlock_remove(&cx, lock, fd);
 	if (r == -ECANCELED) /* answered */
 		return;
