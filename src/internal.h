@@ -54,6 +54,12 @@ struct fv_reply {
 };
 
 const char *fv_status_word(enum fv_status st);
+/*
+ * A reply of @st alone, with @caps (or NULL), into @buf as fv_reply_format()
+ * writes it, without an allocation: the fixed answers.  Returns its length.
+ */
+size_t fv_reply_fixed(char *buf, size_t size, enum fv_status st, const struct fv_caps *caps);
+
 /* The reply as compact JSON plus '\n', malloc'ed; NULL when out of memory. */
 char *fv_reply_format(const struct fv_reply *r);
 /* Write the reply in one write(2) (a fixed Failure document if out of memory); returns the exit code. */

@@ -154,6 +154,23 @@ out:
 	return out;
 }
 
+size_t fv_reply_fixed(char *buf, size_t size, enum fv_status st, const struct fv_caps *caps)
+{
+	int n;
+
+#define B(v) ((v) ? "true" : "false")
+	if (caps)
+		n = snprintf(buf, size, "{\"status\":\"%s\",\"capabilities\":{\"attach\":%s,"
+			     "\"selinuxRelabel\":%s,\"supportsMetrics\":%s,\"fsGroup\":%s,"
+			     "\"requiresFSResize\":%s}}\n", words[st], B(caps->attach),
+			     B(caps->selinux_relabel), B(caps->supports_metrics), B(caps->fsgroup),
+			     B(caps->requires_fs_resize));
+	else
+		n = snprintf(buf, size, "{\"status\":\"%s\"}\n", words[st]);
+#undef B
+	return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
+}
+
 int fv_reply_write(int fd, const struct fv_reply *r)
 {
 	static const char oom[] = "{\"status\":\"Failure\",\"message\":\"out of memory\"}\n";
