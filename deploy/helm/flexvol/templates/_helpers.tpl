@@ -58,12 +58,6 @@ added at the end.  Args: (dict "root" $ "conf" <text>)
 {{- regexReplaceAll `^[^=]*=[ \t]*` $m "" -}}
 {{- end -}}
 
-{{/* "true" when the chart renders the Namespace object of the release's namespace */}}
-{{- define "flexvol.createNamespace" -}}
-{{- $c := .Values.createNamespace -}}
-{{- if eq (toString $c) "" }}{{ include "flexvol.openshift" . }}{{ else if $c }}true{{ end -}}
-{{- end -}}
-
 {{/* The chart's labels, on every object and pod (never in a selector) */}}
 {{- define "flexvol.labels" -}}
 app.kubernetes.io/instance: {{ .Release.Name | quote }}
