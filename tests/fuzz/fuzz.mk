@@ -64,14 +64,17 @@ check-fuzz-provisioner:
 #
 # grpc-wire (a client connection's bytes) and grpc-request (one request message, framed by the
 # target) through csi/grpc.c and grpc-calls.c, which tests/fuzz/fuzz-grpc.c includes, with stub
-# handlers for every method of the CSI services.  Needs ci/deps-csi's libraries and generated
-# messages.
+# handlers for every method of the CSI services; csi-identity, csi-node and csi-controller (one
+# request through a service's real handlers, the op layer stubbed: below).  Needs ci/deps-csi's
+# libraries and generated messages.
 
-FUZZ_CSI_TARGETS := grpc-wire grpc-request
+FUZZ_GRPC_TARGETS := grpc-wire grpc-request
+FUZZ_SVC_TARGETS  := csi-identity csi-node csi-controller
+FUZZ_CSI_TARGETS  := $(FUZZ_GRPC_TARGETS) $(FUZZ_SVC_TARGETS)
 
 .PHONY: fuzz-csi check-fuzz-csi
 
-$(addprefix $(O)/fuzz/fuzz-,$(FUZZ_CSI_TARGETS)): $(O)/fuzz/fuzz-grpc-%: tests/fuzz/fuzz-grpc.c \
+$(addprefix $(O)/fuzz/fuzz-,$(FUZZ_GRPC_TARGETS)): $(O)/fuzz/fuzz-grpc-%: tests/fuzz/fuzz-grpc.c \
 		csi/grpc.c csi/grpc-calls.c csi/grpc.h csi/grpc-int.h $(CSI_GEN_OBJS) $(CORE_OBJS) \
 		| $(CSI_GEN)/.stamp
 	@mkdir -p $(dir $@)
@@ -79,6 +82,37 @@ $(addprefix $(O)/fuzz/fuzz-,$(FUZZ_CSI_TARGETS)): $(O)/fuzz/fuzz-grpc-%: tests/f
 	$(Q)$(CC) $(FV_CFLAGS) $(CFLAGS) -I$(CSI_GEN) -Icsi $(CSI_CFLAGS) -DFUZZ_GRPC='"$*"' \
 		$(LDFLAGS) -fsanitize=fuzzer -o $@ $< $(CSI_GEN_OBJS) $(CORE_OBJS) $(CSI_LIBS) \
 		$(FV_LIBS)
+
+# --- flexvol-csi's services (issue 37 point 5; tests/fuzz/README.md) ------------------------------
+#
+# csi-identity, csi-node, csi-controller: one request of a method of the service, unpacked with
+# its real descriptor, through its real handler: the csi objects as flexvol-csi links them (but
+# main.o), the op layer's boundary stubbed by tests/fuzz/op-stub.c in place of src/ and lib/
+# (of which only the options parser, the messages and the version string are linked: they touch
+# nothing).  grpc_reply() and grpc_fail() are grpc-calls.c's, wrapped to count the answers.
+
+FUZZ_SVC_CSI := $(addprefix $(O)/obj/csi/,identity.o node.o controller.o controller-loop.o \
+	controller-nfs.o controller-iscsi.o snapshot.o kit.o profile.o grpc.o grpc-calls.o)
+FUZZ_SVC_OBJS := $(FUZZ_SVC_CSI) $(O)/obj/tests/fuzz/op-stub.o \
+	$(addprefix $(O)/obj/src/,opts.o ctx.o version.o) $(CSI_GEN_OBJS)
+
+$(O)/obj/tests/fuzz/op-stub.o: FV_CFLAGS += -I$(CSI_GEN) -Icsi $(CSI_CFLAGS)
+$(O)/obj/tests/fuzz/op-stub.o: | $(CSI_GEN)/.stamp
+-include $(O)/obj/tests/fuzz/op-stub.d
+
+# in a fuzzer build only: an uninitialised string is 0xAA bytes to its end, so reading one runs
+# past its array (ASan); flexvol-csi itself is never built so
+ifneq ($(findstring fuzzer,$(SANITIZE)),)
+$(FUZZ_SVC_CSI): CFLAGS += -ftrivial-auto-var-init=pattern
+endif
+
+$(addprefix $(O)/fuzz/fuzz-,$(FUZZ_SVC_TARGETS)): $(O)/fuzz/fuzz-csi-%: tests/fuzz/fuzz-csi.c \
+		tests/fuzz/op-stub.h $(FUZZ_SVC_OBJS) | $(CSI_GEN)/.stamp
+	@mkdir -p $(dir $@)
+	@[ -n "$(Q)" ] && echo "  FUZZ-LD $@" || true
+	$(Q)$(CC) $(FV_CFLAGS) $(CFLAGS) -I$(CSI_GEN) -Icsi -Itests/fuzz $(CSI_CFLAGS) \
+		-DFUZZ_SVC='"$*"' $(LDFLAGS) -fsanitize=fuzzer -Wl,--wrap=grpc_reply \
+		-Wl,--wrap=grpc_fail -o $@ $< $(FUZZ_SVC_OBJS) $(CSI_LIBS) $(FV_LIBS)
 
 fuzz-csi: $(addprefix $(O)/fuzz/fuzz-,$(FUZZ_CSI_TARGETS))
 
