@@ -94,7 +94,8 @@ void csi_reply_snapshots(struct grpc_call *call, const Csi__V1__ListSnapshotsReq
 	if (start > n)
 		return (void)grpc_fail(call, GRPC_ABORTED, "starting_token '%s' is past the end",
 				       q->starting_token);
-	qsort(s, n, sizeof(*s), by_id);
+	if (n > 1) /* none: @s may be NULL, which qsort() must not get */
+		qsort(s, n, sizeof(*s), by_id);
 	max = q->max_entries ? (size_t)q->max_entries : n;
 	if (n - start < max)
 		max = n - start;
