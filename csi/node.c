@@ -191,13 +191,17 @@ static void node_expand(struct grpc_call *call, const ProtobufCMessage *m)
 				       csi_plugin.drv->name);
 	if (cr && (cr->required_bytes < 0 || cr->limit_bytes < 0))
 		return (void)grpc_fail(call, GRPC_INVALID_ARGUMENT, "negative capacity");
+	/* no size asked: the filesystem grows to the device as it is; else whole sectors */
+	if (cr && cr->required_bytes)
+		c.new_size = ((uint64_t)cr->required_bytes + 511) / 512 * 512;
+	if (cr && cr->limit_bytes && c.new_size > (uint64_t)cr->limit_bytes)
+		return (void)grpc_fail(call, GRPC_OUT_OF_RANGE, "no size of whole sectors fits "
+				       "between the required %lld and the limit %lld bytes",
+				       (long long)cr->required_bytes, (long long)cr->limit_bytes);
 	if (csi_open(call, &cx, q->volume_id) < 0)
 		return;
 	c.dir = q->volume_path;
 	c.name = q->volume_id;
-	/* no size asked: the filesystem grows to the device as it is; else whole sectors */
-	if (cr && cr->required_bytes)
-		c.new_size = ((uint64_t)cr->required_bytes + 511) / 512 * 512;
 	r = fv_op_run(&cx, &c);
 	if (r == -ENXIO || r == -ENOENT) /* not mounted there, not staged here */
 		return (void)grpc_fail(call, GRPC_NOT_FOUND, "%s", cx.message);
