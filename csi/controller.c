@@ -4,6 +4,7 @@
  * the profile, then handed to the driver's table; ValidateVolumeCapabilities
  * and ControllerGetCapabilities answered here.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -85,6 +86,10 @@ int csi_create_checks(struct grpc_call *call, const Csi__V1__CreateVolumeRequest
 int csi_check_made(struct grpc_call *call, const char *id, uint64_t have,
 		   const Csi__V1__CapacityRange *cr)
 {
+	/* a record past int64 (an nfs owner record's "size" is read as it is written there) */
+	if (have > INT64_MAX)
+		return -grpc_fail(call, GRPC_FAILED_PRECONDITION, "volume %s is recorded with %llu "
+				  "bytes, more than a capacity can be", id, (unsigned long long)have);
 	if (!cr || (have >= (uint64_t)cr->required_bytes &&
 		    (!cr->limit_bytes || have <= (uint64_t)cr->limit_bytes)))
 		return 0;

@@ -72,7 +72,9 @@ int csi_create_checks(struct grpc_call *call, const Csi__V1__CreateVolumeRequest
 
 /*
  * A volume made before for the same name, of @have bytes: it must fit the
- * range @cr asked now (CSI: else ALREADY_EXISTS).  0 or <0 (answered).
+ * range @cr asked now (CSI: else ALREADY_EXISTS), and be a capacity at all
+ * (at most INT64_MAX; else FAILED_PRECONDITION: a record gone wrong).  0 or
+ * <0 (answered).
  */
 int csi_check_made(struct grpc_call *call, const char *id, uint64_t have,
 		   const Csi__V1__CapacityRange *cr);
