@@ -243,10 +243,16 @@ static int fill(struct grpc_call *call, int rootfd, const char *id,
 		r = fv_copy_tree(from, to, fv_now_ms() + COPY_MS, &bytes, &skipped);
 	if (r == 0 && renameat(rootfd, tmp, rootfd, id) < 0)
 		r = NEG_ERRNO();
-	if (r < 0) {
+	if (r < 0)
 		(void)fv_ownerdir_delete(rootfd, tmp, claim, NULL);
-		return r;
+	/* lib/ownerdir.c's refusals here are of the copy's directory, not the volume's */
+	if (r <= -FV_OWNERDIR_E_UNOWNED && r >= -FV_OWNERDIR_E_HOLDS) {
+		grpc_fail(call, GRPC_FAILED_PRECONDITION, "not created: '%s' in the share has "
+			  "another's owner record, or none: not touched", tmp);
+		return -ECANCELED;
 	}
+	if (r < 0)
+		return r;
 	(void)fv_ownerdir_remove_empty(rootfd, tmp, claim, NULL); /* its record, the dir gone */
 	fv_log("CreateVolume %s: %llu bytes copied%s", id, (unsigned long long)bytes,
 	       skipped ? " (device nodes, FIFOs and sockets skipped)" : "");
@@ -261,7 +267,7 @@ static void create_volume(struct grpc_call *call, const ProtobufCMessage *m)
 	const char *path;
 	const Csi__V1__CapacityRange *cr = q->capacity_range;
 	enum fv_ownerdir_made made;
-	struct fv_owner other, own;
+	struct fv_owner other = { 0 }, own;
 	uint64_t size = 0;
 	struct fv_ctx cx;
 	int fd, r;
