@@ -58,10 +58,10 @@ int fv_blkvol_release_volume(struct fv_ctx *cx, const char *name, dev_t devno);
  * The device mount @gd of volume @name goes, and the node-side attach with
  * it.  Call with the volume lock held.  1: left for other mounts (@busy_ok).
  * @ours: a mount that is not the volume's (fv_blkvol_owns()) is left alone,
- * -FV_ERR_CONFLICT.
+ * -FV_ERR_CONFLICT.  @known: @gd's topmost mount, read already (NULL: read here).
  */
 int fv_blkvol_unmount_and_release(struct fv_ctx *cx, const char *name, const struct fv_dir *gd,
-				  bool busy_ok, bool ours);
+				  const struct fv_mntinfo *known, bool busy_ok, bool ours);
 
 /*
  * The node-side attach claimed for @name, the device formatted if blank and
@@ -103,7 +103,9 @@ int fv_blkvol_stage_block(struct fv_ctx *cx, const void *v, const struct fv_opts
 
 /*
  * unmountdevice's raw block part: the node bound in @gd goes, then the
- * node-side attach.  1: @gd holds no raw block stage (the filesystem path runs).
+ * node-side attach.  @gd is no mount point (the caller looked: a
+ * filesystem's files are never looked at here).  1: @gd holds no raw block
+ * stage.
  */
 int fv_blkvol_unstage_block(struct fv_ctx *cx, const char *name, const struct fv_dir *gd);
 

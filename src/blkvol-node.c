@@ -114,7 +114,7 @@ int fv_blkvol_node_teardown(struct fv_ctx *cx, const char *vkey, const char *pat
 			return r < 0 ? r : fv_fail(cx, -FV_ERR_CONFLICT, "'%s' holds '%s', "
 						   "not a device of this driver; leaving it",
 						   path, mi.source);
-		r = fv_blkvol_unmount_and_release(cx, vkey, &gd, true, false);
+		r = fv_blkvol_unmount_and_release(cx, vkey, &gd, NULL, true, false);
 		if (r != 0)
 			return r < 0 ? r : 0; /* 1: other pods on this node still use it */
 		goto remove_dirs;

@@ -303,13 +303,15 @@ int fv_blkvol_release_volume(struct fv_ctx *cx, const char *name, dev_t devno)
  * Call with the volume lock held.  1: left for other mounts (@busy_ok).
  */
 int fv_blkvol_unmount_and_release(struct fv_ctx *cx, const char *name, const struct fv_dir *gd,
-			       bool busy_ok, bool ours)
+			       const struct fv_mntinfo *known, bool busy_ok, bool ours)
 {
 	const struct fv_blkvol_ops *ops = blkvol_ops(cx);
 	struct fv_mntinfo mi;
 	char other[PATH_MAX];
-	int n, r = fv_dir_mounted(gd, &mi);
+	int n, r = known ? 0 : fv_dir_mounted(gd, &mi);
 
+	if (known)
+		mi = *known;
 	if (r < 0)
 		return fv_fail(cx, r, "cannot tell whether '%s' is mounted: %s", gd->path,
 			       strerror(-r));
@@ -539,17 +541,24 @@ int fv_blkvol_op_mountdevice(struct fv_ctx *cx, const char *dir, const char *dev
 int fv_blkvol_op_unmountdevice(struct fv_ctx *cx, const char *dir)
 {
 	_cleanup_(fv_dir_closep) struct fv_dir gd = { .parent = -1 };
+	struct fv_mntinfo mi;
 	int r = fv_dir_arg(cx, dir, 0, &gd);
 
 	if (r < 0)
 		return r;
 	if (r == 1) /* no directory: nothing mounted, only what a killed call left to release */
 		return fv_blkvol_release_volume(cx, fv_path_last(dir), 0);
-	/* locked by the dispatcher on the volume name; a raw block stage says so from the kernel */
-	r = fv_blkvol_unstage_block(cx, fv_path_last(dir), &gd);
-	if (r != 1)
-		return r;
-	return fv_blkvol_unmount_and_release(cx, fv_path_last(dir), &gd, false, true);
+	/* locked by the dispatcher on the volume name; the mount table read once for all below */
+	r = fv_dir_mounted(&gd, &mi);
+	if (r < 0)
+		return fv_fail(cx, r, "cannot tell whether '%s' is mounted: %s", gd.path,
+			       strerror(-r));
+	if (r == 1) {
+		/* no mount point: a raw block stage (its device node bound inside), or nothing */
+		r = fv_blkvol_unstage_block(cx, fv_path_last(dir), &gd);
+		return r != 1 ? r : fv_blkvol_release_volume(cx, fv_path_last(dir), 0);
+	}
+	return fv_blkvol_unmount_and_release(cx, fv_path_last(dir), &gd, &mi, false, true);
 }
 
 int fv_blkvol_op_detach(struct fv_ctx *cx, const char *volume, const char *node)
