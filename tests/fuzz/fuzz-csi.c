@@ -86,6 +86,7 @@ static const struct grpc_method *methods;
 static size_t nmethods;
 static const ProtobufCServiceDescriptor *service;
 static unsigned int answers;
+static bool verbose; /* FUZZ_CSI_VERBOSE set: each call's answer on stderr (running inputs by hand) */
 
 static _Noreturn _printf_(1, 2) void die(const char *fmt, ...)
 {
@@ -137,6 +138,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		service = &csi__v1__controller__descriptor;
 	}
 	stub_init();
+	verbose = getenv("FUZZ_CSI_VERBOSE");
 	return 0;
 }
 
@@ -375,6 +377,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	stub_end();
 	open_fds(after);
 
+	if (verbose)
+		fprintf(stderr, "%s profile %d: code %d %s\n", m->path, p, (int)call->code,
+			call->code ? call->msg : "");
 	if (answers != 1)
 		die("%s: answered %u times", m->path, answers);
 	for (int fd = 0; fd < FDS; fd++)
