@@ -8,13 +8,16 @@
 #   KUBE_ARGS="-k csi_static"   narrow further
 #   KUBE_CSI_SIDECARS=registrar  CI's run: build and run the registrar only, without the cases
 #                           of deploy/csi/controller (the provisioner, attacher and resizer take
-#                           12 min to build on two cores)
+#                           12 min to build on two cores) and of deploy/csi/snapshot
+#   make check-kube-csi-snapshot  the snapshot, restore, clone and capacity cases of loop
+#                           (tests/kube/cases_csi_snapshot.py: deploy/csi/snapshot, its controller
+#                           and CRDs, deploy/csi/capacity) with the sidecars they need
 #   make check-kube-csi-e2e the same, and Kubernetes' external storage e2e suites through CSI
 #                           (case csi_e2e_loop: e2e.test from tests/kube/e2e/build-e2e, cached)
 #   make check-migrate-api  flexvol-migrate against a real API server and the PV
 #                           binder of its own (tests/kube/migrate-api.py; no kubelet, no lane
 #                           lock; about 10 s once the components are built)
-.PHONY: check-kube-csi check-kube-csi-e2e kube-csi-sidecars check-migrate-api
+.PHONY: check-kube-csi check-kube-csi-e2e check-kube-csi-snapshot kube-csi-sidecars check-migrate-api
 
 check-migrate-api: kube-components $(O)/flexvol-migrate
 	$(Q)python3 tests/kube/migrate-api.py --build $(O) --bin "$$(tests/kube/build | tail -1)"
@@ -22,17 +25,25 @@ check-migrate-api: kube-components $(O)/flexvol-migrate
 kube-csi-sidecars:
 	$(Q)tests/kube/csi/build
 
-# the sidecars built and run: all four, or (CI) the registrar only, which leaves out the cases of
-# deploy/csi/controller (csi_dynamic_loop, csi_e2e_loop)
-KUBE_CSI_SIDECARS ?= provisioner attacher resizer registrar
+# the sidecars built and run: all five, or (CI) the registrar only, which leaves out the cases of
+# deploy/csi/controller (csi_dynamic_loop, csi_e2e_loop) and, without the snapshotter
+# (csi-snapshotter and snapshot-controller), those of deploy/csi/snapshot and deploy/csi/capacity
+KUBE_CSI_SIDECARS ?= provisioner attacher resizer registrar snapshotter
+# the cases run: those whose name contains this
+KUBE_CSI_SELECT ?= csi
 
 check-kube-csi: kube-components image-context $(O)/flexvol-migrate
 	$(Q)FLEXVOL_CSI_SIDECARS="$$(tests/kube/csi/build $(KUBE_CSI_SIDECARS) | tail -1)" \
 		FLEXVOL_IMAGE_CONTEXT=$(CURDIR)/$(IMAGE_O) tests/kube/build-images $(KUBE_IMAGES)
 	$(Q)FLEXVOL_KUBE_CSI=1 FLEXVOL_MIGRATE_BIN=$(CURDIR)/$(O)/flexvol-migrate \
 		FLEXVOL_KUBE_CSI_CONTROLLER=$(if $(filter provisioner,$(KUBE_CSI_SIDECARS)),1,0) \
+		FLEXVOL_KUBE_CSI_SNAPSHOT=$(if $(filter provisioner,$(KUBE_CSI_SIDECARS)),$(if $(filter snapshotter,$(KUBE_CSI_SIDECARS)),1,0),0) \
 		FLEXVOL_KUBE_BIN="$$(tests/kube/build | tail -1)" $(KUBE_CSI_E2E) \
-		python3 tests/kube/run.py --images $(KUBE_IMAGES) -k csi $(KUBE_ARGS)
+		python3 tests/kube/run.py --images $(KUBE_IMAGES) -k $(KUBE_CSI_SELECT) $(KUBE_ARGS)
 
 check-kube-csi-e2e: KUBE_CSI_E2E = FLEXVOL_E2E_DIR="$$(tests/kube/e2e/build-e2e | tail -1)"
 check-kube-csi-e2e: check-kube-csi
+
+check-kube-csi-snapshot: KUBE_CSI_SIDECARS = provisioner resizer registrar snapshotter
+check-kube-csi-snapshot: KUBE_CSI_SELECT = csi_snapshot -k csi_capacity
+check-kube-csi-snapshot: check-kube-csi
