@@ -93,7 +93,9 @@ set, replaces the registry of the repository (its first part, when that names a 
     "registry.k8s.io/sig-storage/csi-node-driver-registrar" "nodeDriverRegistrar"
     "registry.k8s.io/sig-storage/csi-provisioner" "provisioner"
     "registry.k8s.io/sig-storage/csi-resizer" "resizer"
-    "registry.k8s.io/sig-storage/csi-attacher" "attacher" -}}
+    "registry.k8s.io/sig-storage/csi-attacher" "attacher"
+    "registry.k8s.io/sig-storage/csi-snapshotter" "snapshotter"
+    "registry.k8s.io/sig-storage/snapshot-controller" "snapshotController" -}}
 {{- $k := get $keys $n -}}
 {{- if not $k }}{{ fail (printf "chart: no value for the image %s (templates/_helpers.tpl, flexvol.imageKey)" .) }}{{ end -}}
 {{- $k -}}
