@@ -14,10 +14,14 @@
 #                           and CRDs, deploy/csi/capacity) with the sidecars they need
 #   make check-kube-csi-e2e the same, and Kubernetes' external storage e2e suites through CSI
 #                           (case csi_e2e_loop: e2e.test from tests/kube/e2e/build-e2e, cached)
+#   make check-kube-csi-shapes  the cases of the three shapes of an install and the path from
+#                           FlexVolume to CSI only (tests/kube/cases_csi_shapes.py) with every
+#                           sidecar: the CSI-only dynamic and Helm cases too, which CI's
+#                           registrar-only run leaves out (outside CI; docs/migration.md, "Three shapes")
 #   make check-migrate-api  flexvol-migrate against a real API server and the PV
 #                           binder of its own (tests/kube/migrate-api.py; no kubelet, no lane
 #                           lock; about 10 s once the components are built)
-.PHONY: check-kube-csi check-kube-csi-e2e check-kube-csi-snapshot kube-csi-sidecars check-migrate-api
+.PHONY: check-kube-csi check-kube-csi-e2e check-kube-csi-shapes check-kube-csi-snapshot kube-csi-sidecars check-migrate-api
 
 check-migrate-api: kube-components $(O)/flexvol-migrate
 	$(Q)python3 tests/kube/migrate-api.py --build $(O) --bin "$$(tests/kube/build | tail -1)"
@@ -43,6 +47,9 @@ check-kube-csi: kube-components image-context $(O)/flexvol-migrate
 
 check-kube-csi-e2e: KUBE_CSI_E2E = FLEXVOL_E2E_DIR="$$(tests/kube/e2e/build-e2e | tail -1)"
 check-kube-csi-e2e: check-kube-csi
+
+check-kube-csi-shapes: KUBE_CSI_SELECT = csi_shape
+check-kube-csi-shapes: check-kube-csi
 
 check-kube-csi-snapshot: KUBE_CSI_SIDECARS = provisioner resizer registrar snapshotter
 check-kube-csi-snapshot: KUBE_CSI_SELECT = csi_snapshot -k csi_capacity
