@@ -49,7 +49,7 @@ $(O)/tests/test-provisioner: tests/unit/test-provisioner.c $(PROV_LIB_OBJS) test
 	$(Q)$(CC) $(FV_CFLAGS) $(CFLAGS) -Itests/unit -Iprovisioner $(LDFLAGS) -o $@ $< \
 		$(PROV_LIB_OBJS) $(FV_LIBS)
 
-check-provisioner: $(O)/flexvol-provisioner
+check-provisioner: $(O)/flexvol-provisioner $(O)/flexvol-migrate
 	$(Q)python3 tests/provisioner/run.py --build $(O)
 
 bench: bench-provisioner-scale
