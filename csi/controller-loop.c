@@ -35,7 +35,6 @@
 #include "csi.h"
 #include "controller.h"
 #include "fv/image.h"
-#include "fv/image.h"
 #include "fv/lock.h"
 #include "fv/log.h"
 #include "fv/util.h"
@@ -476,6 +475,12 @@ static void controller_expand(struct grpc_call *call, const ProtobufCMessage *m)
 	if (image_size(call, &cx, q->volume_id, &have) < 0)
 		return;
 	if (have >= want) {
+		/* no shrinking: an image already past the limit asked is a range we cannot serve */
+		if (q->capacity_range->limit_bytes && have > q->capacity_range->limit_bytes)
+			return (void)grpc_fail(call, GRPC_OUT_OF_RANGE, "volume %s is %lld bytes already, "
+					       "past the limit of %lld bytes (volumes do not shrink)",
+					       q->volume_id, (long long)have,
+					       (long long)q->capacity_range->limit_bytes);
 		resp.capacity_bytes = have;
 		return grpc_reply(call, &resp.base);
 	}

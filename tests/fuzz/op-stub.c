@@ -587,8 +587,8 @@ int fv_op_stats(struct fv_ctx *cx, const char *name, const char *path, struct fv
 	static const char *const why[] = {
 		"image 'pvc-1.img' was deleted while /dev/loop3 is bound to it",
 		"the NFS server of 192.0.2.10:/export/k8s did not answer within 15 s",
-		"the iSCSI session 3 to iqn.2003-01.org.linux-iscsi.t:sn.1 at 192.0.2.7:3260 is "
-		"FAILED",
+		("the iSCSI session 3 to iqn.2003-01.org.linux-iscsi.t:sn.1 at 192.0.2.7:3260 is "
+		 "FAILED"),
 		"",
 	};
 	int r;
