@@ -11,6 +11,8 @@
 #                                             one OCI image index, as an OCI archive
 #                                             (skopeo copy --all oci-archive:FILE docker://IMAGE:VERSION,
 #                                             or buildah/podman pull oci-archive:FILE)
+#   OUTDIR/kubectl-flexvol-VERSION-linux-ARCH the kubectl plugin (flexvol-migrate, static), amd64
+#                                             and arm64: kubectl flexvol migrate ...
 #   OUTDIR/manifests/<overlay>[+csi-only][+loop][+provisioner][+csi[+csi-controller]][+csi-nfs][+csi-iscsi].yaml
 #                                             every overlay with the combinations of the
 #                                             components listed below, rendered, every flexvol
@@ -58,6 +60,12 @@ archive=$OUT/flexvol-installer-$VERSION.oci.tar
 digest=$(cat "$T/digest")
 [[ $digest =~ ^sha256:[0-9a-f]{64}$ ]] || die "no digest from buildah: '$digest'"
 echo "  RELEASE $archive: $IMAGE@$digest (linux/amd64, linux/arm64)"
+
+# --- the kubectl plugin: the static flexvol-migrate of each image, named for kubectl
+# (installed as kubectl-flexvol on the PATH: kubectl flexvol migrate ...)
+for a in amd64:image arm64:image-arm64; do
+	install -m 0755 "$ROOT/build/${a#*:}/provisioner/flexvol-migrate" "$OUT/kubectl-flexvol-$VERSION-linux-${a%%:*}"
+done
 
 # --- the manifests: every overlay x every combination of the components
 site=$T/site; mkdir -p "$site"

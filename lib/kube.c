@@ -43,6 +43,7 @@ struct fv_kube {
 	char *server;
 	char *token_file;
 	char *ca_file;
+	char *unix_socket;
 	unsigned int timeout_s;
 	CURLM *multi;	  /* watches: one thread (the watcher) */
 	struct kube_watch *watches[WATCH_MAX];
@@ -177,13 +178,14 @@ int fv_kube_new(const struct fv_kube_config *cfg, struct fv_kube **ret, char *er
 	k->server = strdup(cfg->server);
 	k->token_file = cfg->token_file ? strdup(cfg->token_file) : NULL;
 	k->ca_file = cfg->ca_file ? strdup(cfg->ca_file) : NULL;
+	k->unix_socket = cfg->unix_socket ? strdup(cfg->unix_socket) : NULL;
 	k->timeout_s = cfg->timeout_s ? cfg->timeout_s : 30;
 	k->stop = cfg->stop;
 	k->token_stale = true;
 	pthread_mutex_init(&k->lock, NULL);
 	k->multi = curl_multi_init();
 	if (!k->server || (cfg->token_file && !k->token_file) || (cfg->ca_file && !k->ca_file) ||
-	    !k->multi) {
+	    (cfg->unix_socket && !k->unix_socket) || !k->multi) {
 		fv_kube_free(k);
 		return -ENOMEM;
 	}
@@ -205,6 +207,7 @@ void fv_kube_free(struct fv_kube *k)
 	free(k->server);
 	free(k->token_file);
 	free(k->ca_file);
+	free(k->unix_socket);
 	pthread_mutex_destroy(&k->lock);
 	explicit_bzero(k->token, sizeof(k->token));
 	free(k);
@@ -319,6 +322,8 @@ static void common_opts(struct fv_kube *k, CURL *h, const char *url)
 	curl_easy_setopt(h, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
 	if (k->ca_file)
 		curl_easy_setopt(h, CURLOPT_CAINFO, k->ca_file);
+	if (k->unix_socket)
+		curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, k->unix_socket);
 }
 
 struct buf {

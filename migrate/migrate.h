@@ -11,11 +11,38 @@
 #include <json-c/json.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "fv/macro.h"
 #include "fv/kube.h"
 
 #define MIG_PV_PATH "/api/v1/persistentvolumes/"
+
+/* --- cluster.c: the API server, found as kubectl finds it --------------------------------- */
+
+/* kubectl's part: the program, and its --kubeconfig and --context (or NULL) */
+struct mig_kubectl {
+	const char *kubectl;
+	const char *kubeconfig;
+	const char *context;
+};
+
+struct mig_cluster {
+	pid_t proxy;		/* kubectl proxy, or 0 */
+	char dir[256];		/* its directory (0700), or "" */
+	char sock[280];		/* its socket in dir */
+	char *incluster;	/* the server's URL made from the pod's environment, or NULL */
+};
+
+/*
+ * mig_cluster_open() - complete @cfg: --server as given, else the pod's service account in a
+ * pod, else kubectl proxy on a socket of ours for kubectl's configuration (@kc).  0, or <0 with
+ * a message in m->err.  mig_cluster_close() ends and removes what it started.
+ */
+struct mig;
+int mig_cluster_open(struct mig_cluster *c, struct fv_kube_config *cfg, const struct mig_kubectl *kc,
+		     struct mig *m);
+void mig_cluster_close(struct mig_cluster *c);
 
 /* One run of the command. */
 struct mig {
@@ -43,6 +70,13 @@ static inline void mig_jput(json_object **o)
  * message in m->err.
  */
 int mig_run(struct mig *m);
+
+/*
+ * mig_plan() - what mig_run() would do for m->pv, one line on stdout, with every check it makes
+ * before changing anything (the volume idle among them); nothing is changed.  0: it can run (or
+ * has nothing to do); -EBUSY: in use; <0 otherwise (m->err).
+ */
+int mig_plan(struct mig *m);
 
 /* The message of a failure into m->err; returns @r. */
 int mig_fail(struct mig *m, int r, const char *fmt, ...) _printf_(3, 4);

@@ -357,16 +357,16 @@ static int remove_pv(struct mig *m, json_object *pv)
 }
 
 /*
- * The PV exists: check it and its claim, and take it down (refusals, save, Retain, the
- * directory handed over or given back, delete).  Returns 0 (go on: create the new PV), 1 (it
- * is already the target PV, bound: done), <0.
+ * The PV exists: every check before anything changes (its kind, its claim, the saved copy, the
+ * volume idle, the directory's hand-over possible).  Returns 0 (to be moved), 1 (it is already
+ * on the side asked for), <0 (refused: m->err; -EBUSY while in use).  *@claim is set on 0 and 1.
  */
-static int take_down(struct mig *m, json_object *pv, json_object **saved, json_object **claim)
+static int check_pv(struct mig *m, json_object *pv, json_object **saved, json_object **claim)
 {
 	bool is_flex = mig_flex_driver(pv) != NULL, is_csi = mig_csi_driver(pv) != NULL;
 	bool deleting = fv_json_str_in(pv, "metadata", "deletionTimestamp") != NULL;
 	json_object *src;
-	char path[512], drv[128];
+	char drv[128];
 	int r;
 
 	if (!is_flex && !is_csi)
@@ -374,15 +374,8 @@ static int take_down(struct mig *m, json_object *pv, json_object **saved, json_o
 	r = bound_claim(m, pv, claim);
 	if (r < 0)
 		return r;
-	if ((m->rollback ? is_flex : is_csi) && !deleting) {
-		r = wait_until(m, "the PV and its claim Bound", both_bound, *claim);
-		if (r < 0)
-			return r;
-		printf("PV %s is %s and bound to %s/%s: nothing to do\n", m->pv,
-		       is_csi ? "a CSI PV" : "a FlexVolume PV", fv_json_str_in(*claim, "metadata", "namespace"),
-		       fv_json_str_in(*claim, "metadata", "name"));
+	if ((m->rollback ? is_flex : is_csi) && !deleting)
 		return 1;
-	}
 	if (m->rollback && !*saved)
 		return mig_fail(m, -ENOENT, "no saved FlexVolume PV in '%s' to roll back to", m->save);
 	if (is_csi && *saved && !mig_csi_name(m, mig_flex_driver(*saved), drv, sizeof(drv)) &&
@@ -409,11 +402,37 @@ static int take_down(struct mig *m, json_object *pv, json_object **saved, json_o
 	    streq(mig_provisioned_by(pv), mig_csi_driver(pv)))
 		return mig_fail(m, -EINVAL, "PV %s: its directory was handed to %s: give --root (the share, "
 			    "mounted here) to give it back to flexvol-provisioner", m->pv, mig_csi_driver(pv));
-	if (mig_nfs_handover(m, src)) {
-		r = mig_move_record(m, src, !m->rollback, true);
+	if (mig_nfs_handover(m, src))
+		return mig_move_record(m, src, !m->rollback, true);
+	return 0;
+}
+
+/*
+ * The PV exists: check it and its claim (check_pv()), and take it down (save, Retain, the
+ * directory handed over or given back, delete).  Returns 0 (go on: create the new PV), 1 (it
+ * is already the target PV, bound: done), <0.
+ */
+static int take_down(struct mig *m, json_object *pv, json_object **saved, json_object **claim)
+{
+	bool is_flex = mig_flex_driver(pv) != NULL;
+	bool deleting = fv_json_str_in(pv, "metadata", "deletionTimestamp") != NULL;
+	json_object *src;
+	char path[512];
+	int r;
+
+	r = check_pv(m, pv, saved, claim);
+	if (r < 0)
+		return r;
+	if (r == 1) {
+		r = wait_until(m, "the PV and its claim Bound", both_bound, *claim);
 		if (r < 0)
 			return r;
+		printf("PV %s is %s and bound to %s/%s: nothing to do\n", m->pv,
+		       is_flex ? "a FlexVolume PV" : "a CSI PV", fv_json_str_in(*claim, "metadata", "namespace"),
+		       fv_json_str_in(*claim, "metadata", "name"));
+		return 1;
 	}
+	src = *saved ?: pv;
 	if (is_flex && !*saved) {
 		r = write_saved(m, m->save, pv);
 		if (r < 0)
@@ -483,27 +502,36 @@ static void nudge_claim(struct mig *m, json_object *claim)
 	}
 }
 
+/* The saved copy (or NULL) and the PV (or NULL); one of them at least, else -ENOENT. */
+static int load(struct mig *m, json_object **saved, json_object **pv)
+{
+	char path[512];
+	int r;
+
+	r = read_saved(m, saved);
+	if (r < 0)
+		return r;
+	snprintf(path, sizeof(path), PV_PATH "%s", m->pv);
+	r = mig_get(m, path, pv);
+	if (r < 0)
+		return r;
+	if (!*pv && !*saved)
+		return mig_fail(m, -ENOENT, "PV %s does not exist and '%s' holds no saved copy", m->pv,
+				m->save);
+	return 0;
+}
+
 int mig_run(struct mig *m)
 {
 	_cleanup_json_ json_object *pv = NULL, *saved = NULL, *claim = NULL;
 	json_object *body;
 	double t0 = now_s();
-	char path[512];
 	int r;
 
-	r = read_saved(m, &saved);
+	r = load(m, &saved, &pv);
 	if (r < 0)
 		return r;
-	snprintf(path, sizeof(path), PV_PATH "%s", m->pv);
-	r = mig_get(m, path, &pv);
-	if (r < 0)
-		return r;
-	if (pv)
-		r = take_down(m, pv, &saved, &claim);
-	else if (saved)
-		r = claim_of_saved(m, saved, &claim);
-	else
-		r = mig_fail(m, -ENOENT, "PV %s does not exist and '%s' holds no saved copy", m->pv, m->save);
+	r = pv ? take_down(m, pv, &saved, &claim) : claim_of_saved(m, saved, &claim);
 	if (r)
 		return r < 0 ? r : 0;
 	body = mig_new_pv(m, saved, claim, !m->rollback);
@@ -522,4 +550,36 @@ int mig_run(struct mig *m)
 		       fv_json_str_in(claim, "metadata", "namespace"), fv_json_str_in(claim, "metadata", "name"),
 		       now_s() - t0);
 	return r;
+}
+
+int mig_plan(struct mig *m)
+{
+	_cleanup_json_ json_object *pv = NULL, *saved = NULL, *claim = NULL;
+	const char *to = m->rollback ? "FlexVolume" : "CSI";
+	int r;
+
+	r = load(m, &saved, &pv);
+	if (r < 0)
+		return r;
+	if (!pv) {
+		r = claim_of_saved(m, saved, &claim);
+		if (r < 0)
+			return r;
+		printf("PV %s: gone (an interrupted run): create it as a %s PV from '%s', bound to "
+		       "claim %s/%s\n", m->pv, to, m->save, fv_json_str_in(claim, "metadata", "namespace"),
+		       fv_json_str_in(claim, "metadata", "name"));
+		return 0;
+	}
+	r = check_pv(m, pv, &saved, &claim);
+	if (r < 0)
+		return r;
+	if (r == 1)
+		printf("PV %s: already a %s PV, claim %s/%s: nothing to do\n", m->pv, to,
+		       fv_json_str_in(claim, "metadata", "namespace"), fv_json_str_in(claim, "metadata", "name"));
+	else
+		printf("PV %s (%s, claim %s/%s): %s '%s', Retain, delete it, create it as a %s PV%s\n", m->pv,
+		       mig_flex_driver(pv) ?: mig_csi_driver(pv), fv_json_str_in(claim, "metadata", "namespace"),
+		       fv_json_str_in(claim, "metadata", "name"), saved ? "its copy in" : "save it to",
+		       m->save, to, mig_nfs_handover(m, saved ?: pv) ? ", its directory handed over" : "");
+	return 0;
 }

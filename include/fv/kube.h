@@ -30,6 +30,8 @@ struct fv_kube_config {
 	const char *server;	  /* https://host:port (or http://127.0.0.1:port) */
 	const char *token_file;	  /* or NULL: no Authorization header */
 	const char *ca_file;	  /* or NULL: the system CAs */
+	const char *unix_socket;  /* or NULL; else every request goes over this socket (a local
+				     proxy: server http://localhost) */
 	unsigned int timeout_s;	  /* per one-shot request */
 	volatile int *stop;	  /* or NULL: Retry-After waits end when it becomes true */
 };

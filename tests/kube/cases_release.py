@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import cluster as C
 from cases_provisioner import HOST_PORTS
@@ -267,7 +268,8 @@ def case_release_helm(t):
 def case_release_artefacts(t):
     """A release installed from its artefacts alone (make release VERSION=<VERSION>
     RELEASE_IMAGE=localhost/flexvol/installer, in build/release/<VERSION>, or
-    FLEXVOL_RELEASE_DIR): SHA256SUMS verified, the OCI image index archive imported into
+    FLEXVOL_RELEASE_DIR): SHA256SUMS verified, the kubectl plugin run by kubectl from the lane's
+    kubeconfig, the OCI image index archive imported into
     containerd, manifests/kubeadm+loop.yaml applied with the lane's patches: every container on
     the index digest, the installer logs the release's version, the node agent reports."""
     version = open(os.path.join(C.ROOT, "VERSION")).read().strip()
@@ -277,6 +279,20 @@ def case_release_artefacts(t):
     r = subprocess.run(["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=rel, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
     check(r.returncode == 0, f"sha256sum -c SHA256SUMS: {r.stdout[-300:]}")
+    # the kubectl plugin as released (static flexvol-migrate): put on PATH as kubectl-flexvol,
+    # run by kubectl itself, the cluster from the lane's kubeconfig as kubectl reads it
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}[os.uname().machine]
+    plug = tempfile.mkdtemp(prefix="fvplugin-")
+    try:
+        shutil.copy(os.path.join(rel, f"kubectl-flexvol-{version}-linux-{arch}"),
+                    os.path.join(plug, "kubectl-flexvol"))
+        r = subprocess.run([t.cl.b("kubectl"), "flexvol", "migrate", "--dry-run", "-l", "flexvol.test/none=none"],
+                           env={"PATH": f"{plug}:/usr/bin:/bin", "HOME": plug, "KUBECONFIG": C.p("admin.kubeconfig")},
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        check(r.returncode == 0 and "nothing to do" in r.stdout,
+              f"kubectl flexvol migrate from the release: exit {r.returncode}: {r.stdout[-400:]}")
+    finally:
+        shutil.rmtree(plug, ignore_errors=True)
     archive = os.path.join(rel, f"flexvol-installer-{version}.oci.tar")
     t.cl.ctr("images", "import", "--base-name", "localhost/flexvol/installer", "--all-platforms", archive,
              timeout=300)

@@ -19,11 +19,18 @@ Cases (each prints ok/FAIL; the last line is "N passed, N failed"):
     hostname), nothing running that drops that finalizer: migrate finishes; the CSI PV is
     annotated as loop.csi.flexvol's and has a node selector term on its topology key naming
     the node; set to Delete with external-provisioner's finalizer, rolled back with nothing
-    running: the saved PV again, annotations, finalizers and node affinity as they were.
+    running: the saved PV again, annotations, finalizers and node affinity as they were;
+  - kubectl_plugin: `kubectl flexvol migrate` (the real kubectl running the plugin) with the
+    cluster from a kubeconfig (KUBECONFIG): the README's commands as printed over three PVs, the
+    dry run changing nothing; one claim in use refuses the whole run (exit 3, nothing changed or
+    saved); then all moved, the copies in the default ~/.local/state/flexvol-migrate (0700);
+    rolled back by a label selector that also matches another driver's PV (left alone); an
+    unknown context refused with kubectl's message, nothing left in TMPDIR.
 """
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -264,8 +271,107 @@ def main():
             api.merge(f"/api/v1/persistentvolumes/{name}", {"metadata": {"finalizers": None},
                                                               "spec": {"persistentVolumeReclaimPolicy": "Retain"}})
 
+        def readme_commands(names):
+            """The README's commands for moving volumes, as printed: each line of its fenced block
+            that starts with 'kubectl flexvol migrate', <pv>... standing for the PV names."""
+            text = open(os.path.join(HERE, "..", "..", "README.md")).read()
+            cmds = [ln.strip() for block in text.split("```")[1::2] for ln in block.splitlines()
+                    if ln.strip().startswith("kubectl flexvol migrate")]
+            assert len(cmds) >= 2 and "--dry-run" in cmds[0], cmds
+            out = []
+            for c in cmds:
+                argv = shlex.split(c)
+                assert argv.count("<pv>...") == 1, c
+                i = argv.index("<pv>...")
+                out.append(argv[:i] + names + argv[i + 1:])
+            return out
+
+        def c_kubectl_plugin():
+            # the plugin as the release ships it (kubectl-flexvol, flexvol-migrate under that
+            # name) and the real kubectl from the lane's build, which finds and runs it; the
+            # cluster from a kubeconfig, as kubectl reads it (KUBECONFIG)
+            home, tdir, plug = (os.path.join(tmp, d) for d in ("home", "t", "plugins"))
+            for d in (home, tdir, plug):
+                os.makedirs(d)
+            os.symlink(mig, os.path.join(plug, "kubectl-flexvol"))
+            kcfg = os.path.join(tmp, "kubeconfig")
+            with open(kcfg, "w") as f:
+                f.write(f"""apiVersion: v1
+kind: Config
+clusters:
+- name: lane
+  cluster:
+    server: {srv.url}
+    certificate-authority: {srv.cert}
+users:
+- name: admin
+  user:
+    token: {P.TOKEN}
+contexts:
+- name: lane
+  context: {{cluster: lane, user: admin}}
+current-context: lane
+""")
+            env = {"PATH": f"{plug}:{bindir}:/usr/bin:/bin", "HOME": home, "TMPDIR": tdir,
+                   "KUBECONFIG": kcfg}
+            kubectl = os.path.join(bindir, "kubectl")
+
+            def k(argv, timeout=200):
+                assert argv[:3] == ["kubectl", "flexvol", "migrate"], argv
+                return subprocess.run([kubectl] + argv[1:], capture_output=True, text=True,
+                                      env=env, timeout=timeout)
+
+            names = ["b-one", "b-two", "b-three"]
+            uids = {n: make(n, dict(vols["m-loop"], options={"file": n + ".img", "size": "1Gi"}),
+                            policy="Retain") for n in names}
+            dry, real = readme_commands(names)[:2]
+            rv = {n: pv(n)["metadata"]["resourceVersion"] for n in names}
+            saves = os.path.join(home, ".local", "state", "flexvol-migrate")
+            r = k(dry)
+            assert r.returncode == 0 and r.stdout.count("save it to") == 3, (r.returncode, r.stdout, r.stderr)
+            assert all(pv(n)["metadata"]["resourceVersion"] == rv[n] for n in names)
+            assert not os.path.exists(saves), "a dry run made the save directory"
+            # one claim in use: the whole run refused up front, nothing changed, nothing saved
+            api.create(f"/api/v1/namespaces/{NS}/serviceaccounts", {
+                "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
+            assert api.create(f"/api/v1/namespaces/{NS}/pods", {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b-user", "namespace": NS},
+                "spec": {"containers": [{"name": "c", "image": "x"}], "automountServiceAccountToken": False,
+                         "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "b-three"}}]}}) == 201
+            r = k(real)
+            assert r.returncode == 3 and "PV b-three: refused" in r.stderr and "1 of 3 PVs refused" in r.stderr, \
+                (r.returncode, r.stdout, r.stderr)
+            assert all(pv(n)["metadata"]["resourceVersion"] == rv[n] for n in names)
+            assert not os.path.exists(saves)
+            api.call("DELETE", f"/api/v1/namespaces/{NS}/pods/b-user", {"gracePeriodSeconds": 0})
+            wait("the pod gone", lambda: api.get(f"/api/v1/namespaces/{NS}/pods/b-user") is None)
+            t0 = time.monotonic()
+            r = k(real)
+            assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+            print(f"     3 PVs moved by the README's command in {time.monotonic() - t0:.1f} s")
+            for n in names:
+                sp = pv(n)["spec"]
+                assert sp["csi"]["driver"] == "loop.csi.flexvol" and sp["claimRef"]["uid"] == uids[n], sp
+                assert claim(n)["status"]["phase"] == "Bound"
+                assert json.load(open(os.path.join(saves, n + ".json")))["metadata"]["uid"]
+            assert oct(os.stat(saves).st_mode & 0o777) == "0o700"
+            # back, by a selector: the labelled PVs of ours; another driver's is left alone
+            for n in names + ["r-foreign"]:
+                assert api.merge(f"/api/v1/persistentvolumes/{n}", {"metadata": {"labels": {"batch": "b"}}}) == 200
+            r = k(["kubectl", "flexvol", "migrate", "--rollback", "-l", "batch=b"])
+            assert r.returncode == 0 and "PV r-foreign: of no flexvol driver: left alone" in r.stdout, \
+                (r.returncode, r.stdout, r.stderr)
+            for n in names:
+                sp = pv(n)["spec"]
+                assert "flexVolume" in sp and sp["claimRef"]["uid"] == uids[n], sp
+            # a context kubectl does not know: its message, nothing started or left behind
+            r = k(["kubectl", "flexvol", "migrate", "--context", "nope", "b-one"])
+            assert r.returncode == 1 and 'context "nope"' in r.stderr, (r.returncode, r.stderr)
+            assert os.listdir(tdir) == [], os.listdir(tdir)
+
         for n, fn in (("map", c_map), ("refuse_pod", c_refuse_pod), ("refuse_node", c_refuse_node),
-                      ("resume", c_resume), ("foreign", c_foreign), ("handover", c_handover)):
+                      ("resume", c_resume), ("foreign", c_foreign), ("handover", c_handover),
+                      ("kubectl_plugin", c_kubectl_plugin)):
             case(n, fn)
     except Exception as e:  # noqa: BLE001
         print(f"FAIL setup: {e}\n{srv.logs()}")
