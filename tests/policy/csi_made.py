@@ -63,7 +63,7 @@ def loop_params():
     return sorted(set(re.findall(r'streq\(k, "([^"]+)"\)', text)))
 
 
-LOOP_VALUES = {"preallocate": ["true", "false"]}
+LOOP_VALUES = {"preallocate": ["true", "false"], "overcommit": ["1", "2.5", "100"]}
 
 
 class Endpoint:
