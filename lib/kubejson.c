@@ -2,6 +2,7 @@
 /* JSON helpers for API objects: see fv/kubejson.h. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -184,6 +185,26 @@ json_object *fv_kube_object_new(const char *api_version, const char *kind, const
 	if (meta)
 		*meta = m;
 	return o;
+}
+
+size_t fv_kube_query_escape(char *buf, size_t len, size_t n, const char *s)
+{
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			     (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+
+		if (n + (plain ? 1 : 3) >= len) {
+			buf[n] = '\0';
+			return len - 1;
+		}
+		if (plain)
+			buf[n++] = (char)c;
+		else
+			n += (size_t)snprintf(buf + n, len - n, "%%%02X", c);
+	}
+	buf[n] = '\0';
+	return n;
 }
 
 bool fv_kube_name_ok(const char *s)

@@ -19,8 +19,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
-
 #include "fv/kube.h"
 #include "fv/kubejson.h"
 #include "fv/macro.h"
@@ -113,18 +111,15 @@ static bool ours(struct mig *m, json_object *pv)
 /* The PVs of label selector @sel into @l: those of ours; the others named as left alone. */
 static int select_pvs(struct mig *m, const char *sel, struct pvlist *l)
 {
+	static const char base[] = "/api/v1/persistentvolumes?labelSelector=";
 	_cleanup_json_ json_object *list = NULL;
 	json_object *items;
-	char *q = curl_easy_escape(NULL, sel, 0);
 	char path[2048];
 	size_t i;
 	int r;
 
-	if (!q)
-		return -ENOMEM;
-	r = snprintf(path, sizeof(path), "%s?labelSelector=%s", "/api/v1/persistentvolumes", q);
-	curl_free(q);
-	if (r >= (int)sizeof(path))
+	memcpy(path, base, sizeof(base));
+	if (fv_kube_query_escape(path, sizeof(path), sizeof(base) - 1, sel) == sizeof(path) - 1)
 		return mig_fail(m, -EINVAL, "the selector is too long");
 	r = mig_get(m, path, &list);
 	if (r)

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fv/kubejson.h"
 #include "fv/util.h"
 #include "api.h"
 
@@ -30,31 +31,6 @@ const char *fvp_api_path(char *buf, size_t len, enum fvp_api_kind kind, const ch
 	return buf;
 }
 
-/*
- * Append @s to @buf (holding @n bytes of @len), every byte but [A-Za-z0-9._-]
- * as %XX.  Returns the new length, or len - 1 once something did not fit:
- * nothing more is appended after a cut.
- */
-static size_t escape(char *buf, size_t len, size_t n, const char *s)
-{
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-			     (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-
-		if (n + (plain ? 1 : 3) >= len) {
-			buf[n] = '\0';
-			return len - 1;
-		}
-		if (plain)
-			buf[n++] = (char)c;
-		else
-			n += (size_t)snprintf(buf + n, len - n, "%%%02X", c);
-	}
-	buf[n] = '\0';
-	return n;
-}
-
 const char *fvp_api_select(char *buf, size_t len, enum fvp_api_kind kind, const char *key,
 			   const char *value)
 {
@@ -66,8 +42,8 @@ const char *fvp_api_select(char *buf, size_t len, enum fvp_api_kind kind, const 
 		return buf;
 	memcpy(buf + n, "?labelSelector=", sizeof("?labelSelector="));
 	n += sizeof("?labelSelector=") - 1;
-	n = escape(buf, len, n, key);
-	n = escape(buf, len, n, "=");
-	escape(buf, len, n, value);
+	n = fv_kube_query_escape(buf, len, n, key);
+	n = fv_kube_query_escape(buf, len, n, "=");
+	fv_kube_query_escape(buf, len, n, value);
 	return buf;
 }

@@ -54,6 +54,13 @@ bool fv_json_new_all(const char *kinds, ...);
 json_object *fv_kube_object_new(const char *api_version, const char *kind, const char *ns,
 				const char *name, json_object **meta);
 
+/*
+ * fv_kube_query_escape() - append @s to @buf (holding @n bytes of @len) for a query string, every
+ * byte but [A-Za-z0-9._-] as %XX.  Returns the new length, or len - 1 once something did not
+ * fit: nothing more is appended after a cut.
+ */
+size_t fv_kube_query_escape(char *buf, size_t len, size_t n, const char *s);
+
 /* API object names we put into URLs: DNS-1123 subdomains (the API guarantees it; we check). */
 bool fv_kube_name_ok(const char *s);
 
