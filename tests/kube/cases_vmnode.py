@@ -1113,50 +1113,90 @@ def csi_mounts(g, pv, driver):
             [m for m in ms if m.endswith(f"/volumes/kubernetes.io~csi/{pv}/mount")])
 
 
-def case_vmnode_csi_install(t):
-    """deploy/csi/nfs and deploy/csi/iscsi as shipped (tests/kube/overlays/csi-vm: the lane's
-    images and paths), both controllers on the guest, the nfs one with the guest's export as its
-    share (an nfs volume of the Deployment, as shipped): the DaemonSet's csi-nfs and csi-iscsi run on both nodes (HOST_NS_PID=kubelet), kubelet
-    on the guest registers both drivers with the node's name as node ID, both controllers run."""
-    g = guest()
-    g.sh("mkdir", "-p", CSI_SHARE)
-    d = C.p("csi-install", "csi-vm")
+def csi_install(t, share, controllers, name="csi-vm"):
+    """deploy/csi/nfs and deploy/csi/iscsi installed as a site installs them, through a
+    kustomization of the run's own (C.p("csi-install", name)): the lane's kubeadm install, the
+    Component tests/kube/overlays/csi-vm (both drivers' Components with the lane's images, paths
+    and HOST_NS_PID=kubelet), the nfs controller's share (SERVER, PATH) as a site gives it: the
+    ConfigMap flexvol-csi-nfs-share, which deploy/csi/nfs's replacements put into the
+    controller's --share and its share volume (no patch of either); and @controllers: {Deployment:
+    (node, API server address, replicas)}, where the controllers run (on the node's network: the
+    lane has no service network; a guest reaches the API server at QEMU's gateway, the host node
+    at 127.0.0.1). Applied; the installer and the controllers with replicas rolled out. Returns
+    the Deployments as the API server has them."""
+    d = C.p("csi-install", name)
     os.makedirs(d, exist_ok=True)
-    # both controllers on the guest, on its network: the lane has no service network, and the
-    # guest's pods reach the API server through QEMU's gateway
-    place = {"hostNetwork": True, "nodeSelector": {"kubernetes.io/hostname": g.name},
-             "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}]}
-    api = [{"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.2.2"},
-           {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}]
 
-    def patch(name, spec):
+    def rel(*parts):
+        return os.path.relpath(os.path.join(C.ROOT, "tests", "kube", "overlays", *parts), d)
+
+    def patch(dep, node, api, replicas):
+        env = [{"name": "KUBERNETES_SERVICE_HOST", "value": api},
+               {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}]
+        sidecar = {"flexvol-csi-nfs-controller": "csi-provisioner",
+                   "flexvol-csi-iscsi-controller": "csi-attacher"}[dep]
+        spec = {"replicas": replicas, "template": {"spec": {
+            "hostNetwork": True, "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": sidecar, "env": env}]}}}
         return {"patch": json.dumps({"apiVersion": "apps/v1", "kind": "Deployment",
-                                     "metadata": {"name": name, "namespace": "kube-system"},
-                                     "spec": {"template": {"spec": dict(place, **spec)}}})}
+                                     "metadata": {"name": dep, "namespace": "kube-system"}, "spec": spec})}
+    server, path = share
     C.write(os.path.join(d, "kustomization.yaml"), json.dumps({
-        "resources": [os.path.relpath(os.path.join(C.ROOT, "tests", "kube", "overlays", "csi-vm"), d)],
-        "patches": [
-            patch("flexvol-csi-nfs-controller", {"containers": [
-                {"name": "csi-nfs", "args": ["--endpoint", "unix:///csi/csi.sock", "--driver", "nfs",
-                                             "--root", "/share", "--share", f"{NFS_SERVER}:{CSI_SHARE}"]},
-                {"name": "csi-provisioner", "env": api}],
-                "volumes": [{"name": "share", "nfs": {"server": NFS_SERVER, "path": CSI_SHARE}}]}),
-            patch("flexvol-csi-iscsi-controller", {"containers": [{"name": "csi-attacher", "env": api}]})]}))
+        "resources": [rel("kubeadm")],
+        "components": [rel("csi-vm")],
+        "configMapGenerator": [{"name": "flexvol-csi-nfs-share", "literals": [f"server={server}", f"path={path}"],
+                                "options": {"annotations": {"config.kubernetes.io/local-config": "true"}}}],
+        "patches": [patch(dep, *where) for dep, where in controllers.items()]}, indent=1) + "\n")
     t.k("apply", "-k", d, timeout=120)
     t.installed = "csi-vm"
-    t.rollout(timeout=600)
-    for dep in ("flexvol-csi-nfs-controller", "flexvol-csi-iscsi-controller"):
-        r = t.k("-n", "kube-system", "rollout", "status", f"deploy/{dep}", "--timeout=300s", check=False, timeout=330)
-        check(r.returncode == 0, f"{dep}: {r.stderr.strip()} "
-              f"{t.k('-n', 'kube-system', 'get', 'pods', '-o', 'wide', check=False).stdout}")
+    t.rollout(timeout=900)
+    for dep, (_, _, replicas) in controllers.items():
+        if replicas:
+            r = t.k("-n", "kube-system", "rollout", "status", f"deploy/{dep}", "--timeout=600s", check=False,
+                    timeout=630)
+            check(r.returncode == 0, f"{dep}: {r.stderr.strip()} "
+                  f"{t.k('-n', 'kube-system', 'get', 'pods', '-o', 'wide', check=False).stdout}")
+    return {dep: t.kj("-n", "kube-system", "get", "deploy", dep) for dep in controllers}
 
-    def registered():
-        n = t.kj("get", "csinode", g.name)
-        return {x["name"]: x.get("nodeID") for x in n.get("spec", {}).get("drivers") or []}
-    C.wait_for(f"{', '.join(CSI_DRIVERS)} in CSINode {g.name}",
-               lambda: all(x in registered() for x in CSI_DRIVERS), 180, 1)
-    ids = registered()
-    check(all(ids[x] == g.name for x in CSI_DRIVERS), f"node IDs on {g.name}: {ids}")
+
+def csi_registered(t, nodes, timeout=300):
+    """kubelet on each of @nodes registered both drivers (CSINode), the node's name as node ID"""
+    def registered(n):
+        c = t.kj("get", "csinode", n)
+        return {x["name"]: x.get("nodeID") for x in c.get("spec", {}).get("drivers") or []}
+    C.wait_for(f"{', '.join(CSI_DRIVERS)} in CSINode {', '.join(nodes)}",
+               lambda: all(x in registered(n) for n in nodes for x in CSI_DRIVERS), timeout, 1)
+    for n in nodes:
+        ids = registered(n)
+        check(all(ids[x] == n for x in CSI_DRIVERS), f"node IDs on {n}: {ids}")
+
+
+def nfs_share_of(dep):
+    """the share a flexvol-csi-nfs-controller Deployment serves: (csi-nfs's --share, its share
+    volume's server:path)"""
+    spec = dep["spec"]["template"]["spec"]
+    args = [c for c in spec["containers"] if c["name"] == "csi-nfs"][0]["args"]
+    vol = [v for v in spec["volumes"] if v["name"] == "share"][0].get("nfs", {})
+    return args[args.index("--share") + 1], f"{vol.get('server')}:{vol.get('path')}"
+
+
+def case_vmnode_csi_install(t):
+    """deploy/csi/nfs and deploy/csi/iscsi as shipped (csi_install: the lane's kubeadm install,
+    the Component tests/kube/overlays/csi-vm, the guest's export as the nfs share in the ConfigMap
+    flexvol-csi-nfs-share, as a site gives it), both controllers on the guest: the Deployment's
+    --share and share volume are the ConfigMap's values (deploy/csi/nfs's replacements, nothing
+    patched), the DaemonSets' csi-nfs and csi-iscsi run on both nodes (HOST_NS_PID=kubelet),
+    kubelet on the guest registers both drivers with the node's name as node ID, both
+    controllers run."""
+    g = guest()
+    g.sh("mkdir", "-p", CSI_SHARE)
+    deps = csi_install(t, (NFS_SERVER, CSI_SHARE), {"flexvol-csi-nfs-controller": (g.name, "10.0.2.2", 1),
+                                                   "flexvol-csi-iscsi-controller": (g.name, "10.0.2.2", 1)})
+    want = f"{NFS_SERVER}:{CSI_SHARE}"
+    got = nfs_share_of(deps["flexvol-csi-nfs-controller"])
+    check(got == (want, want), f"the nfs controller's --share and share volume: {got}, want {want} (the ConfigMap's)")
+    csi_registered(t, [g.name])
 
 
 def case_vmnode_csi_nfs(t):
