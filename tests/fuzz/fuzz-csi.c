@@ -88,17 +88,7 @@ static const ProtobufCServiceDescriptor *service;
 static unsigned int answers;
 static bool verbose; /* FUZZ_CSI_VERBOSE set: each call's answer on stderr (running inputs by hand) */
 
-static _Noreturn _printf_(1, 2) void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("fuzz-csi: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	abort();
-}
+#define die(...) stub_die("fuzz-csi", __VA_ARGS__)
 
 void __wrap_grpc_reply(struct grpc_call *call, const ProtobufCMessage *resp)
 {

@@ -54,17 +54,19 @@
 #define GiB (1ULL << 30)
 #define TiB (1ULL << 40)
 
-static _Noreturn _printf_(1, 2) void die(const char *fmt, ...)
+void stub_die(const char *who, const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("op-stub: ", stderr);
+	fprintf(stderr, "%s: ", who);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
 	abort();
 }
+
+#define die(...) stub_die("op-stub", __VA_ARGS__)
 
 /* --- the script ------------------------------------------------------------------------------ */
 

@@ -26,4 +26,7 @@ void stub_begin(const uint8_t *script, size_t n);
 /* After it: aborts when a lock taken is still held. */
 void stub_end(void);
 
+/* A finding: "<who>: <message>" on stderr, then abort() (libFuzzer keeps the input). */
+_Noreturn void stub_die(const char *who, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif
