@@ -16,13 +16,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fv/kube.h"
 #include "fv/kubejson.h"
 #include "fv/macro.h"
 #include "fv/ownerdir.h"
+#include "fv/util.h"
 #include "migrate.h"
 
 #define PLUGIN "kubectl-flexvol"
@@ -155,28 +155,6 @@ static char *default_save_dir(void)
 	return NULL;
 }
 
-/* mkdir -p @dir, the directories we make 0700 (the copies are PVs, with their secrets' names). */
-static int make_dirs(const char *dir)
-{
-	_cleanup_free_ char *p = strdup(dir);
-	char *s;
-
-	if (!p)
-		return -ENOMEM;
-	for (s = p + 1;; s++) {
-		if (*s && *s != '/')
-			continue;
-		char c = *s;
-
-		*s = '\0';
-		if (mkdir(p, 0700) < 0 && errno != EEXIST)
-			return -errno;
-		if (!c)
-			return 0;
-		*s = c;
-	}
-}
-
 static int save_path(struct mig *m, const char *dir, const char *file, const char *pv, char **ret)
 {
 	free(*ret);
@@ -223,7 +201,7 @@ static int run_all(struct mig *m, struct pvlist *l, const char *dir, const char 
 		return 0;
 	}
 	if (!file) {
-		r = make_dirs(dir);
+		r = fv_mkdir_p(dir, 0700); /* the copies are PVs, with their secrets' names */
 		if (r < 0)
 			return mig_fail(m, r, "cannot make the save directory '%s': %s", dir, strerror(-r));
 	}
