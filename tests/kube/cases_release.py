@@ -217,8 +217,17 @@ def _helm(t, *args, timeout=300):
 def _lane_uninstalled(t):
     """The lane's kustomize install removed (its objects would not be the chart's); the drivers stay."""
     if t.installed:
+        # the DaemonSet's pods go after it (background deletion): waited for, so that the next
+        # install's pods are the only ones its selector matches (an old pod, still terminating,
+        # answered `kubectl logs ds/...` for the next DaemonSet in CI of stop 42). Not
+        # --cascade=foreground: that marks every object first (the admission policy's generation
+        # goes up), and the API server's policy status controller, late, then wrote that
+        # generation as observed onto the chart's new policy of the same name: helm's --wait
+        # never saw it ready
         t.k("delete", "-k", os.path.join(HERE, "overlays", t.installed), "--wait=true", "--ignore-not-found",
             timeout=180)
+        C.wait_for("the lane's installer pods to go", lambda: not t.kj(
+            "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=flexvol-installer")["items"], 120, 1)
     t.installed, t.mode = None, None
 
 

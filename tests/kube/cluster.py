@@ -577,11 +577,40 @@ def mounts_under(prefixes):
     return out
 
 
+def our_loops():
+    """[(dev, backing file)]: loop devices on files under BASE (the loop driver's), and before
+    them the kubelet's own over those: for a raw block volume the kubelet binds a loop device to
+    the volume's device node to pin it, through a bind mount it later removes, so its backing
+    file reads "/" and only its backing inode (that of /dev/loopN) tells whose it is."""
+    r = subprocess.run(["losetup", "--list", "--json", "-O", "NAME,BACK-FILE,BACK-INO,BACK-MAJ:MIN"],
+                       capture_output=True, text=True)
+    devs = json.loads(r.stdout or '{"loopdevices": []}')["loopdevices"] if r.returncode == 0 else []
+    ours = [(d["name"], d["back-file"]) for d in devs if (d.get("back-file") or "").startswith(BASE + "/")]
+    nodes = {}
+    for name, _ in ours:
+        try:
+            st = os.stat(name)
+            nodes[(f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}", str(st.st_ino))] = name
+        except OSError:
+            pass
+    pins = [(d["name"], f"kubelet's pin of {nodes[k]}") for d in devs
+            if (k := ((d.get("back-maj:min") or "").strip(), str(d.get("back-ino")))) in nodes]
+    return pins + ours
+
+
+def release_loops():
+    """Detach our_loops(), the kubelet's pins first (an autoclear device goes once they let go)."""
+    for dev, back in our_loops():
+        subprocess.run(["losetup", "-d", dev], capture_output=True)
+        log(f"released {dev} ({back})")
+
+
 def teardown(bindir, cl=None):
     """Stop and remove everything this lane starts or writes, whether the run that started it
     is this one (cl) or a crashed earlier one (pid files, processes running our binaries,
     mounts and loop devices under BASE/RUN). Never touches a process it did not start."""
     if not os.path.isdir(BASE) and not os.path.isdir(RUN):
+        release_loops()
         return
     t0 = time.monotonic()
     kubectl = os.path.join(bindir, "kubectl")
@@ -662,16 +691,7 @@ def teardown(bindir, cl=None):
         for mp in sorted(set(ms), key=len, reverse=True):
             if subprocess.run(["umount", mp], capture_output=True).returncode != 0:
                 subprocess.run(["umount", "-l", mp], capture_output=True)
-    for dev in sorted(os.listdir("/sys/block")):
-        bf = f"/sys/block/{dev}/loop/backing_file"
-        try:
-            with open(bf) as f:
-                back = f.read().strip()
-        except OSError:
-            continue
-        if back.startswith(BASE + "/"):
-            subprocess.run(["losetup", "-d", f"/dev/{dev}"], capture_output=True)
-            log(f"released /dev/{dev} ({back})")
+    release_loops()
 
     if os.path.exists(f"/sys/class/net/{CNI_BRIDGE}"):
         subprocess.run(["ip", "link", "delete", CNI_BRIDGE], capture_output=True)

@@ -36,11 +36,7 @@ LINE_RE = re.compile(r"^(\S+) flexvol-(\S+)\[(\d+)\] \S+: op=(\S+) volume=(\S*) 
 # Cases expected to fail on today's main, with the reason: they still run, a failure is reported
 # as "known failure" and not counted (the run stays green), a pass is reported too (then remove
 # the entry). Each entry names the issue that fixes it.
-KNOWN_FAILURES = {
-    "kubelet_contract": "flaky: 1 run in 4, the kubelet's re-probe of the driver replaced by the call "
-                        "recorder was not seen within its wait (no init in the driver log); the "
-                        "contract comparison itself passed in every run that got that far",
-}
+KNOWN_FAILURES = {}
 
 
 class CaseFailed(Exception):
@@ -750,13 +746,7 @@ def leftovers(bindir):
         left.append("state dirs")
     if C.mounts_under([C.BASE, C.RUN]):
         left.append("mounts")
-    for dev in os.listdir("/sys/block"):
-        try:
-            with open(f"/sys/block/{dev}/loop/backing_file") as f:
-                if f.read().startswith(C.BASE + "/"):
-                    left.append(f"/dev/{dev}")
-        except OSError:
-            pass
+    left += [f"{dev} ({back})" for dev, back in C.our_loops()]
     return left
 
 
