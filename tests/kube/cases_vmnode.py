@@ -348,10 +348,11 @@ def guest():
 
 # --- objects ---------------------------------------------------------------------------------------
 
-def vpod(t, g, name, cmd, claim=None, read_only=False, sub_path=None, security=None):
+def vpod(t, g, name, cmd, claim=None, read_only=False, sub_path=None, security=None, block=False):
     """a busybox pod on the guest node (its node selector and the node's taint tolerated);
     @claim: one claim mounted at /data, or a list of claims, each at /data/<claim>;
-    @security: the pod's securityContext"""
+    @security: the pod's securityContext; @block: the one claim is the raw block device
+    /dev/xvda (volumeDevices)"""
     one = isinstance(claim, str)
     claims = [claim] if one else list(claim or [])
     names = ["data"] if one else [f"data-{i}" for i in range(len(claims))]
@@ -367,6 +368,10 @@ def vpod(t, g, name, cmd, claim=None, read_only=False, sub_path=None, security=N
                         for v, c in zip(names, claims)]}
     if security:
         spec["securityContext"] = security
+    if block:
+        ct = spec["containers"][0]
+        ct["volumeDevices"] = [{"name": "data", "devicePath": "/dev/xvda"}]
+        del ct["volumeMounts"]
     t.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}, "spec": spec})
 
 
@@ -1233,14 +1238,18 @@ def case_vmnode_csi_nfs(t):
         t.delete("pvc", claim)
 
 
-def csi_iscsi_pv(t, name, attrs, access="ReadWriteOnce"):
-    """a static PV of iscsi.csi.flexvol (the FlexVolume driver's options as its attributes) and its claim"""
-    csi = {"driver": "iscsi.csi.flexvol", "volumeHandle": name, "fsType": "ext4", "volumeAttributes": attrs}
+def csi_iscsi_pv(t, name, attrs, access="ReadWriteOnce", block=False):
+    """a static PV of iscsi.csi.flexvol (the FlexVolume driver's options as its attributes) and its
+    claim; @block: volumeMode Block"""
+    csi = {"driver": "iscsi.csi.flexvol", "volumeHandle": name, "volumeAttributes": attrs}
+    if not block:
+        csi["fsType"] = "ext4"
+    mode = "Block" if block else "Filesystem"
     t.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
              "spec": {"capacity": {"storage": "64Mi"}, "accessModes": [access], "storageClassName": "",
-                      "persistentVolumeReclaimPolicy": "Retain", "csi": csi}})
+                      "persistentVolumeReclaimPolicy": "Retain", "volumeMode": mode, "csi": csi}})
     t.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": NS},
-             "spec": {"accessModes": [access], "storageClassName": "", "volumeName": name,
+             "spec": {"accessModes": [access], "storageClassName": "", "volumeName": name, "volumeMode": mode,
                       "resources": {"requests": {"storage": "64Mi"}}}})
     C.wait_for(f"claim {name} Bound", lambda: t.kj("get", "pvc", name, "-n", NS)["status"].get("phase") == "Bound", 60)
 
@@ -1271,6 +1280,45 @@ def case_vmnode_csi_iscsi(t):
         check(csi_mounts(g, pv, "iscsi.csi.flexvol") == ([], []), f"mounts left: {csi_mounts(g, pv, 'iscsi.csi.flexvol')}")
     finally:
         delete_pods(t, pv)
+        t.drop_pv(pv)
+
+
+def case_vmnode_csi_iscsi_block(t):
+    """A static PV of iscsi.csi.flexvol with volumeMode Block (issue 38.3; LUN 2 of the target
+    without CHAP, which no other case of the lane uses): a pod on the guest sees the LUN's disk
+    as /dev/xvda, a block device, and writes to it; staged and fenced as a filesystem volume is
+    (one session, the guest's key alone holding the reservation) but nothing mounted from the
+    disk; the pod deleted: the VolumeAttachment goes, no session, node record or disk left; a
+    second pod reads the bytes back from the device."""
+    g = guest()
+    pv, data = "vm-csi-iscsi-block", "FLEXVOL-ISCSI-RAW"
+    csi_iscsi_pv(t, pv, {"targetPortal": PORTAL, "iqn": IQN1, "lun": "2"}, block=True)
+    try:
+        vpod(t, g, "vm-blk-w", f"test -b /dev/xvda && printf {data} > /dev/xvda && sync && echo WROTE && "
+             "sleep 3600", pv, block=True)
+        t.wait_pod("vm-blk-w", timeout=300)
+        t.wait_log("vm-blk-w", "WROTE", timeout=120)
+        check(volume_attachments(t, pv) == [(g.name, True)], f"VolumeAttachments: {volume_attachments(t, pv)}")
+        s = [x for x in g.sessions() if IQN1 in x]
+        check(len(s) == 1, f"sessions to {IQN1}: {g.sessions()}")
+        dev = g.lun_disk(IQN1, 2)
+        check(dev is not None, "no disk for LUN 2 (by-path link)")
+        check(not g.disk_mounts(dev), f"a filesystem mounted from the raw block volume's disk: {g.disk_mounts(dev)}")
+        keys, res = g.pr_state(dev)
+        key = pr_key(g.initiator)
+        check(res is not None and res[0] == key and keys == [key],
+              f"reservation of {dev}: keys {[hex(k) for k in keys]}, holder {res}; the guest's key {key:#x}")
+        delete_pods(t, "vm-blk-w")
+        C.wait_for("the VolumeAttachment deleted", lambda: not volume_attachments(t, pv), 180, 1)
+        _iscsi_gone(g, IQN1, within=60)
+        vpod(t, g, "vm-blk-r", f"head -c {len(data)} /dev/xvda; echo", pv, block=True)
+        t.wait_pod("vm-blk-r", ("Succeeded",), timeout=300)
+        check(data in t.logs("vm-blk-r"), f"read back: {t.logs('vm-blk-r')!r}")
+        delete_pods(t, "vm-blk-r")
+        C.wait_for("the VolumeAttachment deleted", lambda: not volume_attachments(t, pv), 180, 1)
+        _iscsi_gone(g, IQN1, within=60)
+    finally:
+        delete_pods(t, "vm-blk-w", "vm-blk-r")
         t.drop_pv(pv)
 
 
@@ -1503,5 +1551,5 @@ if os.environ.get("FLEXVOL_KUBE_VMNODE") == "1":
     CASES.append(case_vmnode_down)
 if os.environ.get("FLEXVOL_KUBE_VMNODE_CSI") == "1":     # make check-kube-vm-csi: the join, these, the teardown
     CASES = [case_vmnode_join, case_vmnode_csi_install, case_vmnode_csi_nfs, case_vmnode_csi_iscsi,
-             case_vmnode_csi_migrate, case_vmnode_csi_migrate_chap] + ([case_vmnode_csi_e2e] if os.environ.get("FLEXVOL_E2E_DIR") else []) + \
+             case_vmnode_csi_iscsi_block, case_vmnode_csi_migrate, case_vmnode_csi_migrate_chap] + ([case_vmnode_csi_e2e] if os.environ.get("FLEXVOL_E2E_DIR") else []) + \
         [case_vmnode_csi_remove, case_vmnode_down]

@@ -120,6 +120,12 @@ class T:
     # pods
     def pod(self, name, cmd, claim=None, read_only=False, fs_group=None, volumes=None, mounts=None,
             host_network=True):
+        self.apply(self.pod_obj(name, cmd, claim, read_only, fs_group, volumes, mounts, host_network))
+
+    @staticmethod
+    def pod_obj(name, cmd, claim=None, read_only=False, fs_group=None, volumes=None, mounts=None,
+                host_network=True):
+        """The lane's busybox pod running cmd, its claim (if any) at /data."""
         spec = {
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 2,
@@ -136,8 +142,7 @@ class T:
         del spec["nodeName"]  # the scheduler places it (the operator's flow)
         if fs_group is not None:
             spec["securityContext"] = {"fsGroup": fs_group}
-        self.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
-                    "spec": spec})
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}, "spec": spec}
 
     def pod_phase(self, name):
         return self.kj("get", "pod", name, "-n", NS).get("status", {}).get("phase")
