@@ -129,5 +129,5 @@ check-static-csi: static-csi
 # doing the same work, and the endpoint's memory (tests/bench/csi.py; root)
 .PHONY: bench-csi
 bench: bench-csi
-bench-csi: static-csi
+bench-csi: static-csi $(O)/kfloor
 	$(Q)python3 tests/bench/csi.py --build $(O)

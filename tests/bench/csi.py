@@ -14,7 +14,11 @@ Interleaved (each cycle of a round runs both, which goes first alternates), in a
 mount namespace.  Memory: the endpoint's resident set (VmRSS) when it starts and after
 every cycle, and its peak (VmHWM); a FlexVolume call's peak resident set (ru_maxrss of
 the call, or of a helper it waited for: mkfs, fsck, blkid; nothing stays resident
-between calls).  Calls at once (issue 37): N NodeStageVolume of distinct volumes, each on a
+between calls).  The CSI cycle's floor (issue 41): the kernel's work of the cycle in one
+process (tests/bench/kfloor.c: bind, mount, bind mount, two umounts; no mkfs, no fsck) plus
+four round trips of an empty call (NodeGetCapabilities over the same kind of connection),
+both measured in every cycle of a round beside the cycle itself; the ratio is the median of
+the rounds' ratios, every round printed.  Calls at once (issue 37): N NodeStageVolume of distinct volumes, each on a
 connection of its own (raw HTTP/2 frames from threads of this script), started together
 against the same N one after another (wall time from the first request to the last answer,
 the unstages between untimed), on fresh volumes (each
@@ -41,11 +45,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402
+import cycle as kernelfloor  # noqa: E402  (the kernel floor: its image, its run)
 
 CSI_OPS = ["NodeStageVolume", "NodePublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume"]
 # the FlexVolume calls doing the same node work
 FLEX_OF = {"NodeStageVolume": ["waitforattach", "mountdevice"], "NodePublishVolume": ["mount"],
            "NodeUnpublishVolume": ["unmount"], "NodeUnstageVolume": ["unmountdevice", "detach"]}
+# kfloor's timed kernel operations (its spawn and exit are not the CSI path's)
+KFLOOR_OPS = ["bind", "mount", "bindmount", "umount_bind", "umount"]
 VID = "pvc-bench"
 CAP = {"mount": {"fsType": "ext4"}, "accessMode": {"mode": "SINGLE_NODE_WRITER"}}
 
@@ -244,13 +251,18 @@ def inner(a):
                  ["/csi.v1.Node/NodeUnstageVolume", {"volumeId": VID, "stagingTargetPath": staging}]]
         script(cycle, "warm-up")  # mkfs
         flex_cycle(a.loop, fenv, gmount, poddir, "warm-up")
+        kf_args = kernelfloor.kfloor_setup(scratch)
+        empty = [["/csi.v1.Node/NodeGetCapabilities", {}]] * 4
         rss = []
         for rnd in range(a.rounds):
-            r = {"csi": [], "flex": [], "flex_peak_kb": []}
+            r = {"csi": [], "flex": [], "flex_peak_kb": [], "kfloor": [], "empty": []}
             for i in range(a.cycles):
                 for which in (("csi", "flex") if i % 2 == 0 else ("flex", "csi")):
                     if which == "csi":
                         r["csi"].append(dict(zip(CSI_OPS, script(cycle, "cycle"))))
+                        kf = kernelfloor.run_kfloor(a.kfloor, kf_args, os.environ.copy())
+                        r["kfloor"].append(sum(kf[k] for k in KFLOOR_OPS))
+                        r["empty"].append(sum(script(empty, "empty")))
                         rss.append(status_kb(proc.pid, "VmRSS"))
                     else:
                         w, p = flex_cycle(a.loop, fenv, gmount, poddir, f"round {rnd + 1}")
@@ -278,7 +290,7 @@ def main():
     ap.add_argument("--concurrent", type=int, default=4, help="stages at once (distinct volumes)")
     ap.add_argument("--json")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
-    for k in ("loop", "csi", "call", "scratch", "result"):
+    for k in ("loop", "csi", "call", "kfloor", "scratch", "result"):
         ap.add_argument("--" + k, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.inner:
@@ -303,6 +315,7 @@ def main():
     rc = subprocess.run(["unshare", "-m", "--propagation", "private", "--", sys.executable,
                          os.path.abspath(__file__), "--inner", "--loop", os.path.abspath(loop),
                          "--csi", os.path.abspath(csi), "--call", call, "--scratch", scratch,
+                         "--kfloor", os.path.abspath(os.path.join(a.build, "kfloor")),
                          "--result", result, "--rounds", str(a.rounds),
                          "--cycles", str(a.cycles),
                          "--concurrent", str(a.concurrent)]).returncode
@@ -321,6 +334,15 @@ def main():
         c = med([med([sum(cy.values()) for cy in r["csi"]]) for r in res["rounds"]])
         f = med([med([sum(cy.values()) for cy in r["flex"]]) for r in res["rounds"]])
         print(f"{'the cycle':<22}{c:>9.1f}  {'the six calls':<28}{f:>11.1f}")
+        print("the CSI cycle against its floor (the kernel's work in one process + four empty "
+              "calls' round trips), each round's medians:")
+        ratios = []
+        for i, r in enumerate(res["rounds"]):
+            cy, kf, em = (med([sum(x.values()) for x in r["csi"]]), med(r["kfloor"]), med(r["empty"]))
+            ratios.append(cy / (kf + em))
+            print(f"  round {i + 1}: cycle {cy:.2f} ms, kernel {kf:.2f} + four empty calls {em:.2f} "
+                  f"= {kf + em:.2f} ms: {ratios[-1]:.2f}x")
+        print(f"  median of the rounds' ratios: {med(ratios):.2f}x")
         peak = max(p for r in res["rounds"] for p in r["flex_peak_kb"])
         print(f"memory: flexvol-csi resident {res['rss_start_kb']} KiB at start, "
               f"{res['rss_after_kb']} KiB at most after a cycle, peak {res['hwm_kb']} KiB; "

@@ -18,10 +18,12 @@
 #                           FlexVolume to CSI only (tests/kube/cases_csi_shapes.py) with every
 #                           sidecar: the CSI-only dynamic and Helm cases too, which CI's
 #                           registrar-only run leaves out (outside CI; docs/migration.md, "Three shapes")
+#   make bench-kube-pods    16 pods with fresh loop claims started at once, through CSI and
+#                           through FlexVolume, seconds until all Running (cases_bench.py)
 #   make check-migrate-api  flexvol-migrate against a real API server and the PV
 #                           binder of its own (tests/kube/migrate-api.py; no kubelet, no lane
 #                           lock; about 10 s once the components are built)
-.PHONY: check-kube-csi check-kube-csi-e2e check-kube-csi-shapes check-kube-csi-snapshot kube-csi-sidecars check-migrate-api
+.PHONY: bench-kube-pods check-kube-csi check-kube-csi-e2e check-kube-csi-shapes check-kube-csi-snapshot kube-csi-sidecars check-migrate-api
 
 check-migrate-api: kube-components $(O)/flexvol-migrate
 	$(Q)python3 tests/kube/migrate-api.py --build $(O) --bin "$$(tests/kube/build | tail -1)"
@@ -42,11 +44,16 @@ check-kube-csi: kube-components image-context $(O)/flexvol-migrate
 	$(Q)FLEXVOL_KUBE_CSI=1 FLEXVOL_MIGRATE_BIN=$(CURDIR)/$(O)/flexvol-migrate \
 		FLEXVOL_KUBE_CSI_CONTROLLER=$(if $(filter provisioner,$(KUBE_CSI_SIDECARS)),1,0) \
 		FLEXVOL_KUBE_CSI_SNAPSHOT=$(if $(filter provisioner,$(KUBE_CSI_SIDECARS)),$(if $(filter snapshotter,$(KUBE_CSI_SIDECARS)),1,0),0) \
-		FLEXVOL_KUBE_BIN="$$(tests/kube/build | tail -1)" $(KUBE_CSI_E2E) \
+		FLEXVOL_KUBE_BIN="$$(tests/kube/build | tail -1)" $(KUBE_CSI_ENV) \
 		python3 tests/kube/run.py --images $(KUBE_IMAGES) -k $(KUBE_CSI_SELECT) $(KUBE_ARGS)
 
-check-kube-csi-e2e: KUBE_CSI_E2E = FLEXVOL_E2E_DIR="$$(tests/kube/e2e/build-e2e | tail -1)"
+check-kube-csi-e2e: KUBE_CSI_ENV = FLEXVOL_E2E_DIR="$$(tests/kube/e2e/build-e2e | tail -1)"
 check-kube-csi-e2e: check-kube-csi
+
+# issue 41.4: pods through CSI against FlexVolume, started together (tests/kube/cases_bench.py)
+bench-kube-pods: KUBE_CSI_ENV = FLEXVOL_KUBE_BENCH=1
+bench-kube-pods: KUBE_CSI_SELECT = bench_pods
+bench-kube-pods: check-kube-csi
 
 check-kube-csi-shapes: KUBE_CSI_SELECT = csi_shape
 check-kube-csi-shapes: check-kube-csi
