@@ -143,6 +143,7 @@ int fv_image_copy(int rootfd, const char *src, const char *dst, const char *owne
 	r = there_already(rootfd, dst, owner, name, source, ret_size, msg, len);
 	if (r != -ENOENT)
 		return r;
+	msg[0] = '\0'; /* its "No such file", the copy's to make: the message is the copy's own */
 	in = fv_open_regular_beneath(rootfd, src, O_RDONLY, &st);
 	if (in < 0) {
 		snprintf(msg, len, "%s: %s", src, in == -EMEDIUMTYPE ? "not a regular file" :

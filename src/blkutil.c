@@ -25,6 +25,14 @@ bool fv_fs_supported(const char *fstype)
 	return false;
 }
 
+const char *fv_fs_mount_options(const char *fstype, bool ro)
+{
+	/* What the xfs drivers of the cloud CSI drivers do too; ext4 makes no such check. */
+	if (fstype && streq(fstype, "xfs"))
+		return ro ? "ro,nouuid" : "rw,nouuid";
+	return ro ? "ro" : "rw";
+}
+
 int fv_fs_check_option(struct fv_ctx *cx, const char *fstype)
 {
 	if (fstype && !fv_fs_supported(fstype))

@@ -109,7 +109,7 @@ static int mount_device(struct fv_ctx *cx, const struct fv_dir *gd, const char *
 				       have, fstype);
 		use = have;
 	}
-	return fv_dir_mount(cx, gd, dev, use, ro ? "ro" : "rw");
+	return fv_dir_mount(cx, gd, dev, use, fv_fs_mount_options(use, ro));
 }
 
 int fv_blkvol_writable(struct fv_ctx *cx, const struct fv_dir *gd)
@@ -355,7 +355,7 @@ int fv_blkvol_unmount_and_release(struct fv_ctx *cx, const char *name, const str
 		struct fv_saved_message saved;
 
 		fv_ctx_save_message(cx, &saved);
-		if (fv_dir_mount(cx, gd, mi.source, mi.fstype, mi.readonly ? "ro" : "rw") == 0)
+		if (fv_dir_mount(cx, gd, mi.source, mi.fstype, fv_fs_mount_options(mi.fstype, mi.readonly)) == 0)
 			fv_ctx_add_detail(cx, "the device mount is back, to be unmounted again");
 		else
 			fv_log("cannot put the device mount back on %s: %s", gd->path, cx->message);

@@ -48,6 +48,15 @@ int fv_blk_busy(const char *dev);
 /* Is @fstype one we know how to make and grow?  (ext2, ext3, ext4, xfs) */
 bool fv_fs_supported(const char *fstype);
 
+/*
+ * fv_fs_mount_options() - the options a volume's filesystem @fstype is mounted
+ * with: "ro" or "rw", and for xfs "nouuid".  A restored snapshot or a clone
+ * carries its origin's filesystem UUID, and xfs refuses to mount a UUID that
+ * is already mounted ("Filesystem has duplicate UUID"): without it a loop
+ * restore, always on its origin's node, would not mount while the origin is.
+ */
+const char *fv_fs_mount_options(const char *fstype, bool ro);
+
 /* The kubernetes.io/fsType option (NULL: none asked) is one we support, or a Failure saying so. */
 int fv_fs_check_option(struct fv_ctx *cx, const char *fstype);
 

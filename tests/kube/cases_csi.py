@@ -230,16 +230,22 @@ def case_csi_static_loop(t):
         t.delete_pod("csi-w")
         assert_released(t, file, "after the pod")
         check(not os.path.exists(staged[0]), f"staging dir {staged[0]} left")
-        t.pod("csi-r", "cat /data/f", claim=pv)
-        t.wait_pod("csi-r", ("Succeeded",), timeout=120)
-        check("CSI-STATIC" in t.logs("csi-r"), f"read back: {t.logs('csi-r')!r}")
-        t.delete_pod("csi-r")
-        assert_released(t, file, "after the reader")
+        _read_back(t, lambda: t.pod("csi-r", "cat /data/f", claim=pv), "csi-r", "CSI-STATIC", file)
     finally:
         t.delete_pod("csi-w")
         t.delete_pod("csi-r")
         t.drop_pv(pv)
     os.unlink(t.backing(file))
+
+
+def _read_back(t, make, name, marker, file):
+    """make() starts pod @name, which prints what the volume holds: it ends with @marker in its
+    log, and once it is deleted nothing of the volume is left on the node."""
+    make()
+    t.wait_pod(name, ("Succeeded",), timeout=120)
+    check(marker in t.logs(name), f"read back: {t.logs(name)!r}")
+    t.delete_pod(name)
+    assert_released(t, file, "after the reader")
 
 
 def _block_pod(t, name, claim, cmd):
@@ -274,11 +280,8 @@ def case_csi_block_loop(t):
               f"the kubelet's pin of the device left: {C.our_loops()}")
         with open(t.backing(file), "rb") as f:
             check(f.read(len(data)) == data.encode(), "the written bytes are not at the image's start")
-        _block_pod(t, "csi-br", pv, f"head -c {len(data)} /dev/xvda; echo")
-        t.wait_pod("csi-br", ("Succeeded",), timeout=120)
-        check(data in t.logs("csi-br"), f"read back: {t.logs('csi-br')!r}")
-        t.delete_pod("csi-br")
-        assert_released(t, file, "after the reader")
+        _read_back(t, lambda: _block_pod(t, "csi-br", pv, f"head -c {len(data)} /dev/xvda; echo"), "csi-br",
+                   data, file)
     finally:
         t.delete_pod("csi-bw")
         t.delete_pod("csi-br")
