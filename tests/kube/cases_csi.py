@@ -248,15 +248,6 @@ def _read_back(t, make, name, marker, file):
     assert_released(t, file, "after the reader")
 
 
-def _block_pod(t, name, claim, cmd):
-    """A pod with @claim as the raw block device /dev/xvda (volumeDevices, no mount)."""
-    pod = t.pod_obj(name, cmd, claim=claim)
-    ct = pod["spec"]["containers"][0]
-    del ct["volumeMounts"]
-    ct["volumeDevices"] = [{"name": "data", "devicePath": "/dev/xvda"}]
-    t.apply(pod)
-
-
 def case_csi_block_loop(t):
     """A static CSI PV of a loop image with volumeMode Block (issue 38.3): the pod sees
     /dev/xvda as a block device of the image's size and writes to it; the pod deleted: the
@@ -266,8 +257,8 @@ def case_csi_block_loop(t):
     pv, file, data = "csi-block", "csi-block.img", "FLEXVOL-RAW-BLOCK"
     csi_pv(t, pv, file, block=True)
     try:
-        _block_pod(t, "csi-bw", pv, f"test -b /dev/xvda && echo size=$(blockdev --getsize64 /dev/xvda) && "
-                   f"printf {data} > /dev/xvda && sync && echo WROTE && sleep 3600")
+        t.pod("csi-bw", f"test -b /dev/xvda && echo size=$(blockdev --getsize64 /dev/xvda) && "
+              f"printf {data} > /dev/xvda && sync && echo WROTE && sleep 3600", claim=pv, block=True)
         t.wait_pod("csi-bw", timeout=120)
         t.wait_log("csi-bw", "WROTE")
         check(f"size={64 << 20}" in t.logs("csi-bw"), f"the device's size: {t.logs('csi-bw')!r}")
@@ -276,11 +267,10 @@ def case_csi_block_loop(t):
         check(not t.mounts_of(devs), f"a filesystem mounted from a raw block volume's device: {t.mounts_of(devs)}")
         t.delete_pod("csi-bw")
         assert_released(t, file, "after the pod")
-        check(not [d for d, back in C.our_loops() if "pin" in back],
-              f"the kubelet's pin of the device left: {C.our_loops()}")
+        check(not C.kubelet_pins(), f"the kubelet's pin of the device left: {C.kubelet_pins()}")
         with open(t.backing(file), "rb") as f:
             check(f.read(len(data)) == data.encode(), "the written bytes are not at the image's start")
-        _read_back(t, lambda: _block_pod(t, "csi-br", pv, f"head -c {len(data)} /dev/xvda; echo"), "csi-br",
+        _read_back(t, lambda: t.pod("csi-br", f"head -c {len(data)} /dev/xvda; echo", claim=pv, block=True), "csi-br",
                    data, file)
     finally:
         t.delete_pod("csi-bw")

@@ -33,7 +33,7 @@ import time
 import cases_provisioner as P
 import cluster as C
 import e2e_suites as E2E
-from run import BUSYBOX, INSTALLER, LINE_RE, LOG_KCM, NS, CaseFailed, check
+from run import BUSYBOX, INSTALLER, LINE_RE, LOG_KCM, NS, CaseFailed, as_block_device, check
 
 sys.path.insert(0, os.path.join(C.ROOT, "tests", "vm"))
 from iscsi_driver import pr_key  # noqa: E402 - the driver's reservation key of an initiator name
@@ -369,9 +369,7 @@ def vpod(t, g, name, cmd, claim=None, read_only=False, sub_path=None, security=N
     if security:
         spec["securityContext"] = security
     if block:
-        ct = spec["containers"][0]
-        ct["volumeDevices"] = [{"name": "data", "devicePath": "/dev/xvda"}]
-        del ct["volumeMounts"]
+        as_block_device(spec["containers"][0])
     t.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}, "spec": spec})
 
 
@@ -808,11 +806,16 @@ def _iscsi_in_use(t, g, pv, pod, iqn, mode, lun=1):
         own = os.path.join(C.RUN, "flexvol", "iscsi", "mounts", pv) + "/"
         want += [m for m in mps if m.startswith(own) and "/" not in m[len(own):]][:1]
     check(sorted(want) == mps, f"{g.name}: mounts of {dev}: {mps}, want {sorted(want)}")
+    _reserved_by(g, dev)
+    return dev
+
+
+def _reserved_by(g, dev):
+    """@g's key alone registered on @dev, holding a WRITE EXCLUSIVE - REGISTRANTS ONLY reservation"""
     keys, res = g.pr_state(dev)
     key = pr_key(g.initiator)
     check(res is not None and res[0] == key and "registrants only" in res[1].lower() and keys == [key],
           f"{g.name}: reservation of {dev}: keys {[hex(k) for k in keys]}, holder {res}; its key {key:#x}")
-    return dev
 
 
 def case_vmnode_iscsi_controller(t):
@@ -1304,10 +1307,7 @@ def case_vmnode_csi_iscsi_block(t):
         dev = g.lun_disk(IQN1, 2)
         check(dev is not None, "no disk for LUN 2 (by-path link)")
         check(not g.disk_mounts(dev), f"a filesystem mounted from the raw block volume's disk: {g.disk_mounts(dev)}")
-        keys, res = g.pr_state(dev)
-        key = pr_key(g.initiator)
-        check(res is not None and res[0] == key and keys == [key],
-              f"reservation of {dev}: keys {[hex(k) for k in keys]}, holder {res}; the guest's key {key:#x}")
+        _reserved_by(g, dev)
         delete_pods(t, "vm-blk-w")
         C.wait_for("the VolumeAttachment deleted", lambda: not volume_attachments(t, pv), 180, 1)
         _iscsi_gone(g, IQN1, within=60)

@@ -577,11 +577,12 @@ def mounts_under(prefixes):
     return out
 
 
-def our_loops():
-    """[(dev, backing file)]: loop devices on files under BASE (the loop driver's), and before
-    them the kubelet's own over those: for a raw block volume the kubelet binds a loop device to
-    the volume's device node to pin it, through a bind mount it later removes, so its backing
-    file reads "/" and only its backing inode (that of /dev/loopN) tells whose it is."""
+def _loops():
+    """([(dev, what)] of the kubelet's pins, [(dev, backing file)] of ours): loop devices on files
+    under BASE (the loop driver's), and the kubelet's own over those: for a raw block volume the
+    kubelet binds a loop device to the volume's device node to pin it, through a bind mount it
+    later removes, so its backing file reads "/" and only its backing inode (that of /dev/loopN)
+    tells whose it is."""
     r = subprocess.run(["losetup", "--list", "--json", "-O", "NAME,BACK-FILE,BACK-INO,BACK-MAJ:MIN"],
                        capture_output=True, text=True)
     devs = json.loads(r.stdout or '{"loopdevices": []}')["loopdevices"] if r.returncode == 0 else []
@@ -595,6 +596,17 @@ def our_loops():
             pass
     pins = [(d["name"], f"kubelet's pin of {nodes[k]}") for d in devs
             if (k := ((d.get("back-maj:min") or "").strip(), str(d.get("back-ino")))) in nodes]
+    return pins, ours
+
+
+def kubelet_pins():
+    """The kubelet's loop devices over ours (_loops())."""
+    return _loops()[0]
+
+
+def our_loops():
+    """Every loop device of the lane, the kubelet's pins first (_loops())."""
+    pins, ours = _loops()
     return pins + ours
 
 

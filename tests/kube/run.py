@@ -39,6 +39,16 @@ LINE_RE = re.compile(r"^(\S+) flexvol-(\S+)\[(\d+)\] \S+: op=(\S+) volume=(\S*) 
 KNOWN_FAILURES = {}
 
 
+# where a pod sees a claim of volumeMode Block (volumeDevices)
+BLOCK_DEVICE = "/dev/xvda"
+
+
+def as_block_device(container):
+    """@container's one volume "data" given as the raw block device BLOCK_DEVICE, not mounted."""
+    del container["volumeMounts"]
+    container["volumeDevices"] = [{"name": "data", "devicePath": BLOCK_DEVICE}]
+
+
 class CaseFailed(Exception):
     pass
 
@@ -119,13 +129,14 @@ class T:
 
     # pods
     def pod(self, name, cmd, claim=None, read_only=False, fs_group=None, volumes=None, mounts=None,
-            host_network=True):
-        self.apply(self.pod_obj(name, cmd, claim, read_only, fs_group, volumes, mounts, host_network))
+            host_network=True, block=False):
+        self.apply(self.pod_obj(name, cmd, claim, read_only, fs_group, volumes, mounts, host_network, block))
 
     @staticmethod
     def pod_obj(name, cmd, claim=None, read_only=False, fs_group=None, volumes=None, mounts=None,
-                host_network=True):
-        """The lane's busybox pod running cmd, its claim (if any) at /data."""
+                host_network=True, block=False):
+        """The lane's busybox pod running cmd, its claim (if any) at /data, or with @block as the
+        raw block device BLOCK_DEVICE."""
         spec = {
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 2,
@@ -142,6 +153,8 @@ class T:
         del spec["nodeName"]  # the scheduler places it (the operator's flow)
         if fs_group is not None:
             spec["securityContext"] = {"fsGroup": fs_group}
+        if block:
+            as_block_device(spec["containers"][0])
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}, "spec": spec}
 
     def pod_phase(self, name):
