@@ -312,18 +312,33 @@ TEST(pv_options_through_the_driver)
 
 static char scratch[] = "/tmp/fvp-unit-XXXXXX";
 
-static int scratch_root(void)
+/* A fresh tree per test, the previous one removed, the last one at exit. Whether one was made is
+ * kept apart from the name: mkdtemp()'s random suffix ends in 'X' one time in 62, and reading the
+ * name for it made the next mkdtemp() fail on a template that no longer ends in six Xs. */
+static bool scratch_made;
+
+static void scratch_remove(void)
 {
 	char cmd[128];
 
-	if (scratch[sizeof(scratch) - 2] != 'X') {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", scratch);
-		if (system(cmd) != 0)
-			return -1;
-		memcpy(scratch + sizeof(scratch) - 7, "XXXXXX", 6);
-	}
-	if (!mkdtemp(scratch))
+	if (!scratch_made)
+		return;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", scratch);
+	if (system(cmd) == 0)
+		scratch_made = false;
+	memcpy(scratch + sizeof(scratch) - 7, "XXXXXX", 6);
+}
+
+static int scratch_root(void)
+{
+	static bool registered;
+
+	scratch_remove();
+	if (scratch_made || !mkdtemp(scratch))
 		return -1;
+	scratch_made = true;
+	if (!registered)
+		registered = atexit(scratch_remove) == 0;
 	return fv_ownerdir_root_open(scratch);
 }
 
