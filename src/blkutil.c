@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libblkid probing, mkfs/grow helpers, event-driven device waits (fv/blkutil.h). */
 #include <blkid.h>
+#include <endian.h>
 #include <fcntl.h>
 #include <libudev.h>
+#include <linux/fs.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 
 #include "internal.h"
@@ -304,6 +308,86 @@ int fv_fs_grow(struct fv_ctx *cx, const char *dev, const char *mnt, const char *
 		return fv_exec(cx, argv, &o, NULL);
 	}
 	return fv_fail(cx, -ENOTSUP, "cannot grow a '%s' filesystem", fstype);
+}
+
+/*
+ * The size a filesystem claims in its superblock, from the first 4 KiB of the
+ * device: ext2/3/4 at 1 KiB (s_blocks_count, the high half with the 64bit
+ * feature, blocks of 1 KiB << s_log_block_size), xfs at 0 (sb_dblocks of
+ * sb_blocksize, big-endian).  libblkid reports sizes only from 2.39 on
+ * (FSSIZE); Debian 12 has 2.38.  0: not a superblock of @fstype.
+ */
+static uint64_t sb_bytes(const unsigned char *b, const char *fstype)
+{
+	uint32_t u32;
+	uint64_t u64;
+
+	if (streq(fstype, "xfs")) {
+		if (memcmp(b, "XFSB", 4))
+			return 0;
+		memcpy(&u32, b + 4, 4);
+		memcpy(&u64, b + 8, 8);
+		u32 = be32toh(u32);
+		return u32 >= 512 && u32 <= 65536 ? be64toh(u64) * u32 : 0;
+	}
+	if (strncmp(fstype, "ext", 3))
+		return 0;
+	b += 1024;
+	if (b[0x38] != 0x53 || b[0x39] != 0xef)
+		return 0;
+	memcpy(&u32, b + 0x18, 4); /* s_log_block_size */
+	if (le32toh(u32) > 6)
+		return 0;
+	u64 = 1024ull << le32toh(u32);
+	memcpy(&u32, b + 0x60, 4); /* s_feature_incompat: 0x80 is 64bit */
+	if (le32toh(u32) & 0x80) {
+		uint32_t hi;
+
+		memcpy(&hi, b + 0x150, 4);
+		memcpy(&u32, b + 0x04, 4);
+		return u64 * ((uint64_t)le32toh(hi) << 32 | le32toh(u32));
+	}
+	memcpy(&u32, b + 0x04, 4);
+	return u64 * le32toh(u32);
+}
+
+int fv_fs_short(const char *dev, const char *fstype, uint64_t *fs, uint64_t *size)
+{
+	_cleanup_close_ int fd = -1;
+	struct stat st, fst;
+	unsigned char *b = NULL;
+	ssize_t n;
+	int r;
+
+	if (stat(dev, &st) < 0)
+		return NEG_ERRNO();
+	if (!S_ISBLK(st.st_mode))
+		return -ENOTBLK;
+	/*
+	 * Direct: a mounted xfs writes its superblock from its own buffers, not
+	 * the device's page cache, which may still hold the one from before
+	 * xfs_growfs.
+	 */
+	fd = open(dev, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_DIRECT);
+	if (fd < 0)
+		return NEG_ERRNO();
+	if (fstat(fd, &fst) < 0 || !S_ISBLK(fst.st_mode) || fst.st_rdev != st.st_rdev)
+		return -ENOTBLK;
+	if (ioctl(fd, BLKGETSIZE64, size) < 0)
+		return NEG_ERRNO();
+	if (posix_memalign((void **)&b, 4096, 4096))
+		return -ENOMEM;
+	n = pread(fd, b, 4096, 0);
+	r = n < 0 ? NEG_ERRNO() : n != 4096 ? -EIO : 0;
+	if (r == 0) {
+		*fs = sb_bytes(b, fstype);
+		r = *fs == 0 ? -EUCLEAN : 0;
+	}
+	free(b);
+	if (r < 0)
+		return r;
+	/* as mount-utils, a tail shorter than a block (64 KiB: the largest) is no reason to grow */
+	return *size > *fs + 65536 ? 1 : 0;
 }
 
 bool fv_udev_running(void)

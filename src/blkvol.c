@@ -4,6 +4,7 @@
  * block volumes, once, for every block driver, in both attach modes.
  */
 #include <json-c/json.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,29 @@ static bool mount_is_dev(const struct fv_mntinfo *mi, const char *dev)
 }
 
 /*
+ * Grow the filesystem @fstype on @dev, mounted read-write at @mnt, when the
+ * device is larger: a restore or clone into a larger volume, a volume grown
+ * while no node had it.  Checked on every read-write device mount, the ones
+ * already made too: a retry after a killed grow finishes it.  Online, as
+ * kubelet's mount-utils does (ext4's offline resize2fs would first need a
+ * full e2fsck, and xfs grows only mounted).
+ */
+static int fill_device(struct fv_ctx *cx, const char *dev, const char *mnt, const char *fstype)
+{
+	uint64_t fs, size;
+	int r = fv_fs_short(dev, fstype, &fs, &size);
+
+	if (r < 0)
+		return fv_fail(cx, r, "cannot read the size of the %s filesystem on %s: %s", fstype,
+			       dev, strerror(-r));
+	if (r == 0)
+		return 0;
+	fv_log("%s: the %s filesystem has %" PRIu64 " of the device's %" PRIu64
+	       " bytes; growing it", dev, fstype, fs, size);
+	return fv_fs_grow(cx, dev, mnt, fstype);
+}
+
+/*
  * Mount block device @dev at the global path @gd (fv_dir_arg(), must
  * exist), read-only when @ro; the mount is made on the verified directory
  * itself (fv_dir_mount()).  Already mounted there from @dev is success
@@ -47,6 +71,7 @@ static int mount_device(struct fv_ctx *cx, const struct fv_dir *gd, const char *
 	struct fv_mntinfo mi;
 	char have[FV_FSTYPE_MAX];
 	const char *use;
+	bool made = false;
 	int r = fv_dir_mounted(gd, &mi);
 
 	if (r < 0)
@@ -67,9 +92,12 @@ static int mount_device(struct fv_ctx *cx, const struct fv_dir *gd, const char *
 		if (fstype && !streq(fstype, mi.fstype))
 			return fv_fail(cx, -EEXIST, "'%s' is mounted as %s, not the requested %s",
 				       gmp, mi.fstype, fstype);
-		if (!ro && mi.readonly)
-			return fv_blkvol_writable(cx, gd);
-		return 0;
+		if (!ro && mi.readonly) {
+			r = fv_blkvol_writable(cx, gd);
+			if (r < 0)
+				return r;
+		}
+		return ro ? 0 : fill_device(cx, dev, gmp, mi.fstype);
 	}
 	/*
 	 * The device lock from the probe to the mount: a retry after a killed
@@ -101,6 +129,7 @@ static int mount_device(struct fv_ctx *cx, const struct fv_dir *gd, const char *
 		r = fv_fs_make(cx, dev, use, lock, r == 2);
 		if (r < 0)
 			return r;
+		made = true;
 		fv_log("made %s on %s", use, dev);
 	} else {
 		if (fstype && !streq(fstype, have))
@@ -109,7 +138,10 @@ static int mount_device(struct fv_ctx *cx, const struct fv_dir *gd, const char *
 				       have, fstype);
 		use = have;
 	}
-	return fv_dir_mount(cx, gd, dev, use, fv_fs_mount_options(use, ro));
+	r = fv_dir_mount(cx, gd, dev, use, fv_fs_mount_options(use, ro));
+	if (r < 0 || ro || made)
+		return r;
+	return fill_device(cx, dev, gmp, use);
 }
 
 int fv_blkvol_writable(struct fv_ctx *cx, const struct fv_dir *gd)

@@ -74,6 +74,15 @@ int fv_fs_make(struct fv_ctx *cx, const char *dev, const char *fstype, int lockf
 int fv_fs_grow(struct fv_ctx *cx, const char *dev, const char *mnt, const char *fstype);
 
 /*
+ * fv_fs_short() - is the @fstype filesystem on block device @dev smaller than
+ * the device (by more than 64 KiB)?  Its size from its superblock in @fs, the
+ * device's in @size.  A volume restored from a snapshot into a larger claim,
+ * or grown while detached, is: its filesystem is grown when it is mounted.
+ * Returns 1 short, 0 not, -EUCLEAN no @fstype superblock, -errno.
+ */
+int fv_fs_short(const char *dev, const char *fstype, uint64_t *fs, uint64_t *size);
+
+/*
  * Waiting for a block device, event-driven.  Open the wait *before* doing
  * what makes the device appear, so no event is missed.  With udevd running
  * the "udev" monitor is used (the device is then fully processed: links

@@ -763,6 +763,38 @@ def xfs_volume_and_online_expand(e):
     e.nothing_left("xfs expand")
 
 
+@case
+def xfs_grown_while_detached_grows_at_mountdevice(e):
+    """A device larger than its filesystem (an image grown while detached; a restore into a larger
+    volume) gets the filesystem grown at mountdevice, and a mountdevice repeated over a mounted,
+    still short filesystem (what a grow killed half-way leaves) grows it then."""
+    k = e.k
+    o = e.opts(size="320Mi", fstype="xfs")
+    dev = bring_up(e, opts=o)
+    small = os.statvfs(k.gmp("pv1")).f_blocks * os.statvfs(k.gmp("pv1")).f_frsize
+    tear_down(e)
+    os.truncate(e.image(), 512 << 20)
+    dev = bring_up(e, opts=o)
+    st = os.statvfs(k.gmp("pv1"))
+    check(st.f_blocks * st.f_frsize > small + (150 << 20),
+          "grown at mountdevice: %d -> %d" % (small, st.f_blocks * st.f_frsize))
+    # the device grows under the mount (LOOP_SET_CAPACITY), as a killed grow would leave it
+    os.truncate(e.image(), 640 << 20)
+    fd = os.open(dev, os.O_RDONLY)
+    try:
+        fcntl.ioctl(fd, 0x4C07)  # LOOP_SET_CAPACITY
+    finally:
+        os.close(fd)
+    k.mountdevice("pv1", dev, o, expect="Success")
+    st2 = os.statvfs(k.gmp("pv1"))
+    check(st2.f_blocks * st2.f_frsize > st.f_blocks * st.f_frsize + (100 << 20),
+          "grown by the repeated mountdevice: %d -> %d" % (st.f_blocks * st.f_frsize, st2.f_blocks * st2.f_frsize))
+    with open(e.log) as f:
+        check(f.read().count("growing it") == 2, "two grows logged")
+    tear_down(e)
+    e.nothing_left("xfs grown while detached")
+
+
 def has_cap(n):
     with open("/proc/self/status") as f:
         for line in f:
