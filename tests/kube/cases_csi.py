@@ -577,9 +577,7 @@ def case_csi_migrate_reclaim_loop(t):
 # Kubernetes' external storage e2e suites through CSI (make check-kube-csi-e2e): every suite for
 # loop.csi.flexvol that needs no disruption and no second node, with the snapshot specs
 # ([Feature:VolumeSnapshotDataSource]: snapshots, restores) but no other optional feature
-# (e2e_suites.SKIP_ALWAYS skips every [Feature:...]; e2e.test's Go regexp has no look-ahead, so
-# the others the external suites tag are named: SELinux, VolumeAttributesClass and
-# VolumeSourceXFS), nor the immediate-binding patterns: a loop volume lives on the node
+# (e2e_suites.SKIP_CSI), nor the immediate-binding patterns: a loop volume lives on the node
 # the scheduler picks (the class is WaitForFirstConsumer), nor the pre-provisioned snapshot
 # patterns: their VolumeSnapshotContent, made by the suite, has no `managed-by` label, and with
 # distributed snapshotting (each node's csi-snapshotter takes its own node's contents only) no
@@ -587,8 +585,7 @@ def case_csi_migrate_reclaim_loop(t):
 # 2026-12-07: "VolumeSnapshot pre-provisioned-snapshot-... is not ready within 5m0s").
 # FLEXVOL_E2E_FOCUS/SKIP override.
 E2E_FOCUS = r"External.Storage.*loop.csi.flexvol"
-E2E_SKIP = (E2E.SKIP_ALWAYS.replace(r"\[Feature:", r"\[Feature:(SELinux|VolumeAttributesClass|VolumeSourceXFS)\]", 1)
-            + r"|immediate.binding|Pre-provisioned.Snapshot")
+E2E_SKIP = E2E.SKIP_CSI + r"|immediate.binding|Pre-provisioned.Snapshot"
 
 
 def case_csi_e2e_loop(t):

@@ -1087,7 +1087,7 @@ def case_vmnode_nfs_e2e(t):
         provisioner_gone(t)
 
 
-def _e2e_on_guest(t, g, driver_file, focus, report, share):
+def _e2e_on_guest(t, g, driver_file, focus, report, share, skip=E2E_SKIP):
     """e2e.test with @driver_file and @focus, its pods on the guest: the suites' images imported
     there, the guest's taint lifted and the host node tainted instead for the run; the share's
     leftovers printed."""
@@ -1097,7 +1097,7 @@ def _e2e_on_guest(t, g, driver_file, focus, report, share):
     t.k("taint", "node", C.NODE, f"{E2E_HOST_TAINT}=true:NoSchedule", "--overwrite")
     t.k("taint", "node", g.name, f"{TAINT}-")
     try:
-        rc, secs, log_ = E2E.run(driver_file, focus, E2E_SKIP, report, [
+        rc, secs, log_ = E2E.run(driver_file, focus, skip, report, [
             f"-non-blocking-taints={E2E_HOST_TAINT},node-role.kubernetes.io/control-plane"])
     finally:
         t.k("taint", "node", g.name, f"{TAINT}=true:NoSchedule", "--overwrite", check=False)
@@ -1110,7 +1110,8 @@ def _e2e_on_guest(t, g, driver_file, focus, report, share):
 # --- the nfs and iscsi drivers over CSI on the guest (make check-kube-vm-csi) -----------------------
 
 CSI_SHARE = f"{NFS_EXPORT}/csi"
-CSI_IMAGES = ("csi-node-driver-registrar.tar", "csi-provisioner.tar", "csi-attacher.tar")   # the guest runs them
+# the guest runs them (csi-snapshotter beside the nfs controller; the snapshot-controller runs on the host)
+CSI_IMAGES = ("csi-node-driver-registrar.tar", "csi-provisioner.tar", "csi-attacher.tar", "csi-snapshotter.tar")
 CSI_DRIVERS = ("nfs.csi.flexvol", "iscsi.csi.flexvol")
 
 
@@ -1121,7 +1122,33 @@ def csi_mounts(g, pv, driver):
             [m for m in ms if m.endswith(f"/volumes/kubernetes.io~csi/{pv}/mount")])
 
 
-def csi_install(t, share, controllers, name="csi-vm"):
+SNAP_CRDS = ("volumesnapshotclasses", "volumesnapshotcontents", "volumesnapshots")
+
+
+def snapshot_parts(t, d):
+    """what csi_install adds for snapshots of nfs volumes, as docs/migration.md tells a site: the
+    CRDs applied (deploy/csi/snapshot/crd) and Established, then, in the kustomization in @d, the
+    Components deploy/csi/snapshot (csi-snapshotter in the nfs controller's Deployment, wherever
+    that runs; the VolumeSnapshotClasses) and deploy/csi/snapshot/controller (the
+    snapshot-controller, here on the host node's network) with the lane's images. Returns
+    (components, images, patches)."""
+    t.k("apply", "-k", os.path.join(C.ROOT, "deploy", "csi", "snapshot", "crd"), timeout=120)
+    t.k("wait", "--for=condition=Established", "--timeout=60s",
+        *[f"crd/{c}.snapshot.storage.k8s.io" for c in SNAP_CRDS], timeout=90)
+    snap = os.path.relpath(os.path.join(C.ROOT, "deploy", "csi", "snapshot"), d)
+    images = [{"name": f"registry.k8s.io/sig-storage/{n}", "newName": f"localhost/flexvol/{n}", "newTag": "kube-test"}
+              for n in ("csi-snapshotter", "snapshot-controller")]
+    ctl = {"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": "flexvol-snapshot-controller", "namespace": "kube-system"},
+           "spec": {"template": {"spec": {
+               "hostNetwork": True, "nodeSelector": {"kubernetes.io/hostname": C.NODE},
+               "containers": [{"name": "snapshot-controller", "imagePullPolicy": "Never",
+                               "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+                                       {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}]}]}}}}
+    return [snap, os.path.join(snap, "controller")], images, [{"patch": json.dumps(ctl)}]
+
+
+def csi_install(t, share, controllers, name="csi-vm", snapshots=False):
     """deploy/csi/nfs and deploy/csi/iscsi installed as a site installs them, through a
     kustomization of the run's own (C.p("csi-install", name)): the lane's kubeadm install, the
     Component tests/kube/overlays/csi-vm (both drivers' Components with the lane's images, paths
@@ -1131,7 +1158,7 @@ def csi_install(t, share, controllers, name="csi-vm"):
     (node, API server address, replicas)}, where the controllers run (on the node's network: the
     lane has no service network; a guest reaches the API server at QEMU's gateway, the host node
     at 127.0.0.1). Applied; the installer and the controllers with replicas rolled out. Returns
-    the Deployments as the API server has them."""
+    the Deployments as the API server has them. @snapshots: with snapshot_parts()."""
     d = C.p("csi-install", name)
     os.makedirs(d, exist_ok=True)
 
@@ -1141,25 +1168,29 @@ def csi_install(t, share, controllers, name="csi-vm"):
     def patch(dep, node, api, replicas):
         env = [{"name": "KUBERNETES_SERVICE_HOST", "value": api},
                {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}]
-        sidecar = {"flexvol-csi-nfs-controller": "csi-provisioner",
-                   "flexvol-csi-iscsi-controller": "csi-attacher"}[dep]
+        sidecars = {"flexvol-csi-nfs-controller": ["csi-provisioner"] + (["csi-snapshotter"] if snapshots else []),
+                    "flexvol-csi-iscsi-controller": ["csi-attacher"]}[dep]
         spec = {"replicas": replicas, "template": {"spec": {
             "hostNetwork": True, "nodeSelector": {"kubernetes.io/hostname": node},
             "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [{"name": sidecar, "env": env}]}}}
+            "containers": [{"name": s, "env": env, **({"imagePullPolicy": "Never"} if s == "csi-snapshotter" else {})}
+                           for s in sidecars]}}}
         return {"patch": json.dumps({"apiVersion": "apps/v1", "kind": "Deployment",
                                      "metadata": {"name": dep, "namespace": "kube-system"}, "spec": spec})}
     server, path = share
+    components, images, patches = snapshot_parts(t, d) if snapshots else ([], [], [])
     C.write(os.path.join(d, "kustomization.yaml"), json.dumps({
         "resources": [rel("kubeadm")],
-        "components": [rel("csi-vm")],
+        "components": [rel("csi-vm")] + components,
         "configMapGenerator": [{"name": "flexvol-csi-nfs-share", "literals": [f"server={server}", f"path={path}"],
                                 "options": {"annotations": {"config.kubernetes.io/local-config": "true"}}}],
-        "patches": [patch(dep, *where) for dep, where in controllers.items()]}, indent=1) + "\n")
+        "images": images,
+        "patches": [patch(dep, *where) for dep, where in controllers.items()] + patches}, indent=1) + "\n")
     t.k("apply", "-k", d, timeout=120)
     t.installed = "csi-vm"
     t.rollout(timeout=900)
-    for dep, (_, _, replicas) in controllers.items():
+    for dep, (_, _, replicas) in list(controllers.items()) + ([("flexvol-snapshot-controller", (0, 0, 1))]
+                                                              if snapshots else []):
         if replicas:
             r = t.k("-n", "kube-system", "rollout", "status", f"deploy/{dep}", "--timeout=600s", check=False,
                     timeout=630)
@@ -1200,7 +1231,8 @@ def case_vmnode_csi_install(t):
     g = guest()
     g.sh("mkdir", "-p", CSI_SHARE)
     deps = csi_install(t, (NFS_SERVER, CSI_SHARE), {"flexvol-csi-nfs-controller": (g.name, "10.0.2.2", 1),
-                                                   "flexvol-csi-iscsi-controller": (g.name, "10.0.2.2", 1)})
+                                                   "flexvol-csi-iscsi-controller": (g.name, "10.0.2.2", 1)},
+                       snapshots=True)
     want = f"{NFS_SERVER}:{CSI_SHARE}"
     got = nfs_share_of(deps["flexvol-csi-nfs-controller"])
     check(got == (want, want), f"the nfs controller's --share and share volume: {got}, want {want} (the ConfigMap's)")
@@ -1324,11 +1356,12 @@ def case_vmnode_csi_iscsi_block(t):
 
 def case_vmnode_csi_e2e(t):
     """Kubernetes' external storage e2e suites through CSI (tests/kube/e2e/test-driver-csi-nfs.yaml)
-    against the class flexvol-csi-nfs of deploy/csi/nfs, on the guest's export; the JUnit report in
-    build/kube-e2e-csi-nfs/."""
+    against the class flexvol-csi-nfs of deploy/csi/nfs, on the guest's export, with the snapshot
+    and clone patterns (the VolumeSnapshotClass flexvol-csi-nfs, [Feature:VolumeSnapshotDataSource]
+    allowed); the JUnit report in build/kube-e2e-csi-nfs/."""
     g = guest()
     focus = r"External.Storage.*nfs\.csi\.flexvol"
-    _e2e_on_guest(t, g, "test-driver-csi-nfs.yaml", focus, "kube-e2e-csi-nfs", CSI_SHARE)
+    _e2e_on_guest(t, g, "test-driver-csi-nfs.yaml", focus, "kube-e2e-csi-nfs", CSI_SHARE, E2E.SKIP_CSI)
 
 
 def case_vmnode_csi_migrate(t):

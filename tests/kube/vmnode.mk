@@ -47,9 +47,12 @@ check-kube-vm-e2e: kube-components kube-images
 # the migration of both drivers' FlexVolume PVs to CSI and back, Kubernetes' external storage e2e
 # suites through CSI against nfs.csi.flexvol), the teardown. Builds the sidecars as make
 # check-kube-csi does (KUBE_CSI_SIDECARS: the provisioner and attacher are needed here) and e2e.test
-# as make check-kube-e2e does (KUBE_VM_CSI_E2E= leaves the suites out).
+# as make check-kube-e2e does (KUBE_VM_CSI_E2E= leaves the suites out). KUBE_VM_CSI_SELECT names
+# the cases to run (default: all of them), e.g. "vmnode_join vmnode_csi_install vmnode_csi_e2e
+# vmnode_csi_remove vmnode_down".
 .PHONY: check-kube-vm-csi
 KUBE_VM_CSI_E2E ?= 1
+KUBE_VM_CSI_SELECT ?= vmnode
 check-kube-vm-csi: kube-components image-context $(O)/flexvol-migrate
 	$(Q)FLEXVOL_CSI_SIDECARS="$$(tests/kube/csi/build $(KUBE_CSI_SIDECARS) | tail -1)" \
 		FLEXVOL_IMAGE_CONTEXT=$(CURDIR)/$(IMAGE_O) tests/kube/build-images $(KUBE_IMAGES)
@@ -57,4 +60,4 @@ check-kube-vm-csi: kube-components image-context $(O)/flexvol-migrate
 		FLEXVOL_KUBE_VMNODE=1 FLEXVOL_KUBE_VMNODE_CSI=1 FLEXVOL_KUBE_IMAGES=$(abspath $(KUBE_IMAGES)) \
 		FLEXVOL_MIGRATE_BIN=$(CURDIR)/$(O)/flexvol-migrate \
 		FLEXVOL_KUBE_BIN="$$(tests/kube/build | tail -1)" \
-		python3 tests/kube/run.py --images $(KUBE_IMAGES) -k vmnode $(KUBE_ARGS)
+		python3 tests/kube/run.py --images $(KUBE_IMAGES) $(addprefix -k ,$(KUBE_VM_CSI_SELECT)) $(KUBE_ARGS)
