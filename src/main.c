@@ -254,13 +254,13 @@ int fv_main(int argc, char **argv, const struct fv_driver *const *drivers, size_
 	const char *prog;
 	char err[FV_CONFIG_ERR_MAX];
 	enum fv_status st;
-	uint64_t t0 = fv_now_ms();
+	uint64_t t0;
 	int out, r = 0, fixed = -1;
 	bool quiet, debug = false;
 	char base[PROG_NAME_MAX];
 	struct sigaction sa = { .sa_handler = on_term };
 
-	snprintf(base, sizeof(base), "%s", argc > 0 && argv[0] ? argv[0] : "");
+	fv_join(base, sizeof(base), argc > 0 && argv[0] ? argv[0] : "", NULL);
 	prog = basename(base);
 	cx->drv = find_driver(drivers, ndrivers, prog);
 	for (size_t i = 0; argc > 1 && i < ARRAY_SIZE(ops); i++)
@@ -277,6 +277,7 @@ int fv_main(int argc, char **argv, const struct fv_driver *const *drivers, size_
 	     (!(op && op->local) && (!op || !op->kubelet || !fv_op_served(cx->drv, op->run_op)))))
 		return answer_fixed(cx, op && streq(op->name, "init"));
 
+	t0 = fv_now_ms();
 	out = isolate_stdio();
 	if (out < 0)
 		return 1; /* nowhere to reply to */

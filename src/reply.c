@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "internal.h"
+#include "fv/util.h"
 
 static const char *const words[] = {
 	[FV_SUCCESS] = "Success",
@@ -154,21 +155,19 @@ out:
 	return out;
 }
 
+/* No printf: init and Not supported run nothing else of it (docs/benchmarks.md). */
 size_t fv_reply_fixed(char *buf, size_t size, enum fv_status st, const struct fv_caps *caps)
 {
-	int n;
-
 #define B(v) ((v) ? "true" : "false")
 	if (caps)
-		n = snprintf(buf, size, "{\"status\":\"%s\",\"capabilities\":{\"attach\":%s,"
-			     "\"selinuxRelabel\":%s,\"supportsMetrics\":%s,\"fsGroup\":%s,"
-			     "\"requiresFSResize\":%s}}\n", words[st], B(caps->attach),
-			     B(caps->selinux_relabel), B(caps->supports_metrics), B(caps->fsgroup),
-			     B(caps->requires_fs_resize));
-	else
-		n = snprintf(buf, size, "{\"status\":\"%s\"}\n", words[st]);
+		return fv_join(buf, size, "{\"status\":\"", words[st],
+			       "\",\"capabilities\":{\"attach\":", B(caps->attach),
+			       ",\"selinuxRelabel\":", B(caps->selinux_relabel),
+			       ",\"supportsMetrics\":", B(caps->supports_metrics),
+			       ",\"fsGroup\":", B(caps->fsgroup),
+			       ",\"requiresFSResize\":", B(caps->requires_fs_resize), "}}\n", NULL);
+	return fv_join(buf, size, "{\"status\":\"", words[st], "\"}\n", NULL);
 #undef B
-	return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
 }
 
 int fv_reply_write(int fd, const struct fv_reply *r)

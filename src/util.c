@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/openat2.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -398,6 +399,26 @@ const char *fv_path_last(const char *path)
 	const char *b = strrchr(path, '/');
 
 	return b && b[1] ? b + 1 : path;
+}
+
+size_t fv_join(char *buf, size_t size, ...)
+{
+	const char *s;
+	size_t len = 0;
+	va_list ap;
+
+	if (!size)
+		return 0;
+	va_start(ap, size);
+	while ((s = va_arg(ap, const char *)) && len < size - 1) {
+		size_t n = strnlen(s, size - 1 - len);
+
+		memcpy(buf + len, s, n);
+		len += n;
+	}
+	va_end(ap);
+	buf[len] = '\0';
+	return len;
 }
 
 /* RFC 1123 host name: labels of 1-63 [A-Za-z0-9-], no '-' at either end, at most 253 in all. */

@@ -94,6 +94,13 @@ uint32_t fv_hash32(const char *s);
 /* The last component of @path ("/a/b/pv1" -> "pv1"; a trailing '/' keeps the whole path). */
 const char *fv_path_last(const char *path);
 
+/*
+ * fv_join() - the strings after @size (up to a NULL) one after another into
+ * @buf, cut to fit as snprintf() cuts; returns the length written.  For the
+ * paths that must not pull in printf's machinery (init, Not supported).
+ */
+size_t fv_join(char *buf, size_t size, ...) __attribute__((sentinel));
+
 /* mkdir -p with @mode for the created components.  Returns 0 or -errno. */
 int fv_mkdir_p(const char *path, mode_t mode);
 

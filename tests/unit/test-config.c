@@ -323,6 +323,38 @@ TEST(long_values)
 	free(text);
 }
 
+/* The whole file is read, however it grows the reader's buffer, up to 64 KiB and not a byte more. */
+TEST(file_size_limit)
+{
+	static const char key[] = "lock_timeout = 7\n";
+	size_t max = 64 * 1024, fill = max - (sizeof(key) - 1);
+	char *text = malloc(max + 2);
+
+	REQUIRE(text != NULL);
+	/* comment lines up to the limit, the key in its last bytes */
+	for (size_t i = 0; i < fill; i += 64) {
+		size_t n = fill - i < 64 ? fill - i : 64;
+
+		memset(text + i, '#', n);
+		text[i + n - 1] = '\n';
+	}
+	memcpy(text + fill, key, sizeof(key));
+	REQUIRE(strlen(text) == max);
+	REQUIRE(use_config(text));
+	CHECK_INT(load(), 0);
+	CHECK_INT(cfg.lock_timeout, 7);
+	done_config();
+
+	/* one byte more */
+	memcpy(text + fill, "#", 1);
+	memcpy(text + fill + 1, key, sizeof(key));
+	REQUIRE(use_config(text));
+	CHECK_INT(load(), -FV_ERR_BADOPT);
+	CHECK_CONTAINS(err, "larger than 65536 bytes");
+	done_config();
+	free(text);
+}
+
 TEST(environment_errors)
 {
 	REQUIRE(use_config(""));
