@@ -70,7 +70,8 @@ static int seterr_at(char *err, size_t errlen, const char *src, unsigned int lin
 		     ...)
 {
 	va_list ap;
-	int n = line ? snprintf(err, errlen, "%s:%u: ", src, line) : snprintf(err, errlen, "%s: ", src);
+	int n = line ? snprintf(err, errlen, "%s:%u: ", src, line)
+		     : snprintf(err, errlen, "%s: ", src);
 
 	if (n >= 0 && (size_t)n < errlen) {
 		va_start(ap, fmt);
@@ -80,51 +81,67 @@ static int seterr_at(char *err, size_t errlen, const char *src, unsigned int lin
 	return -FV_ERR_BADOPT;
 }
 
-static int set_key(struct fv_config *cfg, const struct key *k, const char *v, const char *src,
+/* Where the values go: every key into @cfg, or (@cfg NULL) attach_mode alone into @mode. */
+struct sink {
+	struct fv_config *cfg;
+	char *mode;
+};
+
+/* Check @v for the key @k and store it (when @to keeps that key). */
+static int set_key(const struct sink *to, const struct key *k, const char *v, const char *src,
 		   unsigned int line, char *err, size_t errlen)
 {
-	char *dst = (char *)cfg + k->off;
+	char *dst = to->cfg ? (char *)to->cfg + k->off : k->kind == K_MODE ? to->mode : NULL;
 	uint64_t n;
 
 	switch (k->kind) {
 	case K_PATH:
 		if (v[0] != '/')
-			return seterr_at(err, errlen, src, line, "%s must be an absolute path: '%s'",
-					 k->name, v);
+			return seterr_at(err, errlen, src, line,
+					 "%s must be an absolute path: '%s'", k->name, v);
 		/* fall through */
 	case K_STR:
 		if (!*v || strlen(v) >= k->size)
-			return seterr_at(err, errlen, src, line, "%s is empty or too long", k->name);
-		strcpy(dst, v);
+			return seterr_at(err, errlen, src, line,
+					 "%s is empty or too long", k->name);
+		if (dst)
+			strcpy(dst, v);
 		return 0;
 	case K_MODE:
 		if (!streq(v, "controller") && !streq(v, "node"))
-			return seterr_at(err, errlen, src, line, "%s must be 'controller' or 'node': '%s'",
-					 k->name, v);
-		strcpy(dst, v);
+			return seterr_at(err, errlen, src, line,
+					 "%s must be 'controller' or 'node': '%s'", k->name, v);
+		if (dst)
+			strcpy(dst, v);
 		return 0;
 	case K_SECONDS:
 		if (fv_parse_u64(v, &n) < 0 || n == 0 || n > 86400)
-			return seterr_at(err, errlen, src, line, "%s must be 1..86400 seconds: '%s'",
-					 k->name, v);
-		*(unsigned int *)(void *)dst = (unsigned int)n;
+			return seterr_at(err, errlen, src, line,
+					 "%s must be 1..86400 seconds: '%s'", k->name, v);
+		if (dst)
+			*(unsigned int *)(void *)dst = (unsigned int)n;
 		return 0;
 	case K_SECONDS0: /* 0 means "none" (no grace, no opportunistic pass) */
 		if (fv_parse_u64(v, &n) < 0 || n > 7 * 86400)
-			return seterr_at(err, errlen, src, line, "%s must be 0..604800 seconds: '%s'",
-					 k->name, v);
-		*(unsigned int *)(void *)dst = (unsigned int)n;
+			return seterr_at(err, errlen, src, line,
+					 "%s must be 0..604800 seconds: '%s'", k->name, v);
+		if (dst)
+			*(unsigned int *)(void *)dst = (unsigned int)n;
 		return 0;
 	case K_BOOL:
 		/* "all": what FLEXVOL_DEBUG took before it was a config key */
 		if (streq(v, "true") || streq(v, "yes") || streq(v, "on") || streq(v, "1") ||
-		    streq(v, "all"))
-			*(bool *)(void *)dst = true;
-		else if (streq(v, "false") || streq(v, "no") || streq(v, "off") || streq(v, "0"))
-			*(bool *)(void *)dst = false;
-		else
-			return seterr_at(err, errlen, src, line, "%s must be true or false: '%s'",
-					 k->name, v);
+		    streq(v, "all")) {
+			if (dst)
+				*(bool *)(void *)dst = true;
+		} else if (streq(v, "false") || streq(v, "no") || streq(v, "off") ||
+			   streq(v, "0")) {
+			if (dst)
+				*(bool *)(void *)dst = false;
+		} else {
+			return seterr_at(err, errlen, src, line,
+					 "%s must be true or false: '%s'", k->name, v);
+		}
 		return 0;
 	}
 	return -EINVAL;
@@ -146,9 +163,10 @@ static const struct key *find_key(const char *name)
  * which names "no config file" (the tests use it).  Anything else is a
  * Failure: a directory must not read as an empty config (a read failing
  * with EISDIR would look like EOF).  Returns the fd, or -1 with *ret < 0
- * (described in @err), or -1 with *ret == 0 and errno from open().
+ * (described in @err), or -1 with *ret == 0 and errno from open().  *ret_size:
+ * the file's size when opened.
  */
-static int open_config(const char *path, char *err, size_t errlen, int *ret)
+static int open_config(const char *path, char *err, size_t errlen, int *ret, off_t *ret_size)
 {
 	struct stat st;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -167,20 +185,27 @@ static int open_config(const char *path, char *err, size_t errlen, int *ret)
 		close(fd);
 		return -1;
 	}
+	*ret_size = st.st_size;
 	return fd;
 }
 
 /*
  * The whole file, up to CONFIG_MAX + 1 bytes, into a buffer of @text (two
  * bytes to spare), read(2) until EOF: no stdio (its FILE, its buffer and
- * two more syscalls), and a buffer the size of the file (it grows when
- * the file does), not 64 KiB at once.  Returns the length or -errno.
+ * two more syscalls), and a buffer the size of the file, @size_hint, plus
+ * one (it grows when the file has grown since), not 64 KiB at once.
+ * Returns the length or -errno.
  */
-static ssize_t read_config(int fd, char **text)
+static ssize_t read_config(int fd, off_t size_hint, char **text)
 {
-	size_t size = 4096 - 2, len = 0;
-	char *buf = malloc(size + 2), *p;
+	size_t size = CONFIG_MAX + 1, len = 0;
+	char *buf, *p;
 
+	if (size_hint <= 0) /* /dev/null, or a file made empty */
+		size = 64;
+	else if (size_hint < CONFIG_MAX)
+		size = (size_t)size_hint + 1;
+	buf = malloc(size + 2);
 	if (!buf)
 		return -ENOMEM;
 	for (;;) {
@@ -213,15 +238,16 @@ static ssize_t read_config(int fd, char **text)
 	return (ssize_t)len;
 }
 
-static int load_file(struct fv_config *cfg, const char *path, bool must_exist, char *err,
+static int load_file(const struct sink *to, const char *path, bool must_exist, char *err,
 		     size_t errlen)
 {
 	_cleanup_free_ char *text = NULL;
 	char *name, *val;
 	struct fv_kv it;
 	ssize_t len;
+	off_t size = 0;
 	int r = 0;
-	int fd = open_config(path, err, errlen, &r);
+	int fd = open_config(path, err, errlen, &r, &size);
 
 	if (fd < 0) {
 		if (r < 0)
@@ -230,7 +256,7 @@ static int load_file(struct fv_config *cfg, const char *path, bool must_exist, c
 			return 0;
 		return seterr(err, errlen, "cannot read config '%s': %s", path, strerror(errno));
 	}
-	len = read_config(fd, &text);
+	len = read_config(fd, size, &text);
 	close(fd);
 	if (len < 0)
 		return seterr(err, errlen, "cannot read config '%s': %s", path,
@@ -243,7 +269,7 @@ static int load_file(struct fv_config *cfg, const char *path, bool must_exist, c
 
 		if (!k)
 			return seterr(err, errlen, "%s:%u: unknown key '%s'", path, it.line, name);
-		r = set_key(cfg, k, val, path, it.line, err, errlen);
+		r = set_key(to, k, val, path, it.line, err, errlen);
 		if (r < 0)
 			return r;
 	}
@@ -260,53 +286,75 @@ static int load_file(struct fv_config *cfg, const char *path, bool must_exist, c
  * memset of the whole struct, 28 KiB, was a sixth of what `init` did in
  * user space, and touched every page of it).
  */
-static void set_defaults(struct fv_config *cfg, const char *driver)
+static void set_defaults(const struct sink *to, const char *driver)
 {
-	strcpy(cfg->loop_root, "/var/lib/flexvol/loop");
-	strcpy(cfg->state_dir, "/var/lib/flexvol/state");
-	strcpy(cfg->run_dir, "/run/flexvol");
-	fv_join(cfg->log_file, sizeof(cfg->log_file), "/var/log/flexvol/", driver, ".log", NULL);
-	cfg->node_name[0] = '\0';
-	strcpy(cfg->helper_path, "/usr/sbin:/usr/bin:/sbin:/bin");
+	struct fv_config *cfg = to->cfg;
+
+	if (!cfg) {
+		strcpy(to->mode, "controller");
+		return;
+	}
+	strcpy(cfg->attach_mode, "controller");
 	cfg->lock_timeout = 150;
 	cfg->helper_timeout = 120;
 	cfg->mount_timeout = 60;
 	cfg->device_timeout = 60;
-	strcpy(cfg->attach_mode, "controller");
 	cfg->gc_grace = 600;
 	cfg->gc_interval = 60;
 	cfg->debug = false;
+	cfg->node_name[0] = '\0';
+	strcpy(cfg->loop_root, "/var/lib/flexvol/loop");
+	strcpy(cfg->state_dir, "/var/lib/flexvol/state");
+	strcpy(cfg->run_dir, "/run/flexvol");
+	fv_join(cfg->log_file, sizeof(cfg->log_file), "/var/log/flexvol/", driver, ".log", NULL);
+	strcpy(cfg->helper_path, "/usr/sbin:/usr/bin:/sbin:/bin");
 	strcpy(cfg->chap_dir, "/etc/flexvol/chap");
 }
 
-int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t errlen)
+static int load(const struct sink *to, const char *driver, char *err, size_t errlen)
 {
 	const char *path = secure_getenv("FLEXVOL_CONFIG");
 	struct utsname u;
 	int r;
 
-	set_defaults(cfg, driver);
-	r = load_file(cfg, path && *path ? path : DEFAULT_CONFIG, path && *path, err, errlen);
+	set_defaults(to, driver);
+	r = load_file(to, path && *path ? path : DEFAULT_CONFIG, path && *path, err, errlen);
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
 		const char *v = secure_getenv(keys[i].env);
 
 		if (v && *v) {
-			r = set_key(cfg, &keys[i], v, keys[i].env, 0, err, errlen);
+			r = set_key(to, &keys[i], v, keys[i].env, 0, err, errlen);
 			if (r < 0)
 				return r;
 		}
 	}
 	/* kubelet's default node name, when neither the file nor the environment gives one */
-	if (!cfg->node_name[0] && uname(&u) == 0)
-		fv_join(cfg->node_name, sizeof(cfg->node_name), u.nodename, NULL);
+	if (to->cfg && !to->cfg->node_name[0] && uname(&u) == 0)
+		fv_join(to->cfg->node_name, sizeof(to->cfg->node_name), u.nodename, NULL);
 	return 0;
+}
+
+int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t errlen)
+{
+	const struct sink to = { .cfg = cfg };
+
+	return load(&to, driver, err, errlen);
+}
+
+int fv_config_attach_mode(char *mode, char *err, size_t errlen)
+{
+	const struct sink to = { .mode = mode };
+
+	return load(&to, NULL, err, errlen);
 }
 
 int fv_config_check_file(struct fv_config *cfg, const char *driver, const char *path, char *err,
 			 size_t errlen)
 {
-	set_defaults(cfg, driver);
-	return load_file(cfg, path, true, err, errlen);
+	const struct sink to = { .cfg = cfg };
+
+	set_defaults(&to, driver);
+	return load_file(&to, path, true, err, errlen);
 }

@@ -160,8 +160,9 @@ static int answer_fixed(struct fv_ctx *cx, bool init)
 	struct fv_caps caps = cx->drv->caps;
 	size_t n;
 
+	/* the attach mode alone: init_caps() reads nothing else of cx->cfg */
 	if (init && cx->drv->init_caps &&
-	    fv_config_load(&cx->cfg, cx->drv->name, err, sizeof(err)) == 0) {
+	    fv_config_attach_mode(cx->cfg.attach_mode, err, sizeof(err)) == 0) {
 		cx->config_ok = true;
 		cx->drv->init_caps(cx, &caps);
 	}

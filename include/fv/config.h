@@ -39,21 +39,22 @@
 /* An error text of the config parser: "FILE:LINE: " and what is wrong with one line. */
 #define FV_CONFIG_ERR_MAX 512
 
+/* The small fields first: init reads attach_mode alone and touches no page of the paths. */
 struct fv_config {
-	char loop_root[PATH_MAX];
-	char state_dir[PATH_MAX];
-	char run_dir[PATH_MAX];
-	char log_file[PATH_MAX];
-	char node_name[FV_NODE_NAME_MAX];
-	char helper_path[PATH_MAX];
+	char attach_mode[FV_ATTACH_MODE_MAX]; /* "controller" or "node" */
 	unsigned int lock_timeout;   /* seconds */
 	unsigned int helper_timeout; /* seconds */
 	unsigned int mount_timeout;  /* seconds */
 	unsigned int device_timeout; /* seconds */
-	char attach_mode[FV_ATTACH_MODE_MAX]; /* "controller" or "node" */
 	unsigned int gc_grace;	     /* seconds (docs/design.md, "Garbage collection") */
 	unsigned int gc_interval;    /* seconds; 0: no opportunistic pass */
 	bool debug;		     /* debug lines in the log */
+	char node_name[FV_NODE_NAME_MAX];
+	char loop_root[PATH_MAX];
+	char state_dir[PATH_MAX];
+	char run_dir[PATH_MAX];
+	char log_file[PATH_MAX];
+	char helper_path[PATH_MAX];
 	char chap_dir[PATH_MAX];     /* iscsi CHAP credentials files live here, and only here */
 };
 
@@ -64,6 +65,14 @@ struct fv_config {
  * (FV_CONFIG_ERR_MAX).
  */
 int fv_config_load(struct fv_config *cfg, const char *driver, char *err, size_t errlen);
+
+/*
+ * fv_config_attach_mode() - the attach mode alone into @mode
+ * (FV_ATTACH_MODE_MAX), from the same defaults, file and environment, every
+ * other key checked as fv_config_load() checks it but kept nowhere (init's
+ * capabilities: no page of a struct fv_config's paths touched).  Same return.
+ */
+int fv_config_attach_mode(char *mode, char *err, size_t errlen);
 
 /*
  * fv_config_check_file() - defaults plus the file @path alone (no

@@ -19,8 +19,8 @@
 
 struct fv_ctx {
 	const struct fv_driver *drv;
-	struct fv_config cfg;
 	bool config_ok;		      /* cfg was loaded (init works without it) */
+	struct fv_config cfg;
 	char message[FV_MESSAGE_MAX]; /* the reply's "message"; first fv_fail() wins */
 	char detail[FV_MESSAGE_MAX];  /* helper output appended to the message */
 };

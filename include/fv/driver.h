@@ -221,6 +221,7 @@ struct fv_driver {
 	 * Optional: init's capabilities depend on the node configuration (the
 	 * block class: attach is false in node mode).  With it, init reads the
 	 * configuration, and answers @caps as compiled in when there is none.
+	 * It may read cx->cfg.attach_mode only (fv_config_attach_mode()).
 	 */
 	void (*init_caps)(const struct fv_ctx *cx, struct fv_caps *caps);
 

@@ -401,6 +401,40 @@ TEST(attach_mode)
 	done_config();
 }
 
+/* init's read: the attach mode alone, every other key checked as fv_config_load() checks it. */
+TEST(attach_mode_alone)
+{
+	static const char *const texts[] = {
+		"", "attach_mode = node\n", "attach_mode = controller\nlock_timeout = 5\n",
+		"state_dir = /srv/state\nattach_mode = node\n", "attach_mode = node\nbogus = 1\n",
+		"attach_mode = node\nloop_root = relative\n", "attach_mode = node\ndebug = maybe\n",
+		"attach_mode = node\ngc_grace = 0\n", "attach_mode = nodes\n", "no equals sign\n",
+	};
+	char mode[FV_ATTACH_MODE_MAX], err2[sizeof(err)];
+
+	for (size_t i = 0; i < ARRAY_SIZE(texts); i++) {
+		REQUIRE(use_config(texts[i]));
+		memset(mode, 0x5a, sizeof(mode));
+		err2[0] = '\0';
+		CHECK_INT(fv_config_attach_mode(mode, err2, sizeof(err2)), load());
+		CHECK_STR(err2, err);
+		if (err[0] == '\0')
+			CHECK_STR(mode, cfg.attach_mode);
+		setenv("FLEXVOL_LOCK_TIMEOUT", "0", 1); /* the environment is checked too */
+		CHECK_INT(fv_config_attach_mode(mode, err2, sizeof(err2)), -FV_ERR_BADOPT);
+		CHECK_INT(load(), -FV_ERR_BADOPT);
+		CHECK_STR(err2, err);
+		unsetenv("FLEXVOL_LOCK_TIMEOUT");
+		setenv("FLEXVOL_ATTACH_MODE", "controller", 1);
+		if (load() == 0) {
+			CHECK_INT(fv_config_attach_mode(mode, err2, sizeof(err2)), 0);
+			CHECK_STR(mode, "controller");
+		}
+		unsetenv("FLEXVOL_ATTACH_MODE");
+		done_config();
+	}
+}
+
 /* The collector's keys (docs/design.md, "Garbage collection"): 0 is a value there ("none"). */
 TEST(gc_keys)
 {
