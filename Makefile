@@ -106,7 +106,8 @@ $(O)/drivers.list: FORCE
 .PHONY: FORCE
 FORCE:
 
-$(O)/flexvol: $(OBJS)
+# FV_LDDEPS: files the link reads besides the objects (the static build's linker script)
+$(O)/flexvol: $(OBJS) $(FV_LDDEPS)
 	@[ -n "$(Q)" ] && echo "  LD      $@" || true
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJS) $(FV_LIBS)
 

@@ -9,7 +9,8 @@
 # later; json-c: MIT), and what the LGPL asks of a statically linked program
 # (section 6): a written offer of the exact library sources, and the means to
 # relink the drivers against modified libraries: the drivers' object files
-# (relink/flexvol-objects.tar.gz) and the link command (relink/relink.sh).
+# (relink/flexvol-objects.tar.gz) and the link command (relink/relink.sh,
+# with the linker script of the start-up code's layout, relink/static-hot.ld).
 # busybox (GPL-2.0) is added by the Containerfile's busybox stage, which is
 # where its exact Debian version is known.
 set -eu
@@ -47,6 +48,8 @@ done
 # shellcheck disable=SC2086 # one word per object
 (cd "$SO" && tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -czf - $objs) \
 	> "$OUT/relink/flexvol-objects.tar.gz"
+# the layout of the start-up code (deploy/static-hot.ld; any layout links the same program)
+cp "$ROOT/deploy/static-hot.ld" "$OUT/relink/static-hot.ld"
 libs=$(PKG_CONFIG_LIBDIR=$PREFIX/lib/pkgconfig PKG_CONFIG_PATH= pkg-config --static --libs json-c mount blkid libudev |
 	sed "s|$PREFIX|\$PREFIX|g")
 cat > "$OUT/relink/relink.sh" << EOS
@@ -61,7 +64,7 @@ cat > "$OUT/relink/relink.sh" << EOS
 set -eu
 : "\${PREFIX:?set PREFIX to the prefix with your static libraries}"
 tar -xzf "\$(dirname "\$0")/flexvol-objects.tar.gz"
-\${CC:-$CC} -static -Wl,--gc-sections -o flexvol \$(find obj -name '*.o' | sort) $libs
+\${CC:-$CC} -static -Wl,--gc-sections -Wl,-T,"\$(dirname "\$0")/static-hot.ld" -o flexvol \$(find obj -name '*.o' | sort) $libs
 EOS
 chmod 755 "$OUT/relink/relink.sh"
 

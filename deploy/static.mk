@@ -56,6 +56,10 @@ endif
 STATIC_DEPS     := ci/build-static-deps --arch $(ARCH)
 STATIC_CFLAGS   ?= -O2 -ffunction-sections -fdata-sections
 STATIC_LDFLAGS  ?= -static -Wl,--gc-sections -s
+# The drivers' link only: deploy/static-hot.ld puts the code and data the non-I/O calls run
+# first (deploy/hot-sections; docs/benchmarks.md); the drivers are relinked when it changes.
+STATIC_HOT_LD   := deploy/static-hot.ld
+STATIC_HOT_LDFLAGS ?= -Wl,-T,$(STATIC_HOT_LD)
 st_empty        :=
 st_space        := $(st_empty) $(st_empty)
 st_comma        := ,
@@ -63,7 +67,7 @@ st_comma        := ,
 # "in function" lines: expected (deploy/README.md), filtered from the output.
 STATIC_NSS_NOISE := warning: Using '(getpw|getgr)[a-z_]*' in statically linked|in function .(fvsd_(get_user_creds|get_group_creds|gid_to_name|uid_to_name)|mnt_get_(uid|gid|username|groupname)).:$$
 
-.PHONY: static static-deps static-unit check-static check-deploy image-context check-image check-multiarch
+.PHONY: static static-hot-ld static-deps static-unit check-static check-deploy image-context check-image check-multiarch
 
 static-deps:
 	$(Q)$(STATIC_DEPS)
@@ -82,7 +86,8 @@ static: static-deps
 	libs=$$($$pc --static --libs $(PKGS)); \
 	rc=0; PKG_CONFIG_LIBDIR=$$p/lib/pkgconfig PKG_CONFIG_PATH= \
 		$(MAKE) --no-print-directory O=$(STATIC_O) SANITIZE= $(STATIC_CROSS) \
-		CFLAGS='$(STATIC_CFLAGS)' LDFLAGS='$(STATIC_LDFLAGS)' FV_LIBS="$$libs" \
+		CFLAGS='$(STATIC_CFLAGS)' LDFLAGS='$(STATIC_LDFLAGS) $(STATIC_HOT_LDFLAGS)' FV_LIBS="$$libs" \
+		FV_LDDEPS='$(if $(STATIC_HOT_LDFLAGS),$(STATIC_HOT_LD))' \
 		$(addprefix $(STATIC_O)/,$(DRIVERS)) > $(STATIC_O)/build.log 2>&1 || rc=$$?; \
 	grep -v -E "$(STATIC_NSS_NOISE)" $(STATIC_O)/build.log || true; \
 	n=$$(grep -c -E "warning: Using '(getpw|getgr)" $(STATIC_O)/build.log || true); \
@@ -95,6 +100,13 @@ static: static-deps
 			{ echo "static: $(STATIC_O)/$$d is not for $(ARCH) ($(STATIC_FILE_$(ARCH))): $$(file -b $(STATIC_O)/$$d)" >&2; exit 1; }; \
 	done; \
 	echo "  STATIC  $(STATIC_O)/{$(subst $(st_space),$(st_comma),$(DRIVERS))}: $$(stat -c %s $(STATIC_O)/flexvol) bytes, statically linked, $(ARCH)"
+
+# deploy/static-hot.ld again, from an unstripped static build of today's code and its link map
+# in $(O)/hot/static (needs valgrind): after a change to what the non-I/O calls run
+static-hot-ld:
+	$(Q)$(MAKE) --no-print-directory O=$(O)/hot static STATIC_HOT_LDFLAGS= \
+		STATIC_LDFLAGS='-static -Wl,--gc-sections -Wl,-Map,$(abspath $(O))/hot/static/flexvol.map'
+	$(Q)deploy/hot-sections --static $(O)/hot/static --out $(STATIC_HOT_LD)
 
 # static-kube-program NAME: $(STATIC_O)/NAME, a program on lib's API client (the kube* group:
 # flexvol-provisioner, provisioner/static.mk; flexvol-migrate, migrate/static.mk), glibc -static
