@@ -204,9 +204,34 @@ static void prefetch(int fd, uint64_t size)
 				    POSIX_FADV_WILLNEED);
 }
 
-int fv_blk_probe(struct fv_ctx *cx, const char *dev, char *type, size_t len)
+/*
+ * A probe of @src standing in for block device @dev: its size is the
+ * device's (a loop device ends at the last whole sector of its file).
+ */
+static blkid_probe probe_for(const char *dev, int src)
 {
-	blkid_probe pr = blkid_new_probe_from_filename(dev);
+	_cleanup_close_ int fd = -1;
+	blkid_probe pr;
+	uint64_t size;
+	struct stat st;
+
+	if (src < 0)
+		return blkid_new_probe_from_filename(dev);
+	fd = open(dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISBLK(st.st_mode) ||
+	    ioctl(fd, BLKGETSIZE64, &size) < 0)
+		return blkid_new_probe_from_filename(dev);
+	pr = blkid_new_probe();
+	if (pr && blkid_probe_set_device(pr, src, 0, (blkid_loff_t)size) < 0) {
+		blkid_free_probe(pr);
+		return blkid_new_probe_from_filename(dev);
+	}
+	return pr;
+}
+
+int fv_blk_probe(struct fv_ctx *cx, const char *dev, int src, char *type, size_t len)
+{
+	blkid_probe pr = probe_for(dev, src);
 	const char *v = NULL, *usage = NULL;
 	static char zfs_member[] = "zfs_member", xfs_log[] = "xfs_external_log";
 	char *odd[] = { zfs_member, xfs_log, NULL };

@@ -107,7 +107,8 @@ static int mount_device(struct fv_ctx *cx, const struct fv_dir *gd, const char *
 	lock = fv_blk_lock(cx, dev);
 	if (lock < 0)
 		return lock;
-	r = fv_blk_probe(cx, dev, have, sizeof(have));
+	r = fv_blk_probe(cx, dev, blkvol_ops(cx)->probe_fd ? blkvol_ops(cx)->probe_fd(cx, dev) : -1,
+			 have, sizeof(have));
 	if (r < 0)
 		return r;
 	if (r == 1 || r == 2) {
@@ -688,7 +689,7 @@ int fv_blkvol_op_expandfs(struct fv_ctx *cx, const struct fv_opts *o, const char
 	r = ops->grow(cx, v, dev, new_size);
 	if (r < 0)
 		return r;
-	r = fv_blk_probe(cx, dev, type, sizeof(type));
+	r = fv_blk_probe(cx, dev, -1, type, sizeof(type));
 	if (r != 0)
 		return r < 0 ? r : fv_fail(cx, -ENXIO, "%s holds no filesystem", dev);
 	r = fv_mnt_find_source(dev, NULL, mnt, sizeof(mnt));

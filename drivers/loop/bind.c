@@ -42,6 +42,14 @@
  * call's, and one call's hold must not close another's before its mount.
  */
 static __thread int hold_fd = -1;
+/*
+ * Beside it, the image that binding was made of, opened anew (read-only, a
+ * file of its own: the probe's read-ahead hints stay off the device's), and
+ * the device's number: the bytes of a device bound a moment ago, whose own
+ * page cache is still empty, for loop_probe_fd().
+ */
+static __thread int hold_image = -1;
+static __thread dev_t hold_rdev;
 static pthread_once_t hold_once = PTHREAD_ONCE_INIT;
 static pthread_key_t hold_key;
 static bool hold_key_ok;
@@ -50,7 +58,9 @@ void loop_hold_drop(void)
 {
 	if (hold_fd >= 0)
 		close(hold_fd);
-	hold_fd = -1;
+	if (hold_image >= 0)
+		close(hold_image);
+	hold_fd = hold_image = -1;
 }
 
 static void hold_at_exit(void *unused)
@@ -327,8 +337,13 @@ int loop_bind(struct fv_ctx *cx, const char *rel, bool ro, int fd, const char *t
 	b->autoclear = held;
 	snprintf(b->tag, sizeof(b->tag), "%s", tag);
 	if (held) {
+		char self[32];
+
 		hold(lfd); /* from here on, our exit releases it unless a mount holds it */
 		lfd = -1;
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+		hold_image = open(self, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+		hold_rdev = fstat(hold_fd, &st) == 0 ? st.st_rdev : 0;
 	} else {
 		r = wait_node(cx, w, b);
 	}
@@ -337,6 +352,17 @@ out:
 		close(lfd);
 	fv_devwait_free(w);
 	return r;
+}
+
+int loop_probe_fd(struct fv_ctx *cx, const char *dev)
+{
+	struct stat st;
+
+	(void)cx;
+	if (hold_image < 0 || !hold_rdev || stat(dev, &st) < 0 || !S_ISBLK(st.st_mode) ||
+	    st.st_rdev != hold_rdev)
+		return -1;
+	return hold_image;
 }
 
 /* SET_STATUS64 on the open device @fd of @b: tag @tag, @flags added (a queue freeze). */

@@ -729,6 +729,7 @@ static const struct fv_blkvol_ops loop_ops = {
 	.ident = loop_ident,
 	.ident_of = loop_ident_of,
 	.health = loop_health,
+	.probe_fd = loop_probe_fd,
 };
 
 const struct fv_driver fv_driver_loop = {

@@ -70,6 +70,13 @@ int loop_bind(struct fv_ctx *cx, const char *rel, bool ro, int fd, const char *t
 	      struct binding *b);
 
 /*
+ * The image bound to @dev by loop_bind() with @held in this call, open
+ * read-only (borrowed: valid until loop_hold_drop()), or -1: what the block
+ * class probes instead of the device (fv_blkvol_ops.probe_fd).
+ */
+int loop_probe_fd(struct fv_ctx *cx, const char *dev);
+
+/*
  * Claim binding @b, which no mount uses, for @tag with the kernel's release
  * at its last close: released and bound anew by loop_bind() when nobody else
  * has its device open (returns 1: call loop_bind()); else re-tagged in place

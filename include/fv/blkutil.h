@@ -30,9 +30,11 @@ int fv_blk_lock(struct fv_ctx *cx, const char *dev);
  * filesystem whose mkfs never finished (an xfs with sb_inprogress: a
  * killed mkfs; nothing to lose, format it again), -FV_ERR_NOTBLANK
  * (message set) for a partition table, a non-filesystem signature or
- * several signatures, -errno on I/O errors.
+ * several signatures, -errno on I/O errors.  @src >= 0: read the bytes from
+ * @src instead, a descriptor open on exactly what @dev holds (its first
+ * BLKGETSIZE64 bytes are the device's; fv_blkvol_ops.probe_fd).
  */
-int fv_blk_probe(struct fv_ctx *cx, const char *dev, char *type, size_t len);
+int fv_blk_probe(struct fv_ctx *cx, const char *dev, int src, char *type, size_t len);
 
 /* A filesystem type name as libblkid and the mount table give it ("ext4", "xfs"), and a NUL. */
 #define FV_FSTYPE_MAX 64

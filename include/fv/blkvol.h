@@ -147,6 +147,18 @@ struct fv_blkvol_ops {
 	 */
 	int (*health)(struct fv_ctx *cx, dev_t devno, struct json_object *rec, char *msg,
 		      size_t len);
+
+	/*
+	 * probe_fd() - optional: a descriptor open on exactly the bytes of block
+	 * device @dev, which the class's probe before a first mount reads
+	 * instead of the device, or -1 (probe the device).  Borrowed: valid
+	 * until the call ends.  loop: the image a binding made in this call
+	 * was made of; its device's page cache is empty, so every probe read
+	 * through the device is I/O through the loop queue, about 0.7 ms of a
+	 * stage on an image in page cache (docs/benchmarks.md), where the
+	 * file's pages are at hand.
+	 */
+	int (*probe_fd)(struct fv_ctx *cx, const char *dev);
 };
 
 /* The generic ops, with the signatures of struct fv_driver's slots. */
