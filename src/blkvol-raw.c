@@ -47,19 +47,11 @@
 static int file_mounted(int parent, const char *name, struct fv_mntinfo *mi)
 {
 	_cleanup_close_ int fd = openat(parent, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-	struct statx stx;
-	int r;
 
 	if (fd < 0)
 		return errno == ENOENT ? 1 : NEG_ERRNO();
-	if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_MNT_ID, &stx) < 0)
-		return NEG_ERRNO();
-	if (!(stx.stx_mask & STATX_MNT_ID) || !(stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT))
-		return -EOPNOTSUPP; /* Linux < 5.8: raw block volumes are not served there */
-	if (!(stx.stx_attributes & STATX_ATTR_MOUNT_ROOT))
-		return 1;
-	r = fv_mnt_find_id(stx.stx_mnt_id, mi);
-	return r == -ENOENT ? 1 : r;
+	/* -EOPNOTSUPP before Linux 5.8: raw block volumes are not served there */
+	return fv_mnt_of_fd(fd, mi);
 }
 
 /* Unmount everything stacked on the file @name under @parent (@path in messages). */

@@ -108,25 +108,16 @@ int fv_dir_check(struct fv_ctx *cx, const struct fv_dir *d, unsigned int flags)
 
 int fv_dir_mounted(const struct fv_dir *d, struct fv_mntinfo *ret)
 {
-	struct statx stx;
 	int fd = fv_dir_open_self(d), r;
 
 	if (fd == -ENOENT)
 		return 1;
 	if (fd < 0)
 		return fd;
-	r = statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_MNT_ID, &stx) < 0 ? NEG_ERRNO()
-										      : 0;
+	r = fv_mnt_of_fd(fd, ret);
 	close(fd);
-	if (r < 0)
-		return r;
-	if (!(stx.stx_mask & STATX_MNT_ID) || !(stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT))
-		return fv_mnt_find(d->path, ret); /* Linux < 5.8: the literal path names the mount */
-	if (!(stx.stx_attributes & STATX_ATTR_MOUNT_ROOT))
-		return 1;
-	r = fv_mnt_find_id(stx.stx_mnt_id, ret);
-	/* a mount that went away between statx() and the table read: not mounted */
-	return r == -ENOENT ? 1 : r;
+	/* Linux < 5.8: the literal path names the mount */
+	return r == -EOPNOTSUPP ? fv_mnt_find(d->path, ret) : r;
 }
 
 /* Does the open directory @dir hold nothing but "." and ".."?  1 yes, 0 no.  Closes @dir. */

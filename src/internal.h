@@ -33,9 +33,16 @@ void fv_ctx_restore_message(struct fv_ctx *cx, const struct fv_saved_message *s,
 struct fv_mntline;
 int fv_mnt_each(bool (*fn)(const struct fv_mntline *m, void *arg), void *arg);
 
-/* mounttab.c: the mount of ID @id (statx's mnt_id) into @ret: 0, -ENOENT when none, -errno. */
+/*
+ * mounttab.c: is the open file @fd the root of a mount?  0 and the mount in
+ * @ret (may be NULL), 1 not, -EOPNOTSUPP before Linux 5.8 (no
+ * STATX_ATTR_MOUNT_ROOT), -errno.  From statmount(2) where the kernel has
+ * it, else from the table; fv_mnt_no_statmount (tests) forces the table.
+ */
 struct fv_mntinfo;
-int fv_mnt_find_id(uint64_t id, struct fv_mntinfo *ret);
+int fv_mnt_of_fd(int fd, struct fv_mntinfo *ret);
+extern bool fv_mnt_no_statmount;
+extern unsigned fv_mnt_statmount_hits; /* lookups statmount(2) answered, for tests */
 
 /* dirarg.c: the Failure for fv_dir_open_self()'s or fv_dir_open()'s error @r on @path. */
 int fv_dir_fail(struct fv_ctx *cx, int r, const char *path);

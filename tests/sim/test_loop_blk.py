@@ -5,6 +5,7 @@ one volume (point 8), unmountdevice that never drops the device mount before the
 (point 2a), lock waits in the log, and the smaller lies of point 9.  Real loop devices,
 mkfs and mounts, in the runner's private mount namespace.
 """
+import json
 import os
 import re
 import subprocess
@@ -582,12 +583,41 @@ def lock_wait_is_logged(e):
 
 # --- point 9: smaller lies --------------------------------------------------------
 
-def mountinfo_reads(e, args):
+STATMOUNT = 457  # the same number on every architecture; strace 6.1 has no name for it
+
+
+def failing_syscall(nr, err):
+    """A preexec_fn: from the exec on, system call @nr fails with @err (a seccomp filter: load
+    the call's number, compare, return ERRNO or ALLOW), whatever strace is put in between."""
+    import ctypes
+    import struct
+
+    prog = b"".join(struct.pack("HBBI", *ins) for ins in (
+        (0x20, 0, 0, 0),                      # BPF_LD | BPF_W | BPF_ABS: seccomp_data.nr
+        (0x15, 0, 1, nr),                     # BPF_JMP | BPF_JEQ | BPF_K
+        (0x06, 0, 0, 0x00050000 | err),       # BPF_RET: SECCOMP_RET_ERRNO
+        (0x06, 0, 0, 0x7fff0000)))            # BPF_RET: SECCOMP_RET_ALLOW
+    buf = ctypes.create_string_buffer(prog)
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = Fprog(len(prog) // 8, ctypes.addressof(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def pre():
+        if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(fprog), 0, 0):
+            os._exit(99)  # PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP(SECCOMP_MODE_FILTER)
+    pre.keep = buf  # the program lives as long as the function that installs it
+    return pre
+
+
+def mountinfo_reads(e, args, pre=None):
     """How many times one call of the driver opens /proc/self/mountinfo."""
     log = os.path.join(e.dir, "strace.out")
     subprocess.run(["strace", "-f", "-qq", "-o", log, "-P", "/proc/self/mountinfo", "--", e.bin,
                     *args], env=traced(e.env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=True, timeout=60)
+                   stderr=subprocess.DEVNULL, check=True, timeout=60, preexec_fn=pre)
     with open(log) as f:
         n = sum(1 for line in f if "openat(" in line and "mountinfo" in line)
     os.unlink(log)
@@ -598,20 +628,32 @@ def mountinfo_reads(e, args):
 def node_unreadable_mount_table_is_not_unused(e):
     """Issue 17 point 9: a mount table that cannot be read is an error, never "not in use": the
     unmount of one of two pods, with each read of /proc/self/mountinfo failing in turn (EIO,
-    injected by strace), never takes the device mount from the other pod."""
+    injected by strace), never takes the device mount from the other pod; here with
+    statmount(2) refused as a kernel before 6.8 refuses it (ENOSYS), so that every lookup reads
+    the table.  And with statmount failing (EIO): a Failure, nothing unmounted."""
     k = e.k
     o = e.opts()
     for uid in ("pod-a", "pod-b"):
         k.mount(uid, "pv1", o, expect="Success")
     pa, pb = k.poddir("pod-a", "pv1"), k.poddir("pod-b", "pv1")
-    n = mountinfo_reads(e, ("unmount", pa))
+    p = subprocess.run([e.bin, "unmount", pa], env=e.env, stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=60,
+                       preexec_fn=failing_syscall(STATMOUNT, 5))
+    check(json.loads(p.stdout).get("status") == "Failure" and not p.stderr,
+          "unmount with statmount failing: %r %r" % (p.stdout, p.stderr))
+    check(mounted_at(pb) and mounted_at(e.devmount()),
+          "statmount failing: the device mount or pod-b's went: %r" % mounts_under(e.dir))
+    if not mounted_at(pa):
+        k.mount("pod-a", "pv1", o, expect="Success")
+    pre = failing_syscall(STATMOUNT, 38)
+    n = mountinfo_reads(e, ("unmount", pa), pre)
     check(n >= 2, "unmount read the mount table %d times" % n)
     k.mount("pod-a", "pv1", o, expect="Success")
     for i in range(1, n + 1):
         subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-P", "/proc/self/mountinfo",
                         "-e", "inject=openat:error=EIO:when=%d" % i, "--", e.bin, "unmount", pa],
                        env=traced(e.env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=60)
+                       stderr=subprocess.DEVNULL, timeout=60, preexec_fn=pre)
         what = "mount table read #%d failed" % i
         check(mounted_at(e.devmount()), "%s: the device mount went: %r"
               % (what, mounts_under(e.dir)))

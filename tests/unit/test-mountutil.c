@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Error codes out of mountutil.c: libmount's MNT_ERR_* never pass through (issue 9 item 8). */
+#include <fcntl.h>
 #include <libmount.h>
 #include <stdio.h>
 #include <sys/sysmacros.h>
+#include <sys/utsname.h>
+#include <unistd.h>
 
 #include "unit.h"
 #include "fv/mountutil.h"
@@ -96,6 +99,58 @@ TEST(mountinfo_lines_as_libmount_reads_them)
 	fclose(f);
 	mnt_free_iter(it);
 	mnt_unref_table(tb);
+}
+
+/*
+ * A mount asked of the kernel by its ID (statmount(2)) against the same
+ * mount read from the table: every mount point of this process's table,
+ * opened and looked up both ways, gives the same fields.  On a kernel with
+ * statmount's source string (6.13) the first way must have been taken.
+ */
+TEST(mount_by_id_as_the_table_has_it)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	unsigned hits = fv_mnt_statmount_hits;
+	char *line = NULL;
+	size_t cap = 0;
+	struct utsname u;
+	unsigned major = 0, minor = 0;
+	int n = 0;
+
+	REQUIRE(f);
+	while (getline(&line, &cap, f) > 0) {
+		struct fv_mntinfo a, b;
+		struct fv_mntline m;
+		int fd, ra, rb;
+
+		line[strcspn(line, "\n")] = '\0';
+		REQUIRE(fv_mnt_parse_line(line, &m) == 0);
+		fd = open(m.target, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		fv_mnt_no_statmount = true;
+		ra = fv_mnt_of_fd(fd, &a);
+		fv_mnt_no_statmount = false;
+		rb = fv_mnt_of_fd(fd, &b);
+		close(fd);
+		CHECK_INT(rb, ra);
+		if (ra != 0 || rb != 0)
+			continue;
+		CHECK_STR(b.source, a.source);
+		CHECK_STR(b.fstype, a.fstype);
+		CHECK_STR(b.root, a.root);
+		CHECK_STR(b.vfs_options, a.vfs_options);
+		CHECK(b.devno == a.devno);
+		CHECK(b.readonly == a.readonly);
+		n++;
+	}
+	CHECK(n > 0);
+	free(line);
+	fclose(f);
+	REQUIRE(uname(&u) == 0);
+	if (sscanf(u.release, "%u.%u", &major, &minor) == 2 &&
+	    (major > 6 || (major == 6 && minor >= 13)))
+		CHECK(fv_mnt_statmount_hits > hits);
 }
 
 TEST(mountinfo_line_escapes_and_odd_fields)
