@@ -317,6 +317,11 @@ int fv_mkdir_p(const char *path, mode_t mode)
 		return -EINVAL;
 	if (strlen(path) >= sizeof(buf))
 		return -ENAMETOOLONG;
+	/* the common case in one call: every parent there already */
+	if (mkdir(path, mode) == 0 || errno == EEXIST)
+		return 0;
+	if (errno != ENOENT)
+		return NEG_ERRNO();
 	strcpy(buf, path);
 	for (p = buf + 1;; p++) {
 		if (*p == '/' || !*p) {
