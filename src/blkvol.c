@@ -264,8 +264,9 @@ int fv_blkvol_save_record(struct fv_ctx *cx, const char *name, const void *v, co
 					       json_object_new_string(o->pairs[i].value));
 	json_object_object_add(rec, "opts", opts);
 	r = blkvol_ops(cx)->record ? blkvol_ops(cx)->record(cx, v, rec) : 0;
+	/* what it records, a device and its mount, ends with the boot: unsynced */
 	if (r == 0)
-		r = fv_state_write(cx, name, rec);
+		r = fv_state_write_boot(cx, name, rec);
 	json_object_put(rec);
 	return r;
 }

@@ -58,7 +58,8 @@ static void sweep_tmp(const char *path)
  * the record removes it (sweep_tmp()).  Without O_TMPFILE (a filesystem
  * that lacks it), the named file from the start.
  */
-int fv_write_file_atomic(const char *path, const char *data, size_t len, unsigned int mode)
+static int write_atomic(const char *path, const char *data, size_t len, unsigned int mode,
+			bool sync)
 {
 	char tmp[PATH_MAX], dir[PATH_MAX], proc[32];
 	_cleanup_close_ int dfd = -1;
@@ -88,7 +89,7 @@ int fv_write_file_atomic(const char *path, const char *data, size_t len, unsigne
 		data += n;
 		len -= (size_t)n;
 	}
-	if (r == 0 && fsync(fd) < 0)
+	if (r == 0 && sync && fsync(fd) < 0)
 		r = NEG_ERRNO();
 	if (r == 0 && unnamed) {
 		(void)unlink(tmp); /* a leftover of ours (a reused pid): linkat() does not replace */
@@ -106,12 +107,19 @@ int fv_write_file_atomic(const char *path, const char *data, size_t len, unsigne
 		unlink(tmp);
 		return r;
 	}
+	if (!sync)
+		return 0;
 	/* make the rename itself durable */
 	snprintf(dir, sizeof(dir), "%s", path);
 	dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd >= 0)
 		(void)fsync(dfd);
 	return 0;
+}
+
+int fv_write_file_atomic(const char *path, const char *data, size_t len, unsigned int mode)
+{
+	return write_atomic(path, data, len, mode, true);
 }
 
 static int record_path(struct fv_ctx *cx, const char *key, char *buf, size_t len, bool mkdir)
@@ -132,7 +140,7 @@ static int record_path(struct fv_ctx *cx, const char *key, char *buf, size_t len
 	return 0;
 }
 
-int fv_state_write(struct fv_ctx *cx, const char *key, struct json_object *obj)
+static int state_write(struct fv_ctx *cx, const char *key, struct json_object *obj, bool sync)
 {
 	char path[PATH_MAX];
 	const char *s;
@@ -143,10 +151,20 @@ int fv_state_write(struct fv_ctx *cx, const char *key, struct json_object *obj)
 			       strerror(-r));
 	s = json_object_to_json_string_ext(obj, JSON_C_TO_STRING_PLAIN |
 							 JSON_C_TO_STRING_NOSLASHESCAPE);
-	r = fv_write_file_atomic(path, s, strlen(s), 0600);
+	r = write_atomic(path, s, strlen(s), 0600, sync);
 	if (r < 0)
 		return fv_fail(cx, r, "cannot write state '%s': %s", path, strerror(-r));
 	return 0;
+}
+
+int fv_state_write(struct fv_ctx *cx, const char *key, struct json_object *obj)
+{
+	return state_write(cx, key, obj, true);
+}
+
+int fv_state_write_boot(struct fv_ctx *cx, const char *key, struct json_object *obj)
+{
+	return state_write(cx, key, obj, false);
 }
 
 static int read_record_at(const char *dir, const char *file, struct json_object **ret)

@@ -145,6 +145,29 @@ TEST(round_trip)
 	teardown();
 }
 
+/* A record of this boot's state: the same record, in the same place, written the same way but unsynced. */
+TEST(boot_record_round_trip)
+{
+	json_object *w, *r = NULL;
+	char path[PATH_MAX * 2];
+	struct stat st;
+
+	REQUIRE(setup());
+	w = record("/dev/loop7", 7);
+	CHECK_INT(fv_state_write_boot(&cx, "pv1", w), 0);
+	if (CHECK_INT(fv_state_read(&cx, "pv1", &r), 0) && CHECK(r != NULL)) {
+		CHECK(json_object_equal(w, r));
+		json_object_put(r);
+	}
+	json_object_put(w);
+	snprintf(path, sizeof(path), "%s/pv1.json", recdir);
+	if (CHECK(stat(path, &st) == 0))
+		CHECK_INT(st.st_mode & 0777, 0600);
+	CHECK_INT(count_strays(recdir), 0);
+	CHECK_INT(fv_state_remove(&cx, "pv1"), 0);
+	teardown();
+}
+
 TEST(absent)
 {
 	json_object *r = NULL;
