@@ -189,6 +189,18 @@ def prepare_scratch(scratch):
         f.write("# make bench: everything comes from the environment\n")
 
 
+def run_on_tmpfs(scratch):
+    """A scratch directory's run directory (the locks) on a tmpfs of its own, as /run/flexvol
+    is on a node: for the benches that keep everything else on the disk.  In a private
+    mount namespace; undone by its end or undo_run_tmpfs()."""
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "flexvol-run",
+                    os.path.join(scratch, "run")], check=True)
+
+
+def undo_run_tmpfs(scratch):
+    subprocess.run(["umount", "-l", os.path.join(scratch, "run")], capture_output=True)
+
+
 # --- loop devices: found and detached by name, never losetup -D ---------------
 
 def loops_backed_by(scratch):

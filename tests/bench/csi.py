@@ -11,7 +11,9 @@ One 64Mi ext4 loop volume per path, the same node work both ways:
               client (tests/csi/csi-call -script) from the request sent to the answer read.
 
 Interleaved (each cycle of a round runs both, which goes first alternates), in a private
-mount namespace.  Memory: the endpoint's resident set (VmRSS) when it starts and after
+mount namespace, the images, state and kubelet directories on a tmpfs there as in cycle.py
+(--disk: on the disk under the scratch directory, the run directory with the locks on a tmpfs
+as /run is on a node).  Memory: the endpoint's resident set (VmRSS) when it starts and after
 every cycle, and its peak (VmHWM); a FlexVolume call's peak resident set (ru_maxrss of
 the call, or of a helper it waited for: mkfs, fsck, blkid; nothing stays resident
 between calls).  The CSI cycle's floor (issue 41): the kernel's work of the cycle in one
@@ -26,7 +28,7 @@ stage makes its filesystem) and on the same volumes again (a mount).  Nothing he
 speed; a failed call fails the run.
 
   python3 tests/bench/csi.py --build build [--rounds 3] [--cycles 10] [--concurrent 4]
-                             [--json out.json]
+                             [--disk] [--json out.json]
 """
 
 import argparse
@@ -204,9 +206,16 @@ def at_once(a, sock, staging, script):
 
 def inner(a):
     scratch = a.scratch
+    if not a.disk:  # as cycle.py: the kernel's work and ours, not a shared disk's latency
+        scratch = os.path.join(a.scratch, "fs")
+        os.makedirs(scratch, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m,mode=0700", "flexvol-bench",
+                        scratch], check=True)
     flex, csi = os.path.join(scratch, "flex"), os.path.join(scratch, "csi")
     for d in (flex, csi):
         bench.prepare_scratch(d)
+        if a.disk:
+            bench.run_on_tmpfs(d)
     fenv = bench.scratch_env(flex)
     gmount, poddir = bench.kubelet_paths(flex)
     cenv = bench.scratch_env(csi)
@@ -277,6 +286,12 @@ def inner(a):
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
         log.close()
+        for d in (flex, csi):
+            bench.undo_inner(d, *bench.kubelet_paths(d))
+            if a.disk:
+                bench.undo_run_tmpfs(d)
+        if not a.disk:
+            subprocess.run(["umount", "-l", scratch], capture_output=True)
     with open(a.result, "w") as f:
         json.dump(result, f)
     return 0
@@ -288,6 +303,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cycles", type=int, default=10)
     ap.add_argument("--concurrent", type=int, default=4, help="stages at once (distinct volumes)")
+    ap.add_argument("--disk", action="store_true", help="images and state on the disk under "
+                    "the scratch directory, the run directory (locks) on a tmpfs as /run is on a "
+                    "node (default: all on a tmpfs)")
     ap.add_argument("--json")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     for k in ("loop", "csi", "call", "kfloor", "scratch", "result"):
@@ -317,13 +335,15 @@ def main():
                          "--csi", os.path.abspath(csi), "--call", call, "--scratch", scratch,
                          "--kfloor", os.path.abspath(os.path.join(a.build, "kfloor")),
                          "--result", result, "--rounds", str(a.rounds),
-                         "--cycles", str(a.cycles),
+                         "--cycles", str(a.cycles)] + (["--disk"] if a.disk else []) + [
                          "--concurrent", str(a.concurrent)]).returncode
     if rc == 0:
         with open(result) as f:
             res = json.load(f)
-        print(f"CSI beside FlexVolume, loop 64Mi ext4 (flexvol-csi: {csi}; loop: {loop}); "
-              f"median ms over {a.rounds} rounds x {a.cycles} cycles (each round's median)")
+        where = "on the disk, locks on a tmpfs" if a.disk else "on a tmpfs"
+        print(f"CSI beside FlexVolume, loop 64Mi ext4 (flexvol-csi: {csi}; loop: {loop}), "
+              f"images and state {where}; median ms over {a.rounds} rounds x {a.cycles} cycles "
+              f"(each round's median)")
         print(f"{'CSI call':<22}{'CSI':>9}  {'FlexVolume call(s)':<28}{'FlexVolume':>11}")
         tot_c, tot_f = [], []
         for op in CSI_OPS:

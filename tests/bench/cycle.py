@@ -19,7 +19,8 @@ what ships; `make static`), each with its dynamic build beside it when
 --dynamic asks (BUILD/loop, DIR/loop: the same interleaving, two more
 subjects).  The images, state and kubelet directories live on a tmpfs
 mounted in the private mount namespace (--disk: on the disk under the
-scratch directory instead), so that the figures are the drivers' and the
+scratch directory instead, the run directory with the locks on a tmpfs as
+/run is on a node), so that the figures are the drivers' and the
 kernel's work, not the latency of a disk other programs share; on a node
 the state records' fsync and the loop device's flushes go to its disk.
 
@@ -141,6 +142,8 @@ def inner(args):
     for name, loop in subject_list(args):
         d = os.path.join(base, name)
         bench.prepare_scratch(d)
+        if args.disk:
+            bench.run_on_tmpfs(d)
         subjects.append(Subject(name, loop, d))
     kf_args = kfloor_setup(base)
     env = bench.scratch_env(args.scratch)
@@ -169,6 +172,8 @@ def inner(args):
     finally:
         for s in subjects:
             bench.undo_inner(s.scratch, s.gmount, s.poddir)
+            if args.disk:
+                bench.undo_run_tmpfs(s.scratch)
         if not args.disk:
             subprocess.run(["umount", "-l", base], capture_output=True)
     with open(args.result, "w") as f:
@@ -289,7 +294,8 @@ def main():
     ap.add_argument("--dynamic", action="store_true", help="also measure the dynamic builds "
                     "(BUILD/loop, DIR/loop) beside the static ones, interleaved")
     ap.add_argument("--disk", action="store_true", help="keep the images and state on the "
-                    "disk under the scratch directory (default: a tmpfs)")
+                    "disk under the scratch directory, the run directory (locks) on a tmpfs as "
+                    "/run is on a node (default: all on a tmpfs)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     ap.add_argument("--cycles", type=int, default=10, help="cycles per round (default 10)")
     ap.add_argument("--json", metavar="FILE", help="also write every round as JSON")
