@@ -39,6 +39,7 @@ struct grpc_call {
 	const struct grpc_method *m;
 	ProtobufCMessage *req;
 	pthread_t thread;
+	void *stack;		 /* its thread's stack (grpc-calls.c), until joined */
 	/* the answer, the handler's thread's while running */
 	enum grpc_code code;
 	char msg[1024];
@@ -75,6 +76,8 @@ struct grpc_pool {
 	bool inline_calls;		/* handlers on the loop thread (the fuzz targets) */
 	int efd;			/* eventfd: a handler finished */
 	pthread_attr_t attr;
+	void *stacks[GRPC_WORKERS + GRPC_LOOKERS]; /* handler stacks no thread runs on */
+	unsigned int nstacks;
 	pthread_mutex_t done_mu;
 	struct grpc_call *done, **done_tail;
 };
