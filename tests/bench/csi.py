@@ -63,6 +63,12 @@ def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def minflt(pid):
+    """The process's minor page faults so far (/proc/PID/stat, field 10)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
 def status_kb(pid, key):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -262,13 +268,15 @@ def inner(a):
         flex_cycle(a.loop, fenv, gmount, poddir, "warm-up")
         kf_args = kernelfloor.kfloor_setup(scratch)
         empty = [["/csi.v1.Node/NodeGetCapabilities", {}]] * 4
-        rss = []
+        rss, faults = [], []
         for rnd in range(a.rounds):
             r = {"csi": [], "flex": [], "flex_peak_kb": [], "kfloor": [], "empty": []}
             for i in range(a.cycles):
                 for which in (("csi", "flex") if i % 2 == 0 else ("flex", "csi")):
                     if which == "csi":
+                        f0 = minflt(proc.pid)
                         r["csi"].append(dict(zip(CSI_OPS, script(cycle, "cycle"))))
+                        faults.append(minflt(proc.pid) - f0)
                         kf = kernelfloor.run_kfloor(a.kfloor, kf_args, os.environ.copy())
                         r["kfloor"].append(sum(kf[k] for k in KFLOOR_OPS))
                         r["empty"].append(sum(script(empty, "empty")))
@@ -279,6 +287,7 @@ def inner(a):
                         r["flex_peak_kb"].append(p)
             result["rounds"].append(r)
         result["rss_after_kb"] = max(rss)
+        result["faults_per_cycle"] = med(faults)
         result["hwm_kb"] = status_kb(proc.pid, "VmHWM")
         script([["/csi.v1.Controller/DeleteVolume", {"volumeId": VID}]], "delete")
         result["at_once"] = at_once(a, sock, staging, script)
@@ -367,7 +376,8 @@ def main():
         print(f"memory: flexvol-csi resident {res['rss_start_kb']} KiB at start, "
               f"{res['rss_after_kb']} KiB at most after a cycle, peak {res['hwm_kb']} KiB; "
               f"a FlexVolume call's peak {peak} KiB (the call or a helper it waited for, "
-              f"ru_maxrss; nothing resident between calls)")
+              f"ru_maxrss; nothing resident between calls); the endpoint's page faults in a "
+              f"cycle: {res['faults_per_cycle']:.0f} (median)")
         print(f"{a.concurrent} NodeStageVolume of distinct volumes, a connection each; median wall "
               f"ms of {a.rounds} rounds:")
         for kind, what in (("fresh", "fresh volumes (mkfs)"), ("again", "formatted (mount)")):
