@@ -156,7 +156,8 @@ $(O)/kfloor: tests/bench/kfloor.c
 # (tests/bench/cycle.py --old): BENCH_OLD_REV archived into $(BENCH_OLD).src,
 # built dynamic and static (its `make static`, on the same cached static
 # dependencies as ours when ci/build-static-deps is unchanged).
-BENCH_OLD_REV ?= 01d4831
+# b71d372: main as stop 44 landed it (issue 41's A/B; issue 29's tables used 01d4831)
+BENCH_OLD_REV ?= b71d372
 BENCH_OLD     ?= $(O)/old-$(BENCH_OLD_REV)
 $(BENCH_OLD)/loop:
 	$(Q)rm -rf $(BENCH_OLD).src && mkdir -p $(BENCH_OLD).src
@@ -165,6 +166,9 @@ $(BENCH_OLD)/loop:
 
 $(BENCH_OLD)/static/loop: $(BENCH_OLD)/loop
 	$(Q)$(MAKE) -C $(BENCH_OLD).src O=$(abspath $(BENCH_OLD)) static
+
+$(BENCH_OLD)/static/flexvol-csi: $(BENCH_OLD)/loop
+	$(Q)$(MAKE) -C $(BENCH_OLD).src O=$(abspath $(BENCH_OLD)) static-csi
 
 # the attach cycle per op against the exec and kernel floors and the previous
 # release: the static builds (what ships), the dynamic ones beside them

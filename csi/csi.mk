@@ -126,8 +126,9 @@ check-static-csi: static-csi
 	$(Q)tests/csi/static-smoke --bin $(STATIC_O)/flexvol-csi $(if $(STATIC_CROSS),--emulator $(STATIC_QEMU))
 
 # make bench's CSI figures: the loop node cycle through flexvol-csi beside the FlexVolume calls
-# doing the same work, and the endpoint's memory (tests/bench/csi.py; root)
+# doing the same work and the previous release's endpoint (BENCH_OLD, Makefile), and the
+# endpoint's memory (tests/bench/csi.py; root)
 .PHONY: bench-csi
 bench: bench-csi
-bench-csi: static-csi $(O)/kfloor
-	$(Q)python3 tests/bench/csi.py --build $(O)
+bench-csi: static-csi $(O)/kfloor $(BENCH_OLD)/static/flexvol-csi
+	$(Q)python3 tests/bench/csi.py --build $(O) --old $(BENCH_OLD)

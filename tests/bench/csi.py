@@ -28,7 +28,7 @@ stage makes its filesystem) and on the same volumes again (a mount).  Nothing he
 speed; a failed call fails the run.
 
   python3 tests/bench/csi.py --build build [--rounds 3] [--cycles 10] [--concurrent 4]
-                             [--disk] [--json out.json]
+                             [--disk] [--old BUILD-OLD] [--json out.json]
 """
 
 import argparse
@@ -210,6 +210,70 @@ def at_once(a, sock, staging, script):
     return out
 
 
+class Endpoint:
+    """One flexvol-csi serving loop.csi.flexvol from its own scratch directory, and the node
+    cycle of one 64Mi volume through it (tests/csi/csi-call -script: one connection a script)."""
+
+    def __init__(self, a, binary, d):
+        self.a, self.d = a, d
+        bench.prepare_scratch(d)
+        if a.disk:
+            bench.run_on_tmpfs(d)
+        env = bench.scratch_env(d)
+        self.staging = os.path.join(d, "kubelet/plugins/kubernetes.io/csi/loop.csi.flexvol/h/"
+                                    "globalmount")
+        target = os.path.join(d, "kubelet/pods/p1/volumes/kubernetes.io~csi", VID, "mount")
+        os.makedirs(self.staging)
+        os.makedirs(os.path.dirname(target))
+        self.sock = os.path.join(d, "csi.sock")
+        self.log = open(os.path.join(d, "endpoint.log"), "w")
+        self.proc = subprocess.Popen([binary, "--endpoint", "unix://" + self.sock, "--driver",
+                                      "loop"], env=env, stdout=self.log, stderr=self.log)
+        self.cycle = [["/csi.v1.Node/NodeStageVolume",
+                       {"volumeId": VID, "stagingTargetPath": self.staging,
+                        "volumeCapability": CAP, "volumeContext": {"file": VID + ".img"}}],
+                      ["/csi.v1.Node/NodePublishVolume",
+                       {"volumeId": VID, "stagingTargetPath": self.staging, "targetPath": target,
+                        "volumeCapability": CAP}],
+                      ["/csi.v1.Node/NodeUnpublishVolume", {"volumeId": VID, "targetPath": target}],
+                      ["/csi.v1.Node/NodeUnstageVolume",
+                       {"volumeId": VID, "stagingTargetPath": self.staging}]]
+
+    def ready(self):
+        end = time.monotonic() + 10
+        while not os.path.exists(self.sock):
+            if time.monotonic() > end or self.proc.poll() is not None:
+                raise bench.BenchError("flexvol-csi did not listen")
+            time.sleep(0.02)
+        time.sleep(0.2)
+
+    def script(self, calls, name):
+        f = os.path.join(self.d, name + ".json")
+        with open(f, "w") as fh:
+            json.dump(calls, fh)
+        r = subprocess.run([self.a.call, "-endpoint", "unix://" + self.sock, "-script", f],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise bench.BenchError(f"CSI {name}: {r.stderr.strip()}")
+        return json.loads(r.stdout)
+
+    def create(self):
+        self.script([["/csi.v1.Controller/CreateVolume",
+                      {"name": VID, "capacityRange": {"requiredBytes": str(64 << 20)},
+                       "volumeCapabilities": [CAP]}]], "create")
+
+    def run_cycle(self):
+        return dict(zip(CSI_OPS, self.script(self.cycle, "cycle")))
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+        self.log.close()
+        bench.undo_inner(self.d, *bench.kubelet_paths(self.d))
+        if self.a.disk:
+            bench.undo_run_tmpfs(self.d)
+
+
 def inner(a):
     scratch = a.scratch
     if not a.disk:  # as cycle.py: the kernel's work and ours, not a shared disk's latency
@@ -217,70 +281,47 @@ def inner(a):
         os.makedirs(scratch, exist_ok=True)
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m,mode=0700", "flexvol-bench",
                         scratch], check=True)
-    flex, csi = os.path.join(scratch, "flex"), os.path.join(scratch, "csi")
-    for d in (flex, csi):
-        bench.prepare_scratch(d)
-        if a.disk:
-            bench.run_on_tmpfs(d)
+    flex = os.path.join(scratch, "flex")
+    bench.prepare_scratch(flex)
+    if a.disk:
+        bench.run_on_tmpfs(flex)
     fenv = bench.scratch_env(flex)
     gmount, poddir = bench.kubelet_paths(flex)
-    cenv = bench.scratch_env(csi)
-    staging = os.path.join(csi, "kubelet/plugins/kubernetes.io/csi/loop.csi.flexvol/h/globalmount")
-    target = os.path.join(csi, "kubelet/pods/p1/volumes/kubernetes.io~csi", VID, "mount")
-    os.makedirs(staging)
-    os.makedirs(os.path.dirname(target))
-    sock = os.path.join(csi, "csi.sock")
-    log = open(os.path.join(csi, "endpoint.log"), "w")
-    proc = subprocess.Popen([a.csi, "--endpoint", "unix://" + sock, "--driver", "loop"], env=cenv,
-                            stdout=log, stderr=log)
+    eps = []
     result = {"rounds": []}
     try:
-        end = time.monotonic() + 10
-        while not os.path.exists(sock):
-            if time.monotonic() > end or proc.poll() is not None:
-                raise bench.BenchError("flexvol-csi did not listen")
-            time.sleep(0.02)
-        time.sleep(0.2)
-        result["rss_start_kb"] = status_kb(proc.pid, "VmRSS")
-
-        def script(calls, name):
-            f = os.path.join(csi, name + ".json")
-            with open(f, "w") as fh:
-                json.dump(calls, fh)
-            r = subprocess.run([a.call, "-endpoint", "unix://" + sock, "-script", f],
-                               capture_output=True, text=True, timeout=300)
-            if r.returncode != 0:
-                raise bench.BenchError(f"CSI {name}: {r.stderr.strip()}")
-            return json.loads(r.stdout)
-
-        script([["/csi.v1.Controller/CreateVolume",
-                 {"name": VID, "capacityRange": {"requiredBytes": str(64 << 20)},
-                  "volumeCapabilities": [CAP]}]], "create")
-        cycle = [["/csi.v1.Node/NodeStageVolume",
-                  {"volumeId": VID, "stagingTargetPath": staging, "volumeCapability": CAP,
-                   "volumeContext": {"file": VID + ".img"}}],
-                 ["/csi.v1.Node/NodePublishVolume",
-                  {"volumeId": VID, "stagingTargetPath": staging, "targetPath": target,
-                   "volumeCapability": CAP}],
-                 ["/csi.v1.Node/NodeUnpublishVolume", {"volumeId": VID, "targetPath": target}],
-                 ["/csi.v1.Node/NodeUnstageVolume", {"volumeId": VID, "stagingTargetPath": staging}]]
-        script(cycle, "warm-up")  # mkfs
+        new = Endpoint(a, a.csi, os.path.join(scratch, "csi"))
+        eps.append(new)
+        old = Endpoint(a, a.old_csi, os.path.join(scratch, "csi-old")) if a.old_csi else None
+        if old:
+            eps.append(old)
+        for e in eps:
+            e.ready()
+        result["rss_start_kb"] = status_kb(new.proc.pid, "VmRSS")
+        for e in eps:
+            e.create()
+            e.run_cycle()  # warm-up: mkfs
         flex_cycle(a.loop, fenv, gmount, poddir, "warm-up")
         kf_args = kernelfloor.kfloor_setup(scratch)
         empty = [["/csi.v1.Node/NodeGetCapabilities", {}]] * 4
         rss, faults = [], []
         for rnd in range(a.rounds):
-            r = {"csi": [], "flex": [], "flex_peak_kb": [], "kfloor": [], "empty": []}
+            r = {"csi": [], "csi_old": [], "flex": [], "flex_peak_kb": [], "kfloor": [],
+                 "empty": []}
             for i in range(a.cycles):
                 for which in (("csi", "flex") if i % 2 == 0 else ("flex", "csi")):
                     if which == "csi":
-                        f0 = minflt(proc.pid)
-                        r["csi"].append(dict(zip(CSI_OPS, script(cycle, "cycle"))))
-                        faults.append(minflt(proc.pid) - f0)
+                        if old and i % 2:
+                            r["csi_old"].append(old.run_cycle())
+                        f0 = minflt(new.proc.pid)
+                        r["csi"].append(new.run_cycle())
+                        faults.append(minflt(new.proc.pid) - f0)
+                        if old and not i % 2:
+                            r["csi_old"].append(old.run_cycle())
                         kf = kernelfloor.run_kfloor(a.kfloor, kf_args, os.environ.copy())
                         r["kfloor"].append(sum(kf[k] for k in KFLOOR_OPS))
-                        r["empty"].append(sum(script(empty, "empty")))
-                        rss.append(status_kb(proc.pid, "VmRSS"))
+                        r["empty"].append(sum(new.script(empty, "empty")))
+                        rss.append(status_kb(new.proc.pid, "VmRSS"))
                     else:
                         w, p = flex_cycle(a.loop, fenv, gmount, poddir, f"round {rnd + 1}")
                         r["flex"].append(w)
@@ -288,17 +329,15 @@ def inner(a):
             result["rounds"].append(r)
         result["rss_after_kb"] = max(rss)
         result["faults_per_cycle"] = med(faults)
-        result["hwm_kb"] = status_kb(proc.pid, "VmHWM")
-        script([["/csi.v1.Controller/DeleteVolume", {"volumeId": VID}]], "delete")
-        result["at_once"] = at_once(a, sock, staging, script)
+        result["hwm_kb"] = status_kb(new.proc.pid, "VmHWM")
+        new.script([["/csi.v1.Controller/DeleteVolume", {"volumeId": VID}]], "delete")
+        result["at_once"] = at_once(a, new.sock, new.staging, new.script)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
-        log.close()
-        for d in (flex, csi):
-            bench.undo_inner(d, *bench.kubelet_paths(d))
-            if a.disk:
-                bench.undo_run_tmpfs(d)
+        for e in eps:
+            e.stop()
+        bench.undo_inner(flex, gmount, poddir)
+        if a.disk:
+            bench.undo_run_tmpfs(flex)
         if not a.disk:
             subprocess.run(["umount", "-l", scratch], capture_output=True)
     with open(a.result, "w") as f:
@@ -317,7 +356,9 @@ def main():
                     "node (default: all on a tmpfs)")
     ap.add_argument("--json")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
-    for k in ("loop", "csi", "call", "kfloor", "scratch", "result"):
+    ap.add_argument("--old", help="build directory of the previous release: its "
+                    "static/flexvol-csi (else flexvol-csi) measured beside, interleaved")
+    for k in ("loop", "csi", "old-csi", "call", "kfloor", "scratch", "result"):
         ap.add_argument("--" + k, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.inner:
@@ -334,6 +375,11 @@ def main():
         os.path.join(a.build, "loop")
     csi = os.path.join(st, "flexvol-csi") if os.path.exists(os.path.join(st, "flexvol-csi")) else \
         os.path.join(a.build, "flexvol-csi")
+    old_csi = None
+    if a.old:
+        old_csi = os.path.join(a.old, "static", "flexvol-csi")
+        if not os.path.exists(old_csi):
+            old_csi = os.path.join(a.old, "flexvol-csi")
     sanity = subprocess.run([os.path.join(HERE, "..", "csi", "build")], check=True,
                             stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1]
     call = os.path.join(os.path.dirname(sanity), "csi-call")
@@ -344,7 +390,8 @@ def main():
                          "--csi", os.path.abspath(csi), "--call", call, "--scratch", scratch,
                          "--kfloor", os.path.abspath(os.path.join(a.build, "kfloor")),
                          "--result", result, "--rounds", str(a.rounds),
-                         "--cycles", str(a.cycles)] + (["--disk"] if a.disk else []) + [
+                         "--cycles", str(a.cycles)] + (["--disk"] if a.disk else []) +
+                        (["--old-csi", os.path.abspath(old_csi)] if a.old else []) + [
                          "--concurrent", str(a.concurrent)]).returncode
     if rc == 0:
         with open(result) as f:
@@ -372,6 +419,20 @@ def main():
             print(f"  round {i + 1}: cycle {cy:.2f} ms, kernel {kf:.2f} + four empty calls {em:.2f} "
                   f"= {kf + em:.2f} ms: {ratios[-1]:.2f}x")
         print(f"  median of the rounds' ratios: {med(ratios):.2f}x")
+        if a.old:
+            print(f"against the previous release ({old_csi}), interleaved: its cycle, each "
+                  f"round's median, and new/old:")
+            pr = []
+            for i, r in enumerate(res["rounds"]):
+                cn = med([sum(x.values()) for x in r["csi"]])
+                co = med([sum(x.values()) for x in r["csi_old"]])
+                kf, em = med(r["kfloor"]), med(r["empty"])
+                pr.append(cn / co)
+                print(f"  round {i + 1}: old {co:.2f} ms ({co / (kf + em):.2f}x its floor), "
+                      f"new {cn:.2f} ms: new/old {cn / co:.2f}; per call old/new: " + ", ".join(
+                          f"{op[4:-6]} {med([x[op] for x in r['csi_old']]):.2f}/"
+                          f"{med([x[op] for x in r['csi']]):.2f}" for op in CSI_OPS))
+            print(f"  median new/old: {med(pr):.2f}")
         peak = max(p for r in res["rounds"] for p in r["flex_peak_kb"])
         print(f"memory: flexvol-csi resident {res['rss_start_kb']} KiB at start, "
               f"{res['rss_after_kb']} KiB at most after a cycle, peak {res['hwm_kb']} KiB; "
