@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Error codes out of mountutil.c: libmount's MNT_ERR_* never pass through (issue 9 item 8). */
+#include <errno.h>
 #include <fcntl.h>
 #include <libmount.h>
 #include <stdio.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -115,7 +117,7 @@ TEST(mount_by_id_as_the_table_has_it)
 	size_t cap = 0;
 	struct utsname u;
 	unsigned major = 0, minor = 0;
-	int n = 0;
+	int n = 0, roots = 0;
 
 	REQUIRE(f);
 	while (getline(&line, &cap, f) > 0) {
@@ -134,6 +136,7 @@ TEST(mount_by_id_as_the_table_has_it)
 		rb = fv_mnt_of_fd(fd, &b);
 		close(fd);
 		CHECK_INT(rb, ra);
+		roots += ra == 0;
 		if (ra != 0 || rb != 0)
 			continue;
 		CHECK_STR(b.source, a.source);
@@ -144,12 +147,17 @@ TEST(mount_by_id_as_the_table_has_it)
 		CHECK(b.readonly == a.readonly);
 		n++;
 	}
-	CHECK(n > 0);
 	free(line);
 	fclose(f);
+	/* qemu-user (the arm64 lane) reports no mount point as one (not even /): nothing to compare */
+	if (roots == 0)
+		SKIP("statx() reports no mount root here");
+	CHECK(n > 0);
 	REQUIRE(uname(&u) == 0);
+	/* statmount asked of a kernel that has it (6.13 for the source), not of an emulator */
 	if (sscanf(u.release, "%u.%u", &major, &minor) == 2 &&
-	    (major > 6 || (major == 6 && minor >= 13)))
+	    (major > 6 || (major == 6 && minor >= 13)) &&
+	    !(syscall(457, NULL, NULL, 0, 0) < 0 && errno == ENOSYS))
 		CHECK(fv_mnt_statmount_hits > hits);
 }
 
