@@ -43,6 +43,8 @@ struct fv_mntinfo;
 int fv_mnt_of_fd(int fd, struct fv_mntinfo *ret);
 extern bool fv_mnt_no_statmount;
 extern unsigned fv_mnt_statmount_hits; /* lookups statmount(2) answered, for tests */
+/* reads of the whole table by this thread (mounttab.c keeps one until it changes), for tests */
+extern __thread unsigned fv_mnt_table_reads;
 
 /* dirarg.c: the Failure for fv_dir_open_self()'s or fv_dir_open()'s error @r on @path. */
 int fv_dir_fail(struct fv_ctx *cx, int r, const char *path);

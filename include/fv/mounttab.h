@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The mount table, queried (mounttab.c): always the kernel's
- * /proc/self/mountinfo, never a cache, never fstab.  Queries only: mounts
- * are made and undone by fv/mountutil.h's actions.
+ * /proc/self/mountinfo (a thread's last read kept only while the kernel
+ * reports no change to it), never fstab.  Queries only: mounts are made and
+ * undone by fv/mountutil.h's actions.
  */
 #ifndef FV_MOUNTTAB_H
 #define FV_MOUNTTAB_H

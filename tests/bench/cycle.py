@@ -23,6 +23,9 @@ scratch directory instead, the run directory with the locks on a tmpfs as
 /run is on a node), so that the figures are the drivers' and the
 kernel's work, not the latency of a disk other programs share; on a node
 the state records' fsync and the loop device's flushes go to its disk.
+--mounts N adds N small tmpfs mounts to the namespace first, as a node with
+pods has (each pod brings a few: its secrets, tokens, volumes): the kernel
+writes /proc/self/mountinfo at some 2 us a mount, and the drivers read it.
 
 Interleaved: each cycle of a round runs the exec floor, the kernel floor, then
 the two drivers' cycles (which goes first alternates), so a load that comes
@@ -33,7 +36,7 @@ the old release's median of the same round).  Nothing here asserts speed; a
 reply other than Success fails the run (exit 1).
 
   python3 tests/bench/cycle.py --build build [--loop build/static/loop]
-          [--old build-old] [--dynamic] [--disk] [--rounds 5] [--cycles 10]
+          [--old build-old] [--dynamic] [--disk] [--mounts N] [--rounds 5] [--cycles 10]
           [--json out.json]
 """
 
@@ -142,6 +145,10 @@ def inner(args):
         os.makedirs(base, exist_ok=True)
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m,mode=0700", "flexvol-bench",
                         base], check=True)
+    for i in range(args.mounts):  # gone with the namespace
+        m = os.path.join(args.scratch, "busy", str(i))
+        os.makedirs(m)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", f"busy{i}", m], check=True)
     for name, loop in subject_list(args):
         d = os.path.join(base, name)
         bench.prepare_scratch(d)
@@ -304,6 +311,8 @@ def main():
     ap.add_argument("--disk", action="store_true", help="keep the images and state on the "
                     "disk under the scratch directory, the run directory (locks) on a tmpfs as "
                     "/run is on a node (default: all on a tmpfs)")
+    ap.add_argument("--mounts", type=int, default=0, metavar="N",
+                    help="N more mounts in the namespace first: a busy node's mount table")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     ap.add_argument("--cycles", type=int, default=10, help="cycles per round (default 10)")
     ap.add_argument("--json", metavar="FILE", help="also write every round as JSON")
@@ -347,7 +356,8 @@ def main():
     cmd = ["unshare", "-m", "--propagation", "private", "--", sys.executable,
            os.path.abspath(__file__), "--inner", "--loop", loop, "--floor", floor,
            "--kfloor", kfloor, "--scratch", scratch, "--result", result,
-           "--rounds", str(args.rounds), "--cycles", str(args.cycles)]
+           "--rounds", str(args.rounds), "--cycles", str(args.cycles),
+           "--mounts", str(args.mounts)]
     if old_loop:
         cmd += ["--old-loop", old_loop]
     if dyn_loop:
@@ -357,7 +367,8 @@ def main():
     print(f"flexvol cycle bench: kernel {os.uname().release}, {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.2f}, {args.rounds} rounds x {args.cycles} cycles, "
           f"{'static' if static else 'dynamic'} builds, scratch on "
-          f"{'the disk' if args.disk else 'a tmpfs'}")
+          f"{'the disk' if args.disk else 'a tmpfs'}"
+          + (f", {args.mounts} more mounts" if args.mounts else ""))
     rc = 1
     try:
         rc = subprocess.run(cmd).returncode

@@ -3,10 +3,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libmount.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
+#include <sys/mount.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "unit.h"
@@ -159,6 +163,85 @@ TEST(mount_by_id_as_the_table_has_it)
 	    (major > 6 || (major == 6 && minor >= 13)) &&
 	    !(syscall(457, NULL, NULL, 0, 0) < 0 && errno == ENOSYS))
 		CHECK(fv_mnt_statmount_hits > hits);
+}
+
+static void *first_read_of_a_thread(void *arg)
+{
+	int *reads = arg;
+
+	*reads = fv_mnt_find("/", NULL) == 0 ? (int)fv_mnt_table_reads : -1;
+	return NULL;
+}
+
+/* The table kept in a child in a mount namespace of its own: 0, or the number of the step that failed. */
+static int kept_table_steps(void)
+{
+	char dir[] = "/tmp/fv-unit-tab.XXXXXX";
+	unsigned r0 = fv_mnt_table_reads;
+	struct fv_mntinfo mi;
+	pthread_t t;
+	int step = 0, thread_reads = -1, r;
+
+	if (!mkdtemp(dir))
+		return 100;
+	/* three questions, one read */
+	step++;
+	if (fv_mnt_find("/", NULL) != 0 || fv_mnt_find("/", NULL) != 0 ||
+	    fv_mnt_count_devno(makedev(0, 0)) < 0 || fv_mnt_table_reads - r0 != 1)
+		goto out;
+	/* a mount made since: seen, by reading the table again, once */
+	step++;
+	if (mount("fv-unit", dir, "tmpfs", 0, "size=64k") < 0)
+		goto out;
+	step++;
+	if (fv_mnt_find(dir, &mi) != 0 || !streq(mi.fstype, "tmpfs") || mi.readonly ||
+	    fv_mnt_find(dir, NULL) != 0 || fv_mnt_table_reads - r0 != 2)
+		goto out;
+	/* a change of a mount's flags is a change */
+	step++;
+	if (mount(NULL, dir, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0 ||
+	    fv_mnt_find(dir, &mi) != 0 || !mi.readonly || fv_mnt_table_reads - r0 != 3)
+		goto out;
+	/* and an umount */
+	step++;
+	if (umount(dir) < 0 || fv_mnt_find(dir, NULL) != 1 || fv_mnt_table_reads - r0 != 4)
+		goto out;
+	/* another thread reads its own */
+	step++;
+	r = pthread_create(&t, NULL, first_read_of_a_thread, &thread_reads);
+	if (r != 0 || pthread_join(t, NULL) != 0 || thread_reads != 1)
+		goto out;
+	step = 0;
+out:
+	rmdir(dir);
+	return step;
+}
+
+/*
+ * The table read once and asked again until the kernel reports a change
+ * (poll(2)'s POLLPRI on the open mountinfo file): a mount, a change of a
+ * mount's flags, an umount each read it anew; nothing else does.
+ */
+TEST(mount_table_kept_until_it_changes)
+{
+	int status = 0;
+	pid_t pid;
+
+	if (geteuid() != 0)
+		SKIP("needs root (a mount namespace of its own)");
+	pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+			_exit(99);
+		_exit(kept_table_steps());
+	}
+	REQUIRE(waitpid(pid, &status, 0) == pid);
+	REQUIRE(WIFEXITED(status));
+	if (WEXITSTATUS(status) == 99)
+		SKIP("no mount namespace of its own here");
+	/* the step of kept_table_steps() that failed, 0 when none */
+	CHECK_INT(WEXITSTATUS(status), 0);
 }
 
 TEST(mountinfo_line_escapes_and_odd_fields)
