@@ -267,6 +267,14 @@ static int wait_node(struct fv_ctx *cx, struct fv_devwait *w, struct binding *b)
 			      b->dev, sizeof(b->dev));
 }
 
+/* Is @lfd, the node just bound, device loop@nr's (the kernel's number of the device it opened)? */
+static bool same_node(int lfd, int nr)
+{
+	struct loop_info64 info;
+
+	return ioctl(lfd, LOOP_GET_STATUS64, &info) == 0 && info.lo_number == (uint32_t)nr;
+}
+
 int loop_bind(struct fv_ctx *cx, const char *rel, bool ro, int fd, const char *tag, bool held,
 	      struct binding *b)
 {
@@ -286,7 +294,15 @@ int loop_bind(struct fv_ctx *cx, const char *rel, bool ro, int fd, const char *t
 	if (fstat(fd, &st) < 0 || st.st_size < 512)
 		return fv_fail(cx, -EINVAL, "image '%s' is smaller than one 512-byte sector; "
 			       "nothing to attach", rel);
-	if (!held) {
+	/*
+	 * A binding no call holds is waited for: udevd's event when udevd runs
+	 * (its links made, its own probe done, before anyone mounts it);
+	 * listening before the bind, no event can be missed.  Without udevd
+	 * the device's node is devtmpfs's, made with the device before
+	 * LOOP_CTL_GET_FREE answers: the one we bind through is it
+	 * (same_node()), and a kernel event would tell nothing more.
+	 */
+	if (!held && fv_udev_running()) {
 		r = fv_devwait_open(cx, &w);
 		if (r < 0)
 			return r;
@@ -344,8 +360,13 @@ int loop_bind(struct fv_ctx *cx, const char *rel, bool ro, int fd, const char *t
 		snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
 		hold_image = open(self, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 		hold_rdev = fstat(hold_fd, &st) == 0 ? st.st_rdev : 0;
+	} else if (!w && same_node(lfd, nr)) {
+		fv_debug("devwait: no udevd; %s, the node bound through, is loop%d's", b->dev, nr);
 	} else {
-		r = wait_node(cx, w, b);
+		/* udevd's event; or, without it, a node of another device at that name: the wait */
+		r = w ? 0 : fv_devwait_open(cx, &w);
+		if (r == 0)
+			r = wait_node(cx, w, b);
 	}
 out:
 	if (lfd >= 0)

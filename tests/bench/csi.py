@@ -28,7 +28,7 @@ stage makes its filesystem) and on the same volumes again (a mount).  Nothing he
 speed; a failed call fails the run.
 
   python3 tests/bench/csi.py --build build [--rounds 3] [--cycles 10] [--concurrent 4]
-                             [--disk] [--old BUILD-OLD] [--json out.json]
+                             [--disk] [--mounts N] [--old BUILD-OLD] [--json out.json]
 """
 
 import argparse
@@ -281,6 +281,10 @@ def inner(a):
         os.makedirs(scratch, exist_ok=True)
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m,mode=0700", "flexvol-bench",
                         scratch], check=True)
+    for i in range(a.mounts):  # a busy node's table, as cycle.py --mounts; gone with the namespace
+        m = os.path.join(a.scratch, "busy", str(i))
+        os.makedirs(m)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", f"busy{i}", m], check=True)
     flex = os.path.join(scratch, "flex")
     bench.prepare_scratch(flex)
     if a.disk:
@@ -351,6 +355,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cycles", type=int, default=10)
     ap.add_argument("--concurrent", type=int, default=4, help="stages at once (distinct volumes)")
+    ap.add_argument("--mounts", type=int, default=0, metavar="N",
+                    help="N more mounts in the namespace first: a busy node's mount table")
     ap.add_argument("--disk", action="store_true", help="images and state on the disk under "
                     "the scratch directory, the run directory (locks) on a tmpfs as /run is on a "
                     "node (default: all on a tmpfs)")
@@ -392,11 +398,12 @@ def main():
                          "--result", result, "--rounds", str(a.rounds),
                          "--cycles", str(a.cycles)] + (["--disk"] if a.disk else []) +
                         (["--old-csi", os.path.abspath(old_csi)] if a.old else []) + [
-                         "--concurrent", str(a.concurrent)]).returncode
+                         "--concurrent", str(a.concurrent), "--mounts", str(a.mounts)]).returncode
     if rc == 0:
         with open(result) as f:
             res = json.load(f)
-        where = "on the disk, locks on a tmpfs" if a.disk else "on a tmpfs"
+        where = ("on the disk, locks on a tmpfs" if a.disk else "on a tmpfs") + (
+            f", {a.mounts} more mounts" if a.mounts else "")
         print(f"CSI beside FlexVolume, loop 64Mi ext4 (flexvol-csi: {csi}; loop: {loop}), "
               f"images and state {where}; median ms over {a.rounds} rounds x {a.cycles} cycles "
               f"(each round's median)")
