@@ -320,6 +320,22 @@ TEST(long_values)
 	CHECK_INT(load(), -FV_ERR_BADOPT);
 	CHECK_CONTAINS(err, "node_name");
 	done_config();
+
+	/* a directory of FV_CONFIG_PATH_MAX - 1 bytes is taken whole, one byte more refused */
+	for (size_t len = FV_CONFIG_PATH_MAX - 1; len <= FV_CONFIG_PATH_MAX; len++) {
+		memcpy(text, "state_dir = /", 13);
+		memset(text + 13, 'd', len - 1);
+		text[12 + len] = '\0';
+		REQUIRE(use_config(text));
+		if (len < FV_CONFIG_PATH_MAX) {
+			CHECK_INT(load(), 0);
+			CHECK_INT((int)strlen(cfg.state_dir), (int)len);
+		} else {
+			CHECK_INT(load(), -FV_ERR_BADOPT);
+			CHECK_CONTAINS(err, "state_dir is empty or too long");
+		}
+		done_config();
+	}
 	free(text);
 }
 
