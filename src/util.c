@@ -258,21 +258,23 @@ int fv_dir_open(const char *path, unsigned int flags, char *norm, size_t len)
 		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
 		.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
 	};
-	char rel[PATH_MAX], walk[PATH_MAX];
+	/* the path made relative to "/" after its '/': one buffer, not two (a page of stack) */
+	char walk[PATH_MAX], *slash = NULL, cut = '\0';
 	long fd = -1;
 
-	if (!path || path[0] != '/' || fv_path_confine("/", path, rel, sizeof(rel)) < 0)
+	walk[0] = '/';
+	if (!path || path[0] != '/' || fv_path_confine("/", path, walk + 1, sizeof(walk) - 1) < 0)
 		return -EINVAL;
 	if (norm) {
-		if (strlen(rel) + 2 > len)
+		if (strlen(walk) + 1 > len)
 			return -ENAMETOOLONG;
-		snprintf(norm, len, "/%s", rel);
+		snprintf(norm, len, "%s", walk);
 	}
-	snprintf(walk, sizeof(walk), "/%s", rel);
 	if (flags & FV_DIR_PARENT) {
-		char *slash = strrchr(walk, '/');
-
-		slash[slash == walk ? 1 : 0] = '\0';
+		slash = strrchr(walk, '/');
+		slash += slash == walk; /* the parent of "/x" is "/" */
+		cut = *slash;
+		*slash = '\0';
 	}
 	if (!(flags & FV_DIR_COMPAT)) {
 		fd = syscall(SYS_openat2, AT_FDCWD, walk, &how, sizeof(how));
@@ -281,7 +283,9 @@ int fv_dir_open(const char *path, unsigned int flags, char *norm, size_t len)
 		if (errno != ENOSYS)
 			return NEG_ERRNO();
 	}
-	return walk_nofollow(rel, flags & FV_DIR_PARENT);
+	if (slash)
+		*slash = cut;
+	return walk_nofollow(walk + 1, flags & FV_DIR_PARENT);
 }
 
 int fv_name_escape(const char *s, char *buf, size_t len)
