@@ -156,8 +156,9 @@ $(O)/kfloor: tests/bench/kfloor.c
 # (tests/bench/cycle.py --old): BENCH_OLD_REV archived into $(BENCH_OLD).src,
 # built dynamic and static (its `make static`, on the same cached static
 # dependencies as ours when ci/build-static-deps is unchanged).
-# b71d372: main as stop 44 landed it (issue 41's A/B; issue 29's tables used 01d4831)
-BENCH_OLD_REV ?= b71d372
+# 5dea544: main as stop 45 landed it (issue 41's third round; its second used b71d372, issue
+# 29's tables 01d4831)
+BENCH_OLD_REV ?= 5dea544
 BENCH_OLD     ?= $(O)/old-$(BENCH_OLD_REV)
 $(BENCH_OLD)/loop:
 	$(Q)rm -rf $(BENCH_OLD).src && mkdir -p $(BENCH_OLD).src
