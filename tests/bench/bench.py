@@ -197,6 +197,19 @@ def run_on_tmpfs(scratch):
                     os.path.join(scratch, "run")], check=True)
 
 
+def busy_node(scratch, n):
+    """@n small tmpfs mounts under @scratch/busy, in the caller's private mount namespace (gone
+    with it): a node running pods has hundreds, and the drivers read the mount table
+    (cycle.py and csi.py --mounts)."""
+    for i in range(n):
+        m = os.path.join(scratch, "busy", str(i))
+        os.makedirs(m)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", f"busy{i}", m], check=True)
+
+
+MOUNTS_HELP = "N more mounts in the namespace first: a busy node's mount table"
+
+
 def undo_run_tmpfs(scratch):
     subprocess.run(["umount", "-l", os.path.join(scratch, "run")], capture_output=True)
 

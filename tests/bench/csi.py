@@ -281,10 +281,7 @@ def inner(a):
         os.makedirs(scratch, exist_ok=True)
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m,mode=0700", "flexvol-bench",
                         scratch], check=True)
-    for i in range(a.mounts):  # a busy node's table, as cycle.py --mounts; gone with the namespace
-        m = os.path.join(a.scratch, "busy", str(i))
-        os.makedirs(m)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", f"busy{i}", m], check=True)
+    bench.busy_node(a.scratch, a.mounts)
     flex = os.path.join(scratch, "flex")
     bench.prepare_scratch(flex)
     if a.disk:
@@ -355,8 +352,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cycles", type=int, default=10)
     ap.add_argument("--concurrent", type=int, default=4, help="stages at once (distinct volumes)")
-    ap.add_argument("--mounts", type=int, default=0, metavar="N",
-                    help="N more mounts in the namespace first: a busy node's mount table")
+    ap.add_argument("--mounts", type=int, default=0, metavar="N", help=bench.MOUNTS_HELP)
     ap.add_argument("--disk", action="store_true", help="images and state on the disk under "
                     "the scratch directory, the run directory (locks) on a tmpfs as /run is on a "
                     "node (default: all on a tmpfs)")

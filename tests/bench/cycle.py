@@ -145,10 +145,7 @@ def inner(args):
         os.makedirs(base, exist_ok=True)
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m,mode=0700", "flexvol-bench",
                         base], check=True)
-    for i in range(args.mounts):  # gone with the namespace
-        m = os.path.join(args.scratch, "busy", str(i))
-        os.makedirs(m)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", f"busy{i}", m], check=True)
+    bench.busy_node(args.scratch, args.mounts)
     for name, loop in subject_list(args):
         d = os.path.join(base, name)
         bench.prepare_scratch(d)
@@ -311,8 +308,7 @@ def main():
     ap.add_argument("--disk", action="store_true", help="keep the images and state on the "
                     "disk under the scratch directory, the run directory (locks) on a tmpfs as "
                     "/run is on a node (default: all on a tmpfs)")
-    ap.add_argument("--mounts", type=int, default=0, metavar="N",
-                    help="N more mounts in the namespace first: a busy node's mount table")
+    ap.add_argument("--mounts", type=int, default=0, metavar="N", help=bench.MOUNTS_HELP)
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     ap.add_argument("--cycles", type=int, default=10, help="cycles per round (default 10)")
     ap.add_argument("--json", metavar="FILE", help="also write every round as JSON")
